@@ -1,0 +1,19 @@
+// PG_CHECK: for broken invariants only (never for bad input, which is a Status).
+#pragma once
+
+#include <source_location>
+#include <string_view>
+
+namespace peregrine {
+
+[[noreturn]] void CheckFailed(std::string_view condition, std::string_view message,
+                              const std::source_location& where);
+
+}  // namespace peregrine
+
+#define PG_CHECK(cond, ...)                                                          \
+  do {                                                                               \
+    if (!(cond)) [[unlikely]]                                                        \
+      ::peregrine::CheckFailed(#cond, std::string_view{__VA_ARGS__},                 \
+                               std::source_location::current());                     \
+  } while (0)

