@@ -1,0 +1,4 @@
+# One include per fuzz target family; each file calls peregrine_fuzz().
+include(${CMAKE_CURRENT_LIST_DIR}/safetensors.cmake OPTIONAL)
+include(${CMAKE_CURRENT_LIST_DIR}/tokenizer.cmake OPTIONAL)
+include(${CMAKE_CURRENT_LIST_DIR}/chat.cmake OPTIONAL)
