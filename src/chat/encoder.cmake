@@ -1,0 +1,8 @@
+# Prompt side of src/chat: the DeepSeek-V4 encoder and the sandboxed Jinja subset.
+list(APPEND PEREGRINE_CHAT_ENCODER_SOURCES
+  ${CMAKE_CURRENT_LIST_DIR}/jinja_pystr.cc
+  ${CMAKE_CURRENT_LIST_DIR}/jinja_json.cc
+  ${CMAKE_CURRENT_LIST_DIR}/v4_format.cc
+  ${CMAKE_CURRENT_LIST_DIR}/v4_messages.cc
+  ${CMAKE_CURRENT_LIST_DIR}/v4_encoder.cc
+)
