@@ -1,0 +1,18 @@
+// Every CUDA runtime call goes through PG_CUDA_RETURN_IF_ERROR / CudaStatus, which maps a
+// failure to a Status naming the call and the CUDA error (style rule 9).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <source_location>
+
+#include "base/status.h"
+
+namespace peregrine::cuda {
+
+Status CudaStatus(cudaError_t error, const char* what,
+                  const std::source_location& where = std::source_location::current());
+
+}  // namespace peregrine::cuda
+
+#define PG_CUDA_RETURN_IF_ERROR(call) PG_RETURN_IF_ERROR(::peregrine::cuda::CudaStatus((call), #call))

@@ -1,0 +1,48 @@
+// The sub-layers of the DeepSeek-V4 forward on the CPU backend. Each works on a chunk of
+// T consecutive tokens of one sequence; shapes are stated beside every argument.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "backend/cpu/thread_pool.h"
+#include "config/model_config.h"
+#include "model/deepseek_v4/rope.h"
+#include "model/deepseek_v4/state.h"
+#include "model/deepseek_v4/weights.h"
+
+namespace peregrine::deepseek_v4 {
+
+// mHC collapse: computes the sub-layer's mixing weights from the streams and returns the
+// pre-weighted sum of the streams.
+//   streams [T, hc, D] -> x [T, D], post [T, hc], comb [T, hc, hc]
+void HyperConnectionPre(const ModelConfig& c, const HyperConnectionWeights& w, const float* streams,
+                        int64_t num_tokens, float* x, float* post, float* comb);
+
+// mHC expand: streams[k] <- post[k] * f + sum_j comb[j][k] * streams[j].
+//   streams [T, hc, D] (in place), f [T, D], post [T, hc], comb [T, hc, hc]
+void HyperConnectionPost(const ModelConfig& c, float* streams, const float* f, const float* post,
+                         const float* comb, int64_t num_tokens);
+
+// Final collapse before the norm and head (sigmoid weights, no Sinkhorn).
+//   streams [T, hc, D] -> y [T, D]
+void HyperConnectionHead(const ModelConfig& c, const HyperConnectionWeights& w, const float* streams,
+                         int64_t num_tokens, float* y);
+
+struct AttentionContext {
+  const ModelConfig& config;
+  const RopeTable& rope;  // the layer's table (plain or compressed)
+  cpu::ThreadPool& pool;
+};
+
+// Attention for tokens at positions first_position .. first_position+T-1, updating the
+// layer's window ring, compressor and indexer state.     x [T, D] -> out [T, D]
+void Attention(const AttentionContext& ctx, const AttentionWeights& w, LayerState& state,
+               int64_t first_position, const float* x, int64_t num_tokens, float* out);
+
+// Routed + shared experts.                  x [T, D], token_ids [T] -> out [T, D]
+void Moe(const ModelConfig& c, cpu::ThreadPool& pool, const MoeWeights& w, MoeType type,
+         std::span<const int32_t> token_ids, const float* x, float* out);
+
+}  // namespace peregrine::deepseek_v4

@@ -1,0 +1,131 @@
+#include "model/deepseek_v4/weights.h"
+
+#include <string>
+
+namespace peregrine::deepseek_v4 {
+
+namespace {
+
+class Reader {
+ public:
+  explicit Reader(const Checkpoint& checkpoint) : checkpoint_(checkpoint) {}
+
+  Status F32(const std::string& name, const Shape& shape, HostTensor* out) {
+    auto r = checkpoint_.ReadF32(name, shape);
+    if (!r.ok()) return r.status();
+    *out = std::move(r).value();
+    return Status::Ok();
+  }
+  Status I64(const std::string& name, const Shape& shape, HostTensor* out) {
+    auto r = checkpoint_.ReadI64(name, shape);
+    if (!r.ok()) return r.status();
+    *out = std::move(r).value();
+    return Status::Ok();
+  }
+
+ private:
+  const Checkpoint& checkpoint_;
+};
+
+Status LoadCompressor(Reader& rd, const std::string& prefix, int64_t ratio, bool overlap, int64_t dim,
+                      int64_t hidden, CompressorWeights* c) {
+  c->ratio = ratio;
+  c->dim = dim;
+  c->coff = overlap ? 2 : 1;
+  const int64_t width = c->coff * dim;
+  PG_RETURN_IF_ERROR(rd.F32(prefix + "wkv.weight", {width, hidden}, &c->wkv));
+  PG_RETURN_IF_ERROR(rd.F32(prefix + "wgate.weight", {width, hidden}, &c->wgate));
+  PG_RETURN_IF_ERROR(rd.F32(prefix + "ape", {ratio, width}, &c->ape));
+  PG_RETURN_IF_ERROR(rd.F32(prefix + "norm.weight", {dim}, &c->norm));
+  return Status::Ok();
+}
+
+Status LoadExpert(Reader& rd, const std::string& prefix, int64_t hidden, int64_t inter, ExpertWeights* e) {
+  PG_RETURN_IF_ERROR(rd.F32(prefix + "w1.weight", {inter, hidden}, &e->w1));
+  PG_RETURN_IF_ERROR(rd.F32(prefix + "w2.weight", {hidden, inter}, &e->w2));
+  PG_RETURN_IF_ERROR(rd.F32(prefix + "w3.weight", {inter, hidden}, &e->w3));
+  return Status::Ok();
+}
+
+Status LoadHc(Reader& rd, const std::string& prefix, int64_t mixes, int64_t flat, int64_t scales,
+              HyperConnectionWeights* hc) {
+  PG_RETURN_IF_ERROR(rd.F32(prefix + "fn", {mixes, flat}, &hc->fn));
+  PG_RETURN_IF_ERROR(rd.F32(prefix + "base", {mixes}, &hc->base));
+  PG_RETURN_IF_ERROR(rd.F32(prefix + "scale", {scales}, &hc->scale));
+  return Status::Ok();
+}
+
+Status LoadLayer(Reader& rd, const ModelConfig& c, int64_t i, LayerWeights* l) {
+  const std::string p = "layers." + std::to_string(i) + ".";
+  const int64_t d = c.hidden_size;
+  const int64_t hc = c.hc_mult;
+  PG_RETURN_IF_ERROR(rd.F32(p + "attn_norm.weight", {d}, &l->attn_norm));
+  PG_RETURN_IF_ERROR(rd.F32(p + "ffn_norm.weight", {d}, &l->ffn_norm));
+  PG_RETURN_IF_ERROR(LoadHc(rd, p + "hc_attn_", (2 + hc) * hc, hc * d, 3, &l->hc_attn));
+  PG_RETURN_IF_ERROR(LoadHc(rd, p + "hc_ffn_", (2 + hc) * hc, hc * d, 3, &l->hc_ffn));
+
+  AttentionWeights& a = l->attn;
+  const std::string ap = p + "attn.";
+  const int64_t hd = c.head_dim;
+  PG_RETURN_IF_ERROR(rd.F32(ap + "wq_a.weight", {c.q_lora_rank, d}, &a.wq_a));
+  PG_RETURN_IF_ERROR(rd.F32(ap + "q_norm.weight", {c.q_lora_rank}, &a.q_norm));
+  PG_RETURN_IF_ERROR(rd.F32(ap + "wq_b.weight", {c.num_heads * hd, c.q_lora_rank}, &a.wq_b));
+  PG_RETURN_IF_ERROR(rd.F32(ap + "wkv.weight", {hd, d}, &a.wkv));
+  PG_RETURN_IF_ERROR(rd.F32(ap + "kv_norm.weight", {hd}, &a.kv_norm));
+  PG_RETURN_IF_ERROR(
+      rd.F32(ap + "wo_a.weight", {c.o_groups * c.o_lora_rank, c.num_heads * hd / c.o_groups}, &a.wo_a));
+  PG_RETURN_IF_ERROR(rd.F32(ap + "wo_b.weight", {d, c.o_groups * c.o_lora_rank}, &a.wo_b));
+  PG_RETURN_IF_ERROR(rd.F32(ap + "attn_sink", {c.num_heads}, &a.sink));
+  const int64_t ratio = c.CompressRatio(i);
+  const bool is_csa = c.layer_types[static_cast<size_t>(i)] == AttentionType::kCompressedSparse;
+  if (ratio > 0) {
+    a.compressor.emplace();
+    PG_RETURN_IF_ERROR(LoadCompressor(rd, ap + "compressor.", ratio, is_csa, hd, d, &*a.compressor));
+  }
+  if (is_csa) {
+    a.indexer.emplace();
+    IndexerWeights& ix = *a.indexer;
+    PG_RETURN_IF_ERROR(
+        rd.F32(ap + "indexer.wq_b.weight", {c.index_n_heads * c.index_head_dim, c.q_lora_rank}, &ix.wq_b));
+    PG_RETURN_IF_ERROR(rd.F32(ap + "indexer.weights_proj.weight", {c.index_n_heads, d}, &ix.weights_proj));
+    PG_RETURN_IF_ERROR(
+        LoadCompressor(rd, ap + "indexer.compressor.", ratio, true, c.index_head_dim, d, &ix.compressor));
+  }
+
+  MoeWeights& m = l->ffn;
+  const std::string fp = p + "ffn.";
+  const int64_t e = c.num_experts;
+  PG_RETURN_IF_ERROR(rd.F32(fp + "gate.weight", {e, d}, &m.gate));
+  if (c.mlp_layer_types[static_cast<size_t>(i)] == MoeType::kHash) {
+    PG_RETURN_IF_ERROR(rd.I64(fp + "gate.tid2eid", {c.vocab_size, c.num_experts_per_tok}, &m.tid2eid));
+    for (int64_t k = 0; k < m.tid2eid.view.numel(); ++k) {
+      const int64_t id = m.tid2eid.i64()[k];
+      if (id < 0 || id >= e) return InvalidArgument(fp + "gate.tid2eid holds an expert id out of range");
+    }
+  } else {
+    PG_RETURN_IF_ERROR(rd.F32(fp + "gate.bias", {e}, &m.bias));
+  }
+  m.experts.resize(static_cast<size_t>(e));
+  for (int64_t x = 0; x < e; ++x)
+    PG_RETURN_IF_ERROR(LoadExpert(rd, fp + "experts." + std::to_string(x) + ".", d, c.moe_intermediate_size,
+                                  &m.experts[static_cast<size_t>(x)]));
+  PG_RETURN_IF_ERROR(
+      LoadExpert(rd, fp + "shared_experts.", d, c.moe_intermediate_size * c.num_shared_experts, &m.shared));
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<ModelWeights> LoadWeights(const ModelConfig& c, const Checkpoint& checkpoint) {
+  Reader rd(checkpoint);
+  ModelWeights w;
+  PG_RETURN_IF_ERROR(rd.F32("embed.weight", {c.vocab_size, c.hidden_size}, &w.embed));
+  PG_RETURN_IF_ERROR(rd.F32("head.weight", {c.vocab_size, c.hidden_size}, &w.head));
+  PG_RETURN_IF_ERROR(rd.F32("norm.weight", {c.hidden_size}, &w.norm));
+  PG_RETURN_IF_ERROR(LoadHc(rd, "hc_head_", c.hc_mult, c.hc_mult * c.hidden_size, 1, &w.hc_head));
+  w.layers.resize(static_cast<size_t>(c.num_layers));
+  for (int64_t i = 0; i < c.num_layers; ++i) PG_RETURN_IF_ERROR(LoadLayer(rd, c, i, &w.layers[static_cast<size_t>(i)]));
+  return w;
+}
+
+}  // namespace peregrine::deepseek_v4

@@ -1,0 +1,82 @@
+// DeepSeek-V4 weights as the CPU backend uses them: fp32 host tensors under the canonical
+// names of model/checkpoint.h, checked against the config's shapes at load.
+#pragma once
+
+#include <optional>
+#include <vector>
+
+#include "config/model_config.h"
+#include "model/checkpoint.h"
+
+namespace peregrine::deepseek_v4 {
+
+// mHC mixer of one sub-layer: fn [(2+hc)*hc, hc*D], base [(2+hc)*hc], scale [3].
+// The final head mixer has fn [hc, hc*D], base [hc], scale [1].
+struct HyperConnectionWeights {
+  HostTensor fn, base, scale;
+};
+
+// A compressor (overlapping on CSA layers, plain on HCA layers) producing `dim`-wide entries.
+// coff = 2 when overlapping: the projections carry [previous-block half | current half].
+struct CompressorWeights {
+  int64_t ratio = 0;
+  int64_t dim = 0;
+  int64_t coff = 1;
+  HostTensor wkv;    // [coff*dim, D]
+  HostTensor wgate;  // [coff*dim, D]
+  HostTensor ape;    // [ratio, coff*dim]  learned position bias inside a block
+  HostTensor norm;   // [dim]
+};
+
+struct IndexerWeights {
+  HostTensor wq_b;          // [IH*Id, q_lora]
+  HostTensor weights_proj;  // [IH, D]
+  CompressorWeights compressor;
+};
+
+struct AttentionWeights {
+  HostTensor wq_a;    // [q_lora, D]
+  HostTensor q_norm;  // [q_lora]
+  HostTensor wq_b;    // [H*Dh, q_lora]
+  HostTensor wkv;     // [Dh, D]
+  HostTensor kv_norm; // [Dh]
+  HostTensor wo_a;    // [G*o_lora, H*Dh/G]
+  HostTensor wo_b;    // [D, G*o_lora]
+  HostTensor sink;    // [H]
+  std::optional<CompressorWeights> compressor;  // CSA and HCA layers
+  std::optional<IndexerWeights> indexer;        // CSA layers
+};
+
+struct ExpertWeights {
+  HostTensor w1;  // gate [I, D]
+  HostTensor w2;  // down [D, I]
+  HostTensor w3;  // up   [I, D]
+};
+
+struct MoeWeights {
+  HostTensor gate;     // [E, D]
+  HostTensor bias;     // [E] selection bias (learned routing only)
+  HostTensor tid2eid;  // [vocab, K] i64 (hash routing only)
+  std::vector<ExpertWeights> experts;  // [E]
+  ExpertWeights shared;
+};
+
+struct LayerWeights {
+  HostTensor attn_norm, ffn_norm;  // [D]
+  HyperConnectionWeights hc_attn, hc_ffn;
+  AttentionWeights attn;
+  MoeWeights ffn;
+};
+
+struct ModelWeights {
+  HostTensor embed;  // [vocab, D]
+  HostTensor head;   // [vocab, D]
+  HostTensor norm;   // [D]
+  HyperConnectionWeights hc_head;
+  std::vector<LayerWeights> layers;
+};
+
+// Reads and shape-checks every tensor the config implies. Errors name the tensor.
+Result<ModelWeights> LoadWeights(const ModelConfig& config, const Checkpoint& checkpoint);
+
+}  // namespace peregrine::deepseek_v4
