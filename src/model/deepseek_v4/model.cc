@@ -10,6 +10,11 @@ namespace peregrine::deepseek_v4 {
 Result<std::unique_ptr<Model>> Model::Load(const std::filesystem::path& dir, int num_threads) {
   PG_ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(dir));
   PG_ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> checkpoint, Checkpoint::Open(dir));
+  return Create(std::move(config), std::move(checkpoint), num_threads);
+}
+
+Result<std::unique_ptr<Model>> Model::Create(ModelConfig config, std::unique_ptr<Checkpoint> checkpoint,
+                                             int num_threads) {
   PG_ASSIGN_OR_RETURN(ModelWeights weights, LoadWeights(config, *checkpoint));
   return std::unique_ptr<Model>(new Model(std::move(config), std::move(checkpoint), std::move(weights), num_threads));
 }

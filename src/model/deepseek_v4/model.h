@@ -20,6 +20,9 @@ class Model {
  public:
   // Reads DIR/config.json and the safetensors shards; weights stay mapped where stored fp32.
   static Result<std::unique_ptr<Model>> Load(const std::filesystem::path& dir, int num_threads);
+  // Builds the model from any Checkpoint (e.g. synthetic weights), which it keeps alive.
+  static Result<std::unique_ptr<Model>> Create(ModelConfig config, std::unique_ptr<Checkpoint> checkpoint,
+                                               int num_threads);
 
   const ModelConfig& config() const { return config_; }
   SequenceState NewSequence() const { return SequenceState::Create(config_); }
