@@ -1,0 +1,77 @@
+// The engine as the serving front end sees it: submit token-level generation requests,
+// receive their events, abort them. Thread-safe; implemented by Engine (engine.h) and by
+// fakes in the server's tests.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "sampling/sampler.h"
+#include "sampling/sampling_params.h"
+
+namespace peregrine {
+
+struct EngineRequest {
+  std::string id;                      // unique among live requests
+  std::vector<int32_t> prompt_ids;     // non-empty, every id < vocab size
+  SamplingParams sampling;             // already validated
+  int64_t max_tokens = 16;             // >= 1 new tokens at most
+  std::vector<int32_t> stop_token_ids; // finish with kStop when generated (token is emitted)
+  bool ignore_eos = false;             // when false, the model's EOS ids also finish with kStop
+};
+
+enum class FinishReason : uint8_t {
+  kStop,     // EOS or a stop token id
+  kLength,   // max_tokens or the context limit
+  kAbort,    // Abort() or shutdown
+  kError,    // the engine failed this request (message in EngineEvent::error)
+};
+
+// One event per request per engine step that produced something for it.
+struct EngineEvent {
+  std::vector<int32_t> token_ids;           // new tokens, usually one
+  std::vector<SampleResult> samples;        // parallel to token_ids (logprobs when requested)
+  std::optional<FinishReason> finish;       // set on the last event of the request
+  std::string error;                        // when finish == kError
+  int64_t num_prompt_tokens = 0;
+  int64_t num_cached_prompt_tokens = 0;     // prefix-cache hits
+  std::chrono::steady_clock::time_point time;
+};
+
+// Called on the engine thread; must not block (post the event to the consumer's executor).
+using EventSink = std::function<void(const EngineEvent&)>;
+
+struct EngineStats {
+  int64_t num_running = 0;
+  int64_t num_waiting = 0;
+  double kv_usage = 0.0;               // fraction of KV pages in use
+  int64_t kv_capacity_tokens = 0;      // tokens that fit at the configured context length
+  int64_t num_preemptions = 0;         // cumulative
+  int64_t prefix_cache_queries = 0;    // cumulative tokens looked up
+  int64_t prefix_cache_hits = 0;       // cumulative tokens found
+  bool is_ready = false;
+};
+
+class EngineClient {
+ public:
+  virtual ~EngineClient() = default;
+  // Queues the request. ResourceExhausted when the waiting queue is full (the server maps it
+  // to 429 with Retry-After); InvalidArgument when the request can never be served (prompt +
+  // max_tokens beyond the context, or more KV than the whole pool), with a fixed message.
+  // On success every later outcome arrives through `sink`, ending with a `finish` event.
+  virtual Status Submit(EngineRequest request, EventSink sink) = 0;
+  // Ends the request within one step (frees its KV); its sink gets a kAbort finish unless it
+  // already finished. Unknown ids are ignored.
+  virtual void Abort(const std::string& request_id) = 0;
+  virtual EngineStats Stats() const = 0;
+  virtual int64_t vocab_size() const = 0;
+  virtual int64_t max_context() const = 0;
+};
+
+}  // namespace peregrine
