@@ -75,6 +75,29 @@ TEST_P(ParityTest, ChunkedPrefillEqualsFullForward) {
   }
 }
 
+// Sequences sharing a batched forward do not affect each other: two copies of the prompt,
+// split at different points and run side by side, give the full forward's logits exactly.
+TEST_P(ParityTest, BatchedSequencesAreIndependent) {
+  SequenceState full_state = model_->NewSequence();
+  const std::vector<float> full = Prefill(full_state, static_cast<int64_t>(golden_.prompt_ids.size()));
+  const std::span<const int32_t> prompt(golden_.prompt_ids);
+  const size_t split_a = 150, split_b = 37;
+  SequenceState a = model_->NewSequence(), b = model_->NewSequence();
+  std::vector<float> first, second;
+  const Model::Chunk step1[] = {{&a, prompt.first(split_a), true, true}, {&b, prompt.first(split_b), true, true}};
+  ASSERT_TRUE(model_->Forward(step1, &first).ok());
+  const Model::Chunk step2[] = {{&b, prompt.subspan(split_b), true, true}, {&a, prompt.subspan(split_a), true, true}};
+  ASSERT_TRUE(model_->Forward(step2, &second).ok());
+  const int64_t v = golden_.vocab;
+  // Reassemble each sequence's rows: step1 = [a(150) | b(37)], step2 = [b(rest) | a(rest)].
+  std::vector<float> got_a(first.begin(), first.begin() + static_cast<int64_t>(split_a) * v);
+  got_a.insert(got_a.end(), second.begin() + static_cast<int64_t>(prompt.size() - split_b) * v, second.end());
+  std::vector<float> got_b(first.begin() + static_cast<int64_t>(split_a) * v, first.end());
+  got_b.insert(got_b.end(), second.begin(), second.begin() + static_cast<int64_t>(prompt.size() - split_b) * v);
+  EXPECT_TRUE(got_a == full);
+  EXPECT_TRUE(got_b == full);
+}
+
 // Greedy decoding after a prefill in chunks of 7: every token equals the reference's and
 // every step's logits match within tolerance (crossing window and block boundaries).
 TEST_P(ParityTest, GreedyDecodeMatchesReference) {

@@ -71,10 +71,10 @@ void SinkAttentionHead(const float* q, const std::vector<const float*>& rows, in
 
 }  // namespace
 
-void Attention(const AttentionContext& ctx, const AttentionWeights& w, LayerState& state,
-               int64_t first_position, const float* x, int64_t num_tokens, float* out) {
+void Attention(const AttentionContext& ctx, const AttentionWeights& w, std::span<const Segment> segments,
+               const float* x, int64_t num_rows, float* out) {
   const ModelConfig& c = ctx.config;
-  const int64_t t_n = num_tokens;
+  const int64_t t_n = num_rows;
   const int64_t h_n = c.num_heads;
   const int64_t hd = c.head_dim;
   const float eps = static_cast<float>(c.rms_norm_eps);
@@ -85,9 +85,12 @@ void Attention(const AttentionContext& ctx, const AttentionWeights& w, LayerStat
   cpu::RmsNorm(q.data(), nullptr, q.data(), t_n * h_n, hd, eps);
   std::vector<float> kv = Project(ctx.pool, x, w.wkv, t_n);  // [T, Dh]
   cpu::RmsNorm(kv.data(), w.kv_norm.f32(), kv.data(), t_n, hd, eps);
+  std::vector<int64_t> positions(static_cast<size_t>(t_n));  // [N]
+  for (const Segment& seg : segments)
+    for (int64_t i = 0; i < seg.num_tokens; ++i) positions[static_cast<size_t>(seg.first_row + i)] = seg.first_position + i;
   for (int64_t t = 0; t < t_n; ++t) {
-    RopeRows(ctx.rope, first_position + t, q.data() + t * h_n * hd, h_n, hd, false);
-    RopeRows(ctx.rope, first_position + t, kv.data() + t * hd, 1, hd, false);
+    RopeRows(ctx.rope, positions[static_cast<size_t>(t)], q.data() + t * h_n * hd, h_n, hd, false);
+    RopeRows(ctx.rope, positions[static_cast<size_t>(t)], kv.data() + t * hd, 1, hd, false);
   }
 
   std::vector<float> ckv, cgate, ikv, igate, iq, iw;
@@ -104,7 +107,8 @@ void Attention(const AttentionContext& ctx, const AttentionWeights& w, LayerStat
     iw = Project(ctx.pool, x, w.indexer->weights_proj, t_n);         // [T, IH]
     const float weight_scale = 1.0f / std::sqrt(static_cast<float>(ih_n));
     for (float& v : iw) v *= weight_scale;
-    for (int64_t t = 0; t < t_n; ++t) RopeRows(ctx.rope, first_position + t, iq.data() + t * ih_n * id, ih_n, id, false);
+    for (int64_t t = 0; t < t_n; ++t)
+      RopeRows(ctx.rope, positions[static_cast<size_t>(t)], iq.data() + t * ih_n * id, ih_n, id, false);
   }
 
   // Token by token: extend the window and the compressors, then attend. Entry k of a
@@ -114,8 +118,10 @@ void Attention(const AttentionContext& ctx, const AttentionWeights& w, LayerStat
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   std::vector<float> o(static_cast<size_t>(t_n * h_n * hd));
   std::vector<const float*> rows;
-  for (int64_t t = 0; t < t_n; ++t) {
-    const int64_t pos = first_position + t;
+  for (const Segment& seg : segments) {
+    LayerState& state = *seg.state;
+    for (int64_t t = seg.first_row; t < seg.first_row + seg.num_tokens; ++t) {
+    const int64_t pos = positions[static_cast<size_t>(t)];
     std::copy(kv.begin() + t * hd, kv.begin() + (t + 1) * hd, state.window.begin() + (pos % window) * hd);
     rows.clear();
     for (int64_t p = std::max<int64_t>(0, pos - window + 1); p <= pos; ++p)
@@ -141,6 +147,7 @@ void Attention(const AttentionContext& ctx, const AttentionWeights& w, LayerStat
     }
     // K = V carries the rotation on its trailing dims; undo it at the query's position.
     RopeRows(ctx.rope, pos, o.data() + t * h_n * hd, h_n, hd, /*inverse=*/true);
+    }
   }
 
   // Grouped low-rank output: each group of H/G heads projects to o_lora, then wo_b mixes.

@@ -36,10 +36,19 @@ struct AttentionContext {
   cpu::ThreadPool& pool;
 };
 
-// Attention for tokens at positions first_position .. first_position+T-1, updating the
-// layer's window ring, compressor and indexer state.     x [T, D] -> out [T, D]
-void Attention(const AttentionContext& ctx, const AttentionWeights& w, LayerState& state,
-               int64_t first_position, const float* x, int64_t num_tokens, float* out);
+// A run of consecutive tokens of one sequence inside a batch of rows.
+struct Segment {
+  LayerState* state = nullptr;
+  int64_t first_position = 0;  // position of the segment's first token
+  int64_t first_row = 0;       // its row in the batch
+  int64_t num_tokens = 0;
+};
+
+// Attention over a batch of segments (tokens of several sequences): projections run over
+// all rows at once, then each segment walks its tokens in order, extending its window ring,
+// compressor and indexer state and attending.          x [N, D] -> out [N, D]
+void Attention(const AttentionContext& ctx, const AttentionWeights& w, std::span<const Segment> segments,
+               const float* x, int64_t num_rows, float* out);
 
 // Routed + shared experts.                  x [T, D], token_ids [T] -> out [T, D]
 void Moe(const ModelConfig& c, cpu::ThreadPool& pool, const MoeWeights& w, MoeType type,

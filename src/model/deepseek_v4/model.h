@@ -27,9 +27,22 @@ class Model {
   const ModelConfig& config() const { return config_; }
   SequenceState NewSequence() const { return SequenceState::Create(config_); }
 
-  // Runs `tokens` at positions state.num_tokens, state.num_tokens + 1, ... and advances the
-  // state. Writes logits [T, vocab] for every token when `all_logits`, else [1, vocab] for
-  // the last one. Fails (leaving the state untouched) on an id outside [0, vocab).
+  // One sequence's part of a batched forward.
+  struct Chunk {
+    SequenceState* state = nullptr;
+    std::span<const int32_t> tokens;  // at positions state->num_tokens, +1, ...
+    bool all_logits = false;          // logits for every token, else for the last only
+    bool needs_logits = true;         // false: no logits for this chunk at all
+  };
+
+  // Runs every chunk in one pass (projections, experts and the head batched over all
+  // tokens; attention per sequence) and advances the states. `logits` gets the requested
+  // rows [rows, vocab] in chunk order. A chunk's results do not depend on the others.
+  // Fails before touching any state when an id is outside [0, vocab) or a sequence would
+  // pass max_position_embeddings.
+  Status Forward(std::span<const Chunk> batch, std::vector<float>* logits);
+
+  // One sequence: logits [T, vocab] when `all_logits`, else [1, vocab] for the last token.
   Status Forward(SequenceState& state, std::span<const int32_t> tokens, bool all_logits,
                  std::vector<float>* logits);
 
