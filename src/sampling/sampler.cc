@@ -1,0 +1,64 @@
+// Sample(): processors in place, then greedy argmax or one draw from the truncated
+// distribution, then raw logprobs. See sampler.h for the contract.
+#include "sampling/sampler.h"
+
+#include <utility>
+#include <vector>
+
+#include "base/check.h"
+#include "sampling/argmax.h"
+#include "sampling/cdf_walk.h"
+#include "sampling/logits_processors.h"
+#include "sampling/raw_logprobs.h"
+#include "sampling/truncation.h"
+
+namespace peregrine {
+namespace {
+
+int32_t SampleStochastic(std::span<const float> logits, const SamplingParams& params, double u) {
+  const float max_logit = MaxLogit(logits);
+  const float inv_temperature = InverseTemperature(params.temperature);
+  if (!HasTruncation(params, logits.size())) return WalkFullVocab(logits, max_logit, inv_temperature, u);
+  const std::vector<KeptToken> kept = TruncateDistribution(logits, max_logit, inv_temperature, params);
+  return WalkKept(kept, u);
+}
+
+// The raw logit of `token`: the oldest saved value if a processor changed it.
+float RawLogit(std::span<const float> logits, std::span<const SavedLogit> saved, int32_t token) {
+  for (const SavedLogit& s : saved) {
+    if (s.token == token) return s.logit;
+  }
+  return logits[static_cast<size_t>(token)];
+}
+
+}  // namespace
+
+SampleResult Sample(std::span<float> logits, const SamplingParams& params, SequenceSamplingState& state) {
+  PG_CHECK(!logits.empty(), "Sample() needs at least one logit");
+  const bool wants_logprobs = params.logprobs >= 0;
+  RawLogprobs raw;
+  std::vector<SavedLogit> saved;
+  std::vector<SavedLogit>* save = wants_logprobs ? &saved : nullptr;
+  if (wants_logprobs) raw = ComputeRawLogprobs(logits, params.logprobs);
+
+  ApplyLogitBias(logits, params.logit_bias, save);
+  ApplyRepetitionPenalty(logits, params.repetition_penalty, state.prompt_counts(), state.generated_counts(), save);
+  ApplyPresenceFrequencyPenalties(logits, params.presence_penalty, params.frequency_penalty,
+                                  state.generated_counts(), save);
+
+  SampleResult result;
+  // `!(t > 0)` rather than is_greedy(): an unvalidated negative or NaN temperature is greedy too.
+  if (!(params.temperature > 0.0f)) {
+    result.token = ArgmaxLowestId(logits);
+  } else {
+    result.token = SampleStochastic(logits, params, UnitIntervalFromBits(state.rng()()));
+  }
+  if (wants_logprobs) {
+    result.logprob = RawLogprob(RawLogit(logits, saved, result.token), raw);
+    result.top_logprobs = std::move(raw.top);
+  }
+  state.Append(result.token);
+  return result;
+}
+
+}  // namespace peregrine
