@@ -1,0 +1,61 @@
+// One decode step of the DeepSeek-V4 KV compressor for a batch of requests.
+//
+// Each request appends its token's projections to its state ring; when the token completes
+// a block ((pos + 1) % ratio == 0) the block is pooled into compressed entry
+// k = (pos + 1) / ratio - 1: a per-channel softmax over the block's gate rows weights its kv
+// rows (with overlap, coff = 2, the 2*ratio slots are the previous block's first-half
+// channels and this block's second-half channels; block 0 has no previous slots), then
+// RMSNorm(weight), then RoPE at position pos + 1 - ratio on the trailing rope dims, and the
+// entry is written in bf16 to the paged cache at page_table[k / page_size], slot
+// k % page_size.
+//
+// State ring layout, per state slot, fp32, rows of coff*dim:
+//   coff = 1: row = pos % ratio
+//   coff = 2: row = ((pos / ratio) % 2) * ratio + pos % ratio   (blocks alternate halves, so the
+//             previous block is still there when the current one completes)
+// gate rows are stored with `ape[pos % ratio]` already added.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "kernels/common/element_type.h"
+
+namespace peregrine::kernels {
+
+struct CompressorStepParams {
+  const void* kv;             // [B, coff*dim] input_type
+  const void* gate;           // [B, coff*dim] input_type (without ape)
+  const float* ape;           // [ratio, coff*dim]
+  float* kv_state;            // [num_state_slots, coff*ratio, coff*dim]
+  float* gate_state;          // [num_state_slots, coff*ratio, coff*dim]
+  const int32_t* state_slots; // [B]; a negative slot skips the request
+  const int32_t* positions;   // [B]; a negative position skips the request
+  const float* norm_weight;   // [dim]
+  const float* rope_cos;      // [num_positions, rope_dim / 2]
+  const float* rope_sin;      // [num_positions, rope_dim / 2]
+  __nv_bfloat16* cache;       // [num_cache_rows, dim]  (pages * page_size rows)
+  const int32_t* page_table;  // [B, max_pages]
+  int batch = 0;
+  int dim = 0;
+  int ratio = 0;
+  int coff = 1;
+  int rope_dim = 0;
+  int num_positions = 0;
+  int num_state_slots = 0;
+  int page_size = 0;
+  int max_pages = 0;
+  int64_t num_cache_rows = 0;
+  float eps = 1e-6f;
+  ElementType input_type = ElementType::kF32;
+};
+
+// The entry widths the kernel is built for (the attention's 512 and the indexer's 128 in
+// DeepSeek-V4, 64 for small test models).
+inline constexpr int kCompressorDims[] = {512, 128, 64};
+
+cudaError_t LaunchCompressorStep(const CompressorStepParams& p, cudaStream_t stream);
+
+}  // namespace peregrine::kernels

@@ -1,0 +1,141 @@
+#include "kernels/rms_norm.cuh"
+
+#include <array>
+#include <cuda_bf16.h>
+
+#include "kernels/common/warp.cuh"
+
+namespace peregrine::kernels {
+
+namespace {
+
+constexpr int kBlockThreads = 256;
+
+// Threads that share one row: the compile-time sizes this kernel is built for.
+struct RmsNormConfig {
+  int max_n;
+  int threads_per_row;
+};
+constexpr std::array<RmsNormConfig, 2> kConfigs = {{{kRmsNormWarpRowMax, 32}, {1 << 30, kBlockThreads}}};
+
+// Eight consecutive elements as floats (16 bytes of bf16, 32 of fp32).
+template <typename T>
+__device__ __forceinline__ void Load8(const T* p, float (&v)[8]);
+template <>
+__device__ __forceinline__ void Load8<__nv_bfloat16>(const __nv_bfloat16* p, float (&v)[8]) {
+  const uint4 raw = *reinterpret_cast<const uint4*>(p);
+  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 f = __bfloat1622float2(h[i]);
+    v[2 * i] = f.x;
+    v[2 * i + 1] = f.y;
+  }
+}
+template <>
+__device__ __forceinline__ void Load8<float>(const float* p, float (&v)[8]) {
+  const float4 a = reinterpret_cast<const float4*>(p)[0];
+  const float4 b = reinterpret_cast<const float4*>(p)[1];
+  v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+}
+
+template <typename T>
+__device__ __forceinline__ void Store8(T* p, const float (&v)[8]);
+template <>
+__device__ __forceinline__ void Store8<__nv_bfloat16>(__nv_bfloat16* p, const float (&v)[8]) {
+  uint4 raw;
+  raw.x = PackBF16x2(v[0], v[1]);
+  raw.y = PackBF16x2(v[2], v[3]);
+  raw.z = PackBF16x2(v[4], v[5]);
+  raw.w = PackBF16x2(v[6], v[7]);
+  *reinterpret_cast<uint4*>(p) = raw;
+}
+template <>
+__device__ __forceinline__ void Store8<float>(float* p, const float (&v)[8]) {
+  reinterpret_cast<float4*>(p)[0] = make_float4(v[0], v[1], v[2], v[3]);
+  reinterpret_cast<float4*>(p)[1] = make_float4(v[4], v[5], v[6], v[7]);
+}
+
+template <typename In, typename Out, int kThreadsPerRow>
+__global__ void __launch_bounds__(kBlockThreads) RmsNormKernel(const RmsNormParams p) {
+  constexpr int kRowsPerBlock = kBlockThreads / kThreadsPerRow;
+  __shared__ float scratch[kBlockThreads / kWarpSize];
+  const int sub = static_cast<int>(threadIdx.x) / kThreadsPerRow;
+  const int lane = static_cast<int>(threadIdx.x) % kThreadsPerRow;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + sub;
+  const bool active = row < p.rows;
+  const int n = p.n;
+  const In* x = static_cast<const In*>(p.x) + (active ? row : 0) * n;
+  Out* y = static_cast<Out*>(p.y) + (active ? row : 0) * n;
+  // Uniform over the launch: rows of a multiple of 8 are 16-byte aligned in both types.
+  const bool vectorised = n % 8 == 0;
+
+  float ss = 0.0f;
+  if (active) {
+    if (vectorised) {
+      for (int i = lane * 8; i < n; i += kThreadsPerRow * 8) {
+        float v[8];
+        Load8(x + i, v);
+#pragma unroll
+        for (int k = 0; k < 8; ++k) ss += v[k] * v[k];
+      }
+    } else {
+      for (int i = lane; i < n; i += kThreadsPerRow) {
+        const float v = ToFloat(x[i]);
+        ss += v * v;
+      }
+    }
+  }
+  if constexpr (kThreadsPerRow == kWarpSize) {
+    ss = WarpSum(ss);
+  } else {
+    static_assert(kThreadsPerRow == kBlockThreads);
+    ss = BlockSum<kBlockThreads>(ss, scratch);
+  }
+  if (!active) return;
+  const float scale = rsqrtf(ss / static_cast<float>(n) + p.eps);
+  const float* w = p.weight;
+  if (vectorised) {
+    for (int i = lane * 8; i < n; i += kThreadsPerRow * 8) {
+      float v[8];
+      Load8(x + i, v);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) v[k] = v[k] * scale * (w != nullptr ? w[i + k] : 1.0f);
+      Store8(y + i, v);
+    }
+  } else {
+    for (int i = lane; i < n; i += kThreadsPerRow) {
+      y[i] = FromFloat<Out>(ToFloat(x[i]) * scale * (w != nullptr ? w[i] : 1.0f));
+    }
+  }
+}
+
+template <typename In, typename Out, size_t kConfig>
+cudaError_t LaunchConfig(const RmsNormParams& p, cudaStream_t stream) {
+  constexpr int kThreadsPerRow = kConfigs[kConfig].threads_per_row;
+  constexpr int kRowsPerBlock = kBlockThreads / kThreadsPerRow;
+  const int64_t blocks = (p.rows + kRowsPerBlock - 1) / kRowsPerBlock;
+  RmsNormKernel<In, Out, kThreadsPerRow><<<static_cast<unsigned>(blocks), kBlockThreads, 0, stream>>>(p);
+  return cudaGetLastError();
+}
+
+template <typename In, typename Out>
+cudaError_t LaunchTyped(const RmsNormParams& p, cudaStream_t stream) {
+  // The first table entry whose width covers n.
+  return p.n <= kConfigs[0].max_n ? LaunchConfig<In, Out, 0>(p, stream) : LaunchConfig<In, Out, 1>(p, stream);
+}
+
+}  // namespace
+
+cudaError_t LaunchRmsNorm(const RmsNormParams& p, cudaStream_t stream) {
+  if (p.rows <= 0) return cudaSuccess;
+  if (p.rows > (int64_t{1} << 31) * (kBlockThreads / 32) || p.n <= 0) return cudaErrorInvalidValue;
+  const bool in_bf16 = p.in_type == ElementType::kBF16;
+  const bool out_bf16 = p.out_type == ElementType::kBF16;
+  if (in_bf16 && out_bf16) return LaunchTyped<__nv_bfloat16, __nv_bfloat16>(p, stream);
+  if (in_bf16) return LaunchTyped<__nv_bfloat16, float>(p, stream);
+  if (out_bf16) return LaunchTyped<float, __nv_bfloat16>(p, stream);
+  return LaunchTyped<float, float>(p, stream);
+}
+
+}  // namespace peregrine::kernels

@@ -1,0 +1,29 @@
+// RMSNorm over rows: y = x * rsqrt(mean(x^2) + eps) * weight, fp32 math, bf16 or fp32 in
+// and out. Per-head norms are the same op over rows of head_dim.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "kernels/common/element_type.h"
+
+namespace peregrine::kernels {
+
+struct RmsNormParams {
+  const void* x;         // [rows, n] in_type
+  const float* weight;   // [n], or null for the unweighted norm
+  void* y;               // [rows, n] out_type (may alias x when the types match)
+  int64_t rows = 0;
+  int n = 0;
+  float eps = 1e-6f;
+  ElementType in_type = ElementType::kF32;
+  ElementType out_type = ElementType::kF32;
+};
+
+// Rows of `n` go to one warp up to this width, to a whole 256-thread block above it.
+inline constexpr int kRmsNormWarpRowMax = 1024;
+
+cudaError_t LaunchRmsNorm(const RmsNormParams& p, cudaStream_t stream);
+
+}  // namespace peregrine::kernels

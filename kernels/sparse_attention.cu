@@ -1,0 +1,489 @@
+#include "kernels/sparse_attention.cuh"
+
+#include <cmath>
+#include <iterator>
+
+#include "kernels/common/mma.cuh"
+#include "kernels/common/warp.cuh"
+
+namespace peregrine::kernels {
+
+namespace {
+
+constexpr int kWarps = 8;
+constexpr int kThreads = kWarps * kWarpSize;
+constexpr float kLog2e = 1.4426950408889634f;
+
+// Compile-time tiling for H heads of width D. Heads are padded to whole 16-row MMA tiles.
+//   S = Q K^T:   warps tile (heads x 64 rows): one 16-head tile along M per warp column
+//   O += P V:    every warp owns all heads and D / 8 of the dims (its O stays in registers)
+template <int kH, int kD>
+struct Tiling {
+  static constexpr int kHeadsPadded = kH < 16 ? 16 : kH;
+  static constexpr int kMTiles = kHeadsPadded / 16;
+  static constexpr int kBlockN = kSparseAttentionBlockN;
+  static constexpr int kQkWarpsM = kMTiles;
+  static constexpr int kQkWarpsN = kWarps / kQkWarpsM;
+  static constexpr int kQkRows = kBlockN / kQkWarpsN;
+  static constexpr int kQkNTiles = kQkRows / 8;
+  static constexpr int kPvDims = kD / kWarps;
+  static constexpr int kPvNTiles = kPvDims / 8;
+  static constexpr int kDChunks = kD / 8;       // 16-byte chunks per Q / KV row
+  static constexpr int kPChunks = kBlockN / 8;  // ... per P row
+  static constexpr int kQBytes = kHeadsPadded * kD * 2;
+  static constexpr int kKvBytes = 2 * kBlockN * kD * 2;  // double-buffered tile
+  static constexpr int kPBytes = kHeadsPadded * kBlockN * 2;
+  static constexpr int kRowSrcBytes = 2 * kBlockN * 8;
+  static constexpr int kRedBytes = 2 * kQkWarpsN * kHeadsPadded * 4;
+  static constexpr int kMBytes = 2 * kHeadsPadded * 4;
+  static constexpr int kSmemBytes = kQBytes + kKvBytes + kPBytes + kRowSrcBytes + kRedBytes + kMBytes;
+
+  static_assert(kHeadsPadded % 16 == 0 && kWarps % kQkWarpsM == 0, "heads must tile over the warps");
+  static_assert(kQkRows % 8 == 0 && (kQkNTiles == 1 || kQkNTiles % 2 == 0));
+  static_assert(kPvDims % 8 == 0 && (kPvNTiles == 1 || kPvNTiles % 2 == 0));
+  static_assert(kD % 64 == 0, "rows must be swizzle-able (>= 128 bytes)");
+  static_assert(kSmemBytes <= 227 * 1024, "exceeds the shared memory of one SM");
+};
+
+template <int kH, int kD>
+__global__ void __launch_bounds__(kThreads, 1) SparseAttentionKernel(const SparseAttentionParams p) {
+  using T = Tiling<kH, kD>;
+  constexpr int kHP = T::kHeadsPadded;
+  constexpr int kBlockN = T::kBlockN;
+  extern __shared__ __align__(128) uint8_t smem[];
+  __nv_bfloat16* q_s = reinterpret_cast<__nv_bfloat16*>(smem);                // [kHP][kD], also output staging
+  __nv_bfloat16* kv_s = reinterpret_cast<__nv_bfloat16*>(smem + T::kQBytes);  // [2][kBlockN][kD]
+  __nv_bfloat16* p_s = reinterpret_cast<__nv_bfloat16*>(smem + T::kQBytes + T::kKvBytes);  // [kHP][kBlockN]
+  const __nv_bfloat16** row_src =
+      reinterpret_cast<const __nv_bfloat16**>(smem + T::kQBytes + T::kKvBytes + T::kPBytes);  // [2][kBlockN]
+  float* red_max = reinterpret_cast<float*>(smem + T::kQBytes + T::kKvBytes + T::kPBytes + T::kRowSrcBytes);
+  float* red_sum = red_max + T::kQkWarpsN * kHP;  // [kQkWarpsN][kHP]
+  float* m_buf = red_sum + T::kQkWarpsN * kHP;    // [2][kHP]: running max, ping-pong per tile
+
+  const int tid = static_cast<int>(threadIdx.x);
+  const int warp = tid / kWarpSize;
+  const int lane = tid % kWarpSize;
+  const int g = lane / 4;
+  const int t = lane % 4;
+  const int j8 = lane / 8;
+  const int wm = warp % T::kQkWarpsM;
+  const int wn = warp / T::kQkWarpsM;
+  const float scale2 = p.scale * kLog2e;
+
+  const int seg_begin = p.schedule[blockIdx.x];
+  const int seg_end = p.schedule[blockIdx.x + 1];
+  for (int sg = seg_begin; sg < seg_end; ++sg) {
+    const int* seg = p.schedule + p.layout.segments_offset() + 4 * sg;
+    const int b = seg[0];
+    const int row_begin = seg[1];
+    const int slot = seg[3];
+
+    // The request's rows as the device sees them; the plan's range is clipped to them.
+    int wl = p.window_lengths[b];
+    wl = wl < 0 ? 0 : (wl > p.window_capacity ? p.window_capacity : wl);
+    int cl = 0;
+    if (p.compressed_kv != nullptr) {
+      const int64_t cap = p.compressed_indices != nullptr ? p.compressed_capacity
+                                                          : static_cast<int64_t>(p.max_pages) * p.page_size;
+      const int64_t len = p.compressed_lengths[b];
+      cl = static_cast<int>(len < 0 ? 0 : (len > cap ? cap : len));
+    }
+    const int row_end = seg[2] < wl + cl ? seg[2] : wl + cl;
+    const int num_tiles = row_end > row_begin ? (row_end - row_begin + kBlockN - 1) / kBlockN : 0;
+    const __nv_bfloat16* q = p.q + static_cast<int64_t>(b) * kH * kD;
+
+    __syncthreads();  // the previous segment is done with q_s (staging) and m_buf
+    for (int i = tid; i < kHP * T::kDChunks; i += kThreads) {
+      const int h = i / T::kDChunks;
+      const int c = i % T::kDChunks;
+      const bool valid = h < kH;
+      CpAsync16(q_s + SwizzledChunk<T::kDChunks>(h, c) * 8, valid ? q + h * kD + c * 8 : q, valid);
+    }
+    for (int i = tid; i < kHP; i += kThreads) m_buf[i] = -INFINITY;
+
+    auto resolve = [&](int tile, int buf) {
+      if (tid < kBlockN) {
+        const int r = row_begin + tile * kBlockN + tid;
+        const __nv_bfloat16* src = nullptr;
+        if (r < row_end) {
+          if (r < wl) {
+            const int idx = p.window_indices[static_cast<int64_t>(b) * p.window_capacity + r];
+            if (idx >= 0 && idx < p.num_window_rows) src = p.window_kv + static_cast<int64_t>(idx) * kD;
+          } else {
+            const int c = r - wl;
+            const int e = p.compressed_indices != nullptr
+                              ? p.compressed_indices[static_cast<int64_t>(b) * p.compressed_capacity + c]
+                              : c;
+            if (e >= 0 && e / p.page_size < p.max_pages) {
+              const int page = p.page_table[static_cast<int64_t>(b) * p.max_pages + e / p.page_size];
+              const int64_t row = static_cast<int64_t>(page) * p.page_size + e % p.page_size;
+              if (page >= 0 && row < p.num_compressed_rows) src = p.compressed_kv + row * kD;
+            }
+          }
+        }
+        row_src[buf * kBlockN + tid] = src;
+      }
+    };
+    auto issue = [&](int buf) {
+      __nv_bfloat16* dst = kv_s + buf * kBlockN * kD;
+      for (int i = tid; i < kBlockN * T::kDChunks; i += kThreads) {
+        const int r = i / T::kDChunks;
+        const int c = i % T::kDChunks;
+        const __nv_bfloat16* src = row_src[buf * kBlockN + r];
+        CpAsync16(dst + SwizzledChunk<T::kDChunks>(r, c) * 8, src != nullptr ? src + c * 8 : q, src != nullptr);
+      }
+    };
+
+    if (num_tiles > 0) resolve(0, 0);
+    __syncthreads();
+    if (num_tiles > 0) issue(0);
+    CpAsyncCommit();  // Q and the first tile
+
+    float o[T::kMTiles][T::kPvNTiles][4];
+    float l_run[T::kMTiles][2];
+#pragma unroll
+    for (int mt = 0; mt < T::kMTiles; ++mt) {
+      l_run[mt][0] = l_run[mt][1] = 0.0f;
+#pragma unroll
+      for (int nt = 0; nt < T::kPvNTiles; ++nt) o[mt][nt][0] = o[mt][nt][1] = o[mt][nt][2] = o[mt][nt][3] = 0.0f;
+    }
+    int parity = 0;
+    const int h0 = wm * 16 + g;  // the two heads of this lane's S rows
+    const int h1 = h0 + 8;
+
+    for (int tile = 0; tile < num_tiles; ++tile) {
+      const int buf = tile & 1;
+      if (tile + 1 < num_tiles) resolve(tile + 1, buf ^ 1);
+      __syncthreads();  // row_src of the next tile is visible; its buffer was released last tile
+      if (tile + 1 < num_tiles) issue(buf ^ 1);
+      CpAsyncCommit();
+      CpAsyncWait<1>();
+      __syncthreads();  // this tile (and Q) landed for every thread
+
+      const __nv_bfloat16* kv_tile = kv_s + buf * kBlockN * kD;
+      const __nv_bfloat16* const* src_tile = row_src + buf * kBlockN;
+
+      // ---- S = Q K^T for 16 heads x kQkRows rows
+      float s[T::kQkNTiles][4];
+#pragma unroll
+      for (int nt = 0; nt < T::kQkNTiles; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+#pragma unroll 4
+      for (int ks = 0; ks < kD / 16; ++ks) {
+        uint32_t a[4];
+        LdMatrixX4(a, q_s + SwizzledChunk<T::kDChunks>(wm * 16 + (j8 % 2) * 8 + lane % 8, 2 * ks + j8 / 2) * 8);
+        if constexpr (T::kQkNTiles % 2 == 0) {
+#pragma unroll
+          for (int np = 0; np < T::kQkNTiles / 2; ++np) {
+            const int row = wn * T::kQkRows + np * 16 + (j8 / 2) * 8 + lane % 8;
+            uint32_t bk[4];
+            LdMatrixX4(bk, kv_tile + SwizzledChunk<T::kDChunks>(row, 2 * ks + j8 % 2) * 8);
+            MmaBF16(s[2 * np], a, bk[0], bk[1]);
+            MmaBF16(s[2 * np + 1], a, bk[2], bk[3]);
+          }
+        } else {
+          const int row = wn * T::kQkRows + lane % 8;
+          uint32_t bk[2];
+          LdMatrixX2(bk, kv_tile + SwizzledChunk<T::kDChunks>(row, 2 * ks + j8 % 2) * 8);
+          MmaBF16(s[0], a, bk[0], bk[1]);
+        }
+      }
+
+      // ---- masked, scaled (log2 units) and the tile's row max per head
+      float mx0 = -INFINITY;
+      float mx1 = -INFINITY;
+#pragma unroll
+      for (int nt = 0; nt < T::kQkNTiles; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int col = wn * T::kQkRows + nt * 8 + 2 * t + e;
+          const bool valid = src_tile[col] != nullptr;
+          s[nt][e] = valid ? s[nt][e] * scale2 : -INFINITY;
+          s[nt][2 + e] = valid ? s[nt][2 + e] * scale2 : -INFINITY;
+          mx0 = fmaxf(mx0, s[nt][e]);
+          mx1 = fmaxf(mx1, s[nt][2 + e]);
+        }
+      }
+#pragma unroll
+      for (int offset = 1; offset < 4; offset <<= 1) {
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, offset));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, offset));
+      }
+      if (t == 0) {
+        red_max[wn * kHP + h0] = mx0;
+        red_max[wn * kHP + h1] = mx1;
+      }
+      __syncthreads();
+
+      // ---- P = exp2(S - m_new) in bf16, its row sums, and the new running max
+      float m_new0 = m_buf[parity * kHP + h0];
+      float m_new1 = m_buf[parity * kHP + h1];
+#pragma unroll
+      for (int w = 0; w < T::kQkWarpsN; ++w) {
+        m_new0 = fmaxf(m_new0, red_max[w * kHP + h0]);
+        m_new1 = fmaxf(m_new1, red_max[w * kHP + h1]);
+      }
+      const float base0 = m_new0 == -INFINITY ? 0.0f : m_new0;
+      const float base1 = m_new1 == -INFINITY ? 0.0f : m_new1;
+      float sum0 = 0.0f;
+      float sum1 = 0.0f;
+#pragma unroll
+      for (int nt = 0; nt < T::kQkNTiles; ++nt) {
+        const uint32_t w0 = PackBF16x2(exp2f(s[nt][0] - base0), exp2f(s[nt][1] - base0));
+        const uint32_t w1 = PackBF16x2(exp2f(s[nt][2] - base1), exp2f(s[nt][3] - base1));
+        // Sum what the MMA will see, so that numerator and denominator agree.
+        const float2 r0 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w0));
+        const float2 r1 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w1));
+        sum0 += r0.x + r0.y;
+        sum1 += r1.x + r1.y;
+        const int col = wn * T::kQkRows + nt * 8 + 2 * t;
+        *reinterpret_cast<uint32_t*>(p_s + SwizzledChunk<T::kPChunks>(h0, col / 8) * 8 + col % 8) = w0;
+        *reinterpret_cast<uint32_t*>(p_s + SwizzledChunk<T::kPChunks>(h1, col / 8) * 8 + col % 8) = w1;
+      }
+#pragma unroll
+      for (int offset = 1; offset < 4; offset <<= 1) {
+        sum0 += __shfl_xor_sync(0xffffffffu, sum0, offset);
+        sum1 += __shfl_xor_sync(0xffffffffu, sum1, offset);
+      }
+      if (t == 0) {
+        red_sum[wn * kHP + h0] = sum0;
+        red_sum[wn * kHP + h1] = sum1;
+        if (wn == 0) {
+          m_buf[(parity ^ 1) * kHP + h0] = m_new0;
+          m_buf[(parity ^ 1) * kHP + h1] = m_new1;
+        }
+      }
+      __syncthreads();
+
+      // ---- O = O * alpha + P V over this warp's dims
+#pragma unroll
+      for (int mt = 0; mt < T::kMTiles; ++mt) {
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int h = mt * 16 + g + 8 * half;
+          const float m_old = m_buf[parity * kHP + h];
+          const float m_cur = m_buf[(parity ^ 1) * kHP + h];
+          const float alpha = m_old == -INFINITY ? 0.0f : exp2f(m_old - m_cur);
+          float add = 0.0f;
+#pragma unroll
+          for (int w = 0; w < T::kQkWarpsN; ++w) add += red_sum[w * kHP + h];
+          l_run[mt][half] = l_run[mt][half] * alpha + add;
+#pragma unroll
+          for (int nt = 0; nt < T::kPvNTiles; ++nt) {
+            o[mt][nt][2 * half] *= alpha;
+            o[mt][nt][2 * half + 1] *= alpha;
+          }
+        }
+      }
+#pragma unroll
+      for (int ks = 0; ks < kBlockN / 16; ++ks) {
+        uint32_t a[T::kMTiles][4];
+#pragma unroll
+        for (int mt = 0; mt < T::kMTiles; ++mt)
+          LdMatrixX4(a[mt], p_s + SwizzledChunk<T::kPChunks>(mt * 16 + (j8 % 2) * 8 + lane % 8, 2 * ks + j8 / 2) * 8);
+        const int krow = ks * 16 + (j8 % 2) * 8 + lane % 8;
+        if constexpr (T::kPvNTiles % 2 == 0) {
+#pragma unroll
+          for (int np = 0; np < T::kPvNTiles / 2; ++np) {
+            uint32_t bv[4];
+            LdMatrixX4Trans(bv, kv_tile + SwizzledChunk<T::kDChunks>(krow, warp * T::kPvNTiles + 2 * np + j8 / 2) * 8);
+#pragma unroll
+            for (int mt = 0; mt < T::kMTiles; ++mt) {
+              MmaBF16(o[mt][2 * np], a[mt], bv[0], bv[1]);
+              MmaBF16(o[mt][2 * np + 1], a[mt], bv[2], bv[3]);
+            }
+          }
+        } else {
+          uint32_t bv[2];
+          LdMatrixX2Trans(bv, kv_tile + SwizzledChunk<T::kDChunks>(krow, warp * T::kPvNTiles) * 8);
+#pragma unroll
+          for (int mt = 0; mt < T::kMTiles; ++mt) MmaBF16(o[mt][0], a[mt], bv[0], bv[1]);
+        }
+      }
+      parity ^= 1;
+    }
+
+    // ---- finish: the whole request here (sink, inverse RoPE, bf16 out) or a partial
+    CpAsyncWait<0>();
+    __syncthreads();  // every warp is past its last read of q_s; no copy into q_s is in flight
+    if (slot < 0) {
+      const int pos = p.positions[b];
+      const bool rotate = p.rope_cos != nullptr && pos >= 0 && pos < p.num_positions;
+      const int rope_begin = kD - p.rope_dim;
+      const int rope_half = p.rope_dim / 2;
+#pragma unroll
+      for (int mt = 0; mt < T::kMTiles; ++mt) {
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int h = mt * 16 + g + 8 * half;
+          const float m = m_buf[parity * kHP + h];
+          const float l = l_run[mt][half];
+          float factor = 0.0f;
+          if (h < kH && l > 0.0f) {
+            const float sink2 = p.sink[h] * kLog2e;
+            const float top = fmaxf(m, sink2);
+            factor = exp2f(m - top) / (l * exp2f(m - top) + exp2f(sink2 - top));
+          }
+#pragma unroll
+          for (int nt = 0; nt < T::kPvNTiles; ++nt) {
+            const int d = warp * T::kPvDims + nt * 8 + 2 * t;
+            float x0 = o[mt][nt][2 * half] * factor;
+            float x1 = o[mt][nt][2 * half + 1] * factor;
+            if (rotate && d >= rope_begin) {
+              const int i = (d - rope_begin) / 2;
+              const float c = p.rope_cos[static_cast<int64_t>(pos) * rope_half + i];
+              const float sn = p.rope_sin[static_cast<int64_t>(pos) * rope_half + i];
+              const float r0 = x0 * c + x1 * sn;
+              const float r1 = x1 * c - x0 * sn;
+              x0 = r0;
+              x1 = r1;
+            }
+            *reinterpret_cast<uint32_t*>(q_s + SwizzledChunk<T::kDChunks>(h, d / 8) * 8 + d % 8) = PackBF16x2(x0, x1);
+          }
+        }
+      }
+      __syncthreads();
+      for (int i = tid; i < kH * T::kDChunks; i += kThreads) {
+        const int h = i / T::kDChunks;
+        const int c = i % T::kDChunks;
+        *reinterpret_cast<uint4*>(p.out + (static_cast<int64_t>(b) * kH + h) * kD + c * 8) =
+            *reinterpret_cast<const uint4*>(q_s + SwizzledChunk<T::kDChunks>(h, c) * 8);
+      }
+    } else {
+#pragma unroll
+      for (int mt = 0; mt < T::kMTiles; ++mt) {
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int h = mt * 16 + g + 8 * half;
+          if (h >= kH) continue;
+          const float m = m_buf[parity * kHP + h];
+          const float l = l_run[mt][half];
+          const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+          float* dst = p.partial_o + (static_cast<int64_t>(slot) * kH + h) * kD;
+#pragma unroll
+          for (int nt = 0; nt < T::kPvNTiles; ++nt) {
+            const int d = warp * T::kPvDims + nt * 8 + 2 * t;
+            *reinterpret_cast<float2*>(dst + d) = make_float2(o[mt][nt][2 * half] * inv, o[mt][nt][2 * half + 1] * inv);
+          }
+          if (warp == 0 && t == 0)
+            p.partial_lse[static_cast<int64_t>(slot) * kH + h] = l > 0.0f ? m + log2f(l) : -INFINITY;
+        }
+      }
+    }
+  }
+}
+
+// Merges the partials of split requests with the sink: one warp per (request, head).
+template <int kD>
+__global__ void __launch_bounds__(kThreads) SparseAttentionCombineKernel(const SparseAttentionParams p) {
+  const int b = static_cast<int>(blockIdx.x);
+  const int warp = static_cast<int>(threadIdx.x) / kWarpSize;
+  const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
+  const int h = static_cast<int>(blockIdx.y) * kWarps + warp;
+  const int heads = p.heads;
+  if (h >= heads) return;
+  const int* info = p.schedule + p.layout.requests_offset() + 2 * b;
+  const int first = info[0];
+  const int count = info[1];
+  if (count < 0) return;  // written by the attention kernel
+
+  const float sink2 = p.sink[h] * kLog2e;
+  float top = -INFINITY;
+  for (int j = lane; j < count; j += kWarpSize)
+    top = fmaxf(top, p.partial_lse[static_cast<int64_t>(first + j) * heads + h]);
+  top = fmaxf(WarpMax(top), sink2);
+  float denom = 0.0f;
+  for (int j = lane; j < count; j += kWarpSize)
+    denom += exp2f(p.partial_lse[static_cast<int64_t>(first + j) * heads + h] - top);
+  const float inv = 1.0f / (WarpSum(denom) + exp2f(sink2 - top));
+
+  constexpr int kVec = kD / 4;
+  constexpr int kIters = (kVec + kWarpSize - 1) / kWarpSize;
+  float4 acc[kIters];
+#pragma unroll
+  for (int it = 0; it < kIters; ++it) acc[it] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  for (int j = 0; j < count; ++j) {
+    const float w = exp2f(p.partial_lse[static_cast<int64_t>(first + j) * heads + h] - top) * inv;
+    const float4* src = reinterpret_cast<const float4*>(p.partial_o + (static_cast<int64_t>(first + j) * heads + h) * kD);
+#pragma unroll
+    for (int it = 0; it < kIters; ++it) {
+      const int v = lane + it * kWarpSize;
+      if (v < kVec) {
+        const float4 x = src[v];
+        acc[it].x += w * x.x;
+        acc[it].y += w * x.y;
+        acc[it].z += w * x.z;
+        acc[it].w += w * x.w;
+      }
+    }
+  }
+
+  const int pos = p.positions[b];
+  const bool rotate = p.rope_cos != nullptr && pos >= 0 && pos < p.num_positions;
+  const int rope_begin = kD - p.rope_dim;
+  const int rope_half = p.rope_dim / 2;
+  __nv_bfloat16* out = p.out + (static_cast<int64_t>(b) * heads + h) * kD;
+#pragma unroll
+  for (int it = 0; it < kIters; ++it) {
+    const int v = lane + it * kWarpSize;
+    if (v >= kVec) continue;
+    float x[4] = {acc[it].x, acc[it].y, acc[it].z, acc[it].w};
+#pragma unroll
+    for (int pair = 0; pair < 2; ++pair) {
+      const int d = 4 * v + 2 * pair;
+      if (rotate && d >= rope_begin) {
+        const int i = (d - rope_begin) / 2;
+        const float c = p.rope_cos[static_cast<int64_t>(pos) * rope_half + i];
+        const float sn = p.rope_sin[static_cast<int64_t>(pos) * rope_half + i];
+        const float x0 = x[2 * pair];
+        const float x1 = x[2 * pair + 1];
+        x[2 * pair] = x0 * c + x1 * sn;
+        x[2 * pair + 1] = x1 * c - x0 * sn;
+      }
+    }
+    *reinterpret_cast<uint2*>(out + 4 * v) = make_uint2(PackBF16x2(x[0], x[1]), PackBF16x2(x[2], x[3]));
+  }
+}
+
+template <int kH, int kD>
+cudaError_t LaunchConfig(const SparseAttentionParams& p, cudaStream_t stream) {
+  constexpr int kSmem = Tiling<kH, kD>::kSmemBytes;
+  cudaError_t error =
+      cudaFuncSetAttribute(SparseAttentionKernel<kH, kD>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+  if (error != cudaSuccess) return error;
+  SparseAttentionKernel<kH, kD><<<static_cast<unsigned>(p.layout.num_ctas), kThreads, kSmem, stream>>>(p);
+  error = cudaGetLastError();
+  if (error != cudaSuccess) return error;
+  const dim3 grid(static_cast<unsigned>(p.batch), static_cast<unsigned>((p.heads + kWarps - 1) / kWarps));
+  SparseAttentionCombineKernel<kD><<<grid, kThreads, 0, stream>>>(p);
+  return cudaGetLastError();
+}
+
+template <int kH, int kD>
+constexpr bool Matches(const SparseAttentionParams& p) {
+  return p.heads == kH && p.head_dim == kD;
+}
+
+}  // namespace
+
+int SparseAttentionSharedBytes(int heads, int head_dim) {
+  constexpr const auto& c = kSparseAttentionConfigs;
+  static_assert(std::size(kSparseAttentionConfigs) == 4);
+  if (heads == c[0].heads && head_dim == c[0].head_dim) return Tiling<c[0].heads, c[0].head_dim>::kSmemBytes;
+  if (heads == c[1].heads && head_dim == c[1].head_dim) return Tiling<c[1].heads, c[1].head_dim>::kSmemBytes;
+  if (heads == c[2].heads && head_dim == c[2].head_dim) return Tiling<c[2].heads, c[2].head_dim>::kSmemBytes;
+  if (heads == c[3].heads && head_dim == c[3].head_dim) return Tiling<c[3].heads, c[3].head_dim>::kSmemBytes;
+  return 0;
+}
+
+cudaError_t LaunchSparseAttention(const SparseAttentionParams& p, cudaStream_t stream) {
+  if (p.batch <= 0) return cudaSuccess;
+  if (p.layout.num_ctas <= 0) return cudaErrorInvalidValue;
+  constexpr const auto& c = kSparseAttentionConfigs;
+  if (Matches<c[0].heads, c[0].head_dim>(p)) return LaunchConfig<c[0].heads, c[0].head_dim>(p, stream);
+  if (Matches<c[1].heads, c[1].head_dim>(p)) return LaunchConfig<c[1].heads, c[1].head_dim>(p, stream);
+  if (Matches<c[2].heads, c[2].head_dim>(p)) return LaunchConfig<c[2].heads, c[2].head_dim>(p, stream);
+  if (Matches<c[3].heads, c[3].head_dim>(p)) return LaunchConfig<c[3].heads, c[3].head_dim>(p, stream);
+  return cudaErrorInvalidValue;
+}
+
+}  // namespace peregrine::kernels

@@ -1,0 +1,75 @@
+#include "backend/cuda/ops/compressor_step.h"
+
+#include <algorithm>
+#include <iterator>
+
+#include "backend/cuda/cuda_status.h"
+#include "backend/cuda/ops/element_type.h"
+#include "backend/cuda/ops/tensor_check.h"
+#include "kernels/compressor_step.cuh"
+
+namespace peregrine::cuda {
+
+Status CompressorStep(const CompressorStepArgs& a, cudaStream_t stream) {
+  TensorChecker check("compressor_step");
+  PG_RETURN_IF_ERROR(check.Require(a.coff == 1 || a.coff == 2, "coff must be 1 or 2"));
+  PG_RETURN_IF_ERROR(check.Require(a.ratio >= 1 && a.ratio <= 4096, "ratio must be in [1, 4096]"));
+  Dim batch("B"), dim("Dc"), width("coff*Dc"), ratio("ratio", a.ratio), rows("coff*ratio", a.coff * a.ratio);
+  Dim slots("S"), num_positions("num_positions"), half("rope_dim/2", a.rope_dim / 2);
+  Dim pages("pages"), page_size("P"), max_pages("max_pages");
+  const auto input_type = ToElementType(a.kv.dtype);
+  PG_RETURN_IF_ERROR(check.Require(input_type.has_value(), "kv must be bf16 or f32"));
+  PG_RETURN_IF_ERROR(check.Check("norm_weight", a.norm_weight, DType::kF32, {&dim}));
+  width.Bind(a.coff * dim.value());
+  PG_RETURN_IF_ERROR(check.Check("kv", a.kv, a.kv.dtype, {&batch, &width}));
+  PG_RETURN_IF_ERROR(check.Check("gate", a.gate, a.kv.dtype, {&batch, &width}));
+  PG_RETURN_IF_ERROR(check.Check("ape", a.ape, DType::kF32, {&ratio, &width}));
+  PG_RETURN_IF_ERROR(check.Check("kv_state", a.kv_state, DType::kF32, {&slots, &rows, &width}));
+  PG_RETURN_IF_ERROR(check.Check("gate_state", a.gate_state, DType::kF32, {&slots, &rows, &width}));
+  PG_RETURN_IF_ERROR(check.Check("state_slots", a.state_slots, DType::kI32, {&batch}, Device::kCuda, 4));
+  PG_RETURN_IF_ERROR(check.Check("positions", a.positions, DType::kI32, {&batch}, Device::kCuda, 4));
+  PG_RETURN_IF_ERROR(check.Check("rope_cos", a.rope_cos, DType::kF32, {&num_positions, &half}, Device::kCuda, 4));
+  PG_RETURN_IF_ERROR(check.Check("rope_sin", a.rope_sin, DType::kF32, {&num_positions, &half}, Device::kCuda, 4));
+  PG_RETURN_IF_ERROR(check.Check("cache", a.cache, DType::kBF16, {&pages, &page_size, &dim}));
+  PG_RETURN_IF_ERROR(check.Check("page_table", a.page_table, DType::kI32, {&batch, &max_pages}, Device::kCuda, 4));
+  PG_RETURN_IF_ERROR(check.Require(
+      std::find(std::begin(kernels::kCompressorDims), std::end(kernels::kCompressorDims), dim.value()) !=
+          std::end(kernels::kCompressorDims),
+      "Dc " + std::to_string(dim.value()) + " is not one the kernel is built for (512, 128, 64)"));
+  PG_RETURN_IF_ERROR(check.Require(a.rope_dim >= 0 && a.rope_dim % 2 == 0 && a.rope_dim <= dim.value(),
+                                   "rope_dim must be even and at most Dc"));
+  PG_RETURN_IF_ERROR(check.Require(page_size.value() > 0, "P must be positive"));
+  PG_RETURN_IF_ERROR(check.Require(batch.value() <= INT32_MAX && slots.value() <= INT32_MAX &&
+                                       num_positions.value() <= INT32_MAX && max_pages.value() <= INT32_MAX,
+                                   "sizes overflow int32"));
+
+  kernels::CompressorStepParams p;
+  p.kv = a.kv.data;
+  p.gate = a.gate.data;
+  p.ape = a.ape.as<const float>();
+  p.kv_state = a.kv_state.as<float>();
+  p.gate_state = a.gate_state.as<float>();
+  p.state_slots = a.state_slots.as<const int32_t>();
+  p.positions = a.positions.as<const int32_t>();
+  p.norm_weight = a.norm_weight.as<const float>();
+  p.rope_cos = a.rope_cos.as<const float>();
+  p.rope_sin = a.rope_sin.as<const float>();
+  p.cache = a.cache.as<__nv_bfloat16>();
+  p.page_table = a.page_table.as<const int32_t>();
+  p.batch = static_cast<int>(batch.value());
+  p.dim = static_cast<int>(dim.value());
+  p.ratio = static_cast<int>(a.ratio);
+  p.coff = static_cast<int>(a.coff);
+  p.rope_dim = static_cast<int>(a.rope_dim);
+  p.num_positions = static_cast<int>(num_positions.value());
+  p.num_state_slots = static_cast<int>(slots.value());
+  p.page_size = static_cast<int>(page_size.value());
+  p.max_pages = static_cast<int>(max_pages.value());
+  p.num_cache_rows = pages.value() * page_size.value();
+  p.eps = a.eps;
+  p.input_type = *input_type;
+  PG_CUDA_RETURN_IF_ERROR(kernels::LaunchCompressorStep(p, stream));
+  return Status::Ok();
+}
+
+}  // namespace peregrine::cuda

@@ -1,0 +1,83 @@
+#include "backend/cuda/ops/indexer.h"
+
+#include "backend/cuda/cuda_status.h"
+#include "backend/cuda/ops/tensor_check.h"
+#include "kernels/indexer_scores.cuh"
+#include "kernels/indexer_topk.cuh"
+
+namespace peregrine::cuda {
+
+namespace {
+
+bool IsBuiltConfig(int64_t heads, int64_t dim) {
+  for (const auto& c : kernels::kIndexerScoresConfigs)
+    if (c.heads == heads && c.dim == dim) return true;
+  return false;
+}
+
+}  // namespace
+
+Status IndexerScores(const IndexerScoresArgs& a, cudaStream_t stream) {
+  TensorChecker check("indexer_scores");
+  Dim batch("B"), heads("IH"), dim("Id"), pages("pages"), page_size("P"), max_pages("max_pages"), stride("S");
+  PG_RETURN_IF_ERROR(check.Check("q", a.q, DType::kBF16, {&batch, &heads, &dim}));
+  PG_RETURN_IF_ERROR(check.Check("weights", a.weights, DType::kF32, {&batch, &heads}, Device::kCuda, 4));
+  PG_RETURN_IF_ERROR(check.Check("keys", a.keys, DType::kBF16, {&pages, &page_size, &dim}));
+  PG_RETURN_IF_ERROR(check.Check("page_table", a.page_table, DType::kI32, {&batch, &max_pages}, Device::kCuda, 4));
+  PG_RETURN_IF_ERROR(check.Check("num_entries", a.num_entries, DType::kI32, {&batch}, Device::kCuda, 4));
+  PG_RETURN_IF_ERROR(check.Check("scores", a.scores, DType::kF32, {&batch, &stride}));
+  PG_RETURN_IF_ERROR(check.Require(IsBuiltConfig(heads.value(), dim.value()),
+                                   "(IH, Id) = (" + std::to_string(heads.value()) + ", " +
+                                       std::to_string(dim.value()) + ") is not built (64x128, 8x64)"));
+  PG_RETURN_IF_ERROR(check.Require(batch.value() <= kernels::kIndexerMaxBatch, "B exceeds kIndexerMaxBatch"));
+  PG_RETURN_IF_ERROR(check.Require(stride.value() % 4 == 0 && stride.value() <= INT32_MAX, "S must be a multiple of 4"));
+  PG_RETURN_IF_ERROR(check.Require(page_size.value() > 0 && max_pages.value() <= INT32_MAX &&
+                                       page_size.value() * max_pages.value() <= INT32_MAX,
+                                   "page table too large for int32 entry numbers"));
+  PG_RETURN_IF_ERROR(check.Require(a.num_ctas > 0 && a.num_ctas <= 65535, "num_ctas must be in [1, 65535]"));
+
+  kernels::IndexerScoresParams p;
+  p.q = a.q.as<const __nv_bfloat16>();
+  p.weights = a.weights.as<const float>();
+  p.keys = a.keys.as<const __nv_bfloat16>();
+  p.page_table = a.page_table.as<const int32_t>();
+  p.num_entries = a.num_entries.as<const int32_t>();
+  p.scores = a.scores.as<float>();
+  p.batch = static_cast<int>(batch.value());
+  p.heads = static_cast<int>(heads.value());
+  p.dim = static_cast<int>(dim.value());
+  p.page_size = static_cast<int>(page_size.value());
+  p.max_pages = static_cast<int>(max_pages.value());
+  p.num_key_rows = pages.value() * page_size.value();
+  p.score_stride = static_cast<int>(stride.value());
+  p.scale = a.scale;
+  p.num_ctas = a.num_ctas;
+  PG_CUDA_RETURN_IF_ERROR(kernels::LaunchIndexerScores(p, stream));
+  return Status::Ok();
+}
+
+Status IndexerTopK(const IndexerTopKArgs& a, cudaStream_t stream) {
+  TensorChecker check("indexer_topk");
+  Dim batch("B"), stride("S"), k("K");
+  PG_RETURN_IF_ERROR(check.Check("scores", a.scores, DType::kF32, {&batch, &stride}));
+  PG_RETURN_IF_ERROR(check.Check("num_entries", a.num_entries, DType::kI32, {&batch}, Device::kCuda, 4));
+  PG_RETURN_IF_ERROR(check.Check("indices", a.indices, DType::kI32, {&batch, &k}, Device::kCuda, 4));
+  PG_RETURN_IF_ERROR(check.Check("counts", a.counts, DType::kI32, {&batch}, Device::kCuda, 4));
+  PG_RETURN_IF_ERROR(check.Require(k.value() >= 1 && k.value() <= kernels::kIndexerTopKMax,
+                                   "K must be in [1, " + std::to_string(kernels::kIndexerTopKMax) + "]"));
+  PG_RETURN_IF_ERROR(check.Require(stride.value() % 4 == 0 && stride.value() <= INT32_MAX, "S must be a multiple of 4"));
+  PG_RETURN_IF_ERROR(check.Require(batch.value() <= INT32_MAX, "B overflows int32"));
+
+  kernels::IndexerTopKParams p;
+  p.scores = a.scores.as<const float>();
+  p.num_entries = a.num_entries.as<const int32_t>();
+  p.indices = a.indices.as<int32_t>();
+  p.counts = a.counts.as<int32_t>();
+  p.batch = static_cast<int>(batch.value());
+  p.score_stride = static_cast<int>(stride.value());
+  p.k = static_cast<int>(k.value());
+  PG_CUDA_RETURN_IF_ERROR(kernels::LaunchIndexerTopK(p, stream));
+  return Status::Ok();
+}
+
+}  // namespace peregrine::cuda

@@ -1,0 +1,44 @@
+#include "backend/cuda/ops/output_projection.h"
+
+#include "backend/cuda/ops/tensor_check.h"
+
+namespace peregrine::cuda {
+
+Status GroupedOutputProjection(Blas& blas, const OutputProjectionArgs& a, cudaStream_t stream) {
+  TensorChecker check("grouped_output_projection");
+  Dim batch("B"), heads("H"), dim("D"), groups("G"), rank("R"), group_in("H*D/G"), hidden("hidden"), mid_in("G*R");
+  PG_RETURN_IF_ERROR(check.Check("o", a.o, DType::kBF16, {&batch, &heads, &dim}));
+  PG_RETURN_IF_ERROR(check.Check("wo_a", a.wo_a, DType::kBF16, {&groups, &rank, &group_in}));
+  PG_RETURN_IF_ERROR(check.Require(groups.value() > 0 && group_in.value() * groups.value() == heads.value() * dim.value(),
+                                   "wo_a's input width times G must equal H*D"));
+  mid_in.Bind(groups.value() * rank.value());
+  PG_RETURN_IF_ERROR(check.Check("wo_b", a.wo_b, DType::kBF16, {&hidden, &mid_in}));
+  PG_RETURN_IF_ERROR(check.Check("mid", a.mid, DType::kBF16, {&batch, &groups, &rank}));
+  PG_RETURN_IF_ERROR(check.Check("out", a.out, DType::kBF16, {&batch, &hidden}));
+  PG_RETURN_IF_ERROR(check.Require(batch.value() <= INT32_MAX && mid_in.value() <= INT32_MAX &&
+                                       hidden.value() <= INT32_MAX && group_in.value() * groups.value() <= INT32_MAX,
+                                   "sizes overflow int32"));
+  if (batch.value() == 0) return Status::Ok();
+
+  PG_ASSIGN_OR_RETURN(cublasHandle_t handle, blas.On(stream));
+  const float one = 1.0f;
+  const float zero = 0.0f;
+  const int b = static_cast<int>(batch.value());
+  const int g = static_cast<int>(groups.value());
+  const int r = static_cast<int>(rank.value());
+  const int gi = static_cast<int>(group_in.value());
+  const int hd = static_cast<int>(heads.value() * dim.value());
+  const int h = static_cast<int>(hidden.value());
+  // Column-major view: mid^T[g] (R x B, ld G*R) = wo_a[g] (R x GI, stored GI-major: op T) . o_g^T (GI x B, ld H*D).
+  PG_CUBLAS_RETURN_IF_ERROR(cublasGemmStridedBatchedEx(
+      handle, CUBLAS_OP_T, CUBLAS_OP_N, r, b, gi, &one, a.wo_a.data, CUDA_R_16BF, gi,
+      static_cast<long long>(r) * gi, a.o.data, CUDA_R_16BF, hd, gi, &zero, a.mid.data, CUDA_R_16BF, g * r, r, g,
+      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  // out^T (hidden x B, ld hidden) = wo_b (hidden x G*R, stored row-major: op T) . mid^T (G*R x B).
+  PG_CUBLAS_RETURN_IF_ERROR(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, h, b, g * r, &one, a.wo_b.data,
+                                         CUDA_R_16BF, g * r, a.mid.data, CUDA_R_16BF, g * r, &zero, a.out.data,
+                                         CUDA_R_16BF, h, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  return Status::Ok();
+}
+
+}  // namespace peregrine::cuda

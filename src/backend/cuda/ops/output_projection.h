@@ -1,0 +1,28 @@
+// DeepSeek-V4's grouped low-rank output projection on the device, through cuBLAS:
+//   mid[b, g, :] = wo_a[g] . o[b, heads of group g]      (one strided-batched GEMM over g)
+//   out[b, :]    = wo_b . mid[b, :]                      (one GEMM)
+// bf16 in and out, fp32 accumulation; mid is rounded to bf16 between the two.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include "backend/cuda/blas.h"
+#include "base/status.h"
+#include "base/tensor.h"
+
+namespace peregrine::cuda {
+
+struct OutputProjectionArgs {
+  Tensor o;     // [B, H, D] bf16 attention output (after the inverse RoPE)
+  Tensor wo_a;  // [G, R, H*D/G] bf16
+  Tensor wo_b;  // [hidden, G*R] bf16
+  Tensor mid;   // [B, G, R] bf16 workspace
+  Tensor out;   // [B, hidden] bf16
+};
+
+// InvalidArgument for bad tensors (H*D not divisible by G, mismatched R); cuBLAS failures
+// map through CublasStatus. Asynchronous on `stream`; never allocates (Blas owns its
+// workspace), so it can be captured.
+Status GroupedOutputProjection(Blas& blas, const OutputProjectionArgs& args, cudaStream_t stream);
+
+}  // namespace peregrine::cuda
