@@ -10,37 +10,26 @@
 namespace peregrine::tokenizer {
 namespace {
 
-// Merges come as ["a", "b"] pairs or as legacy "a b" lines ("#version" lines skipped).
-Result<std::vector<std::pair<std::string, std::string>>> ParseMerges(const Json& merges) {
-  if (!merges.is_array()) return InvalidArgument("model.merges must be an array");
+// Merges as pairs; "a b" lines are split at their one space ("#version" lines skipped).
+Result<std::vector<std::pair<std::string, std::string>>> MergePairs(BpeTables& tables) {
+  if (!tables.merges_are_lines) return std::move(tables.merge_pairs);
   std::vector<std::pair<std::string, std::string>> out;
-  out.reserve(merges.size());
-  for (const Json& m : merges) {
-    if (m.is_array()) {
-      if (m.size() != 2 || !m[0].is_string() || !m[1].is_string()) {
-        return InvalidArgument("model.merges[" + std::to_string(out.size()) +
-                               "] must be a pair of strings");
-      }
-      out.emplace_back(m[0].get<std::string>(), m[1].get<std::string>());
-    } else if (m.is_string()) {
-      const std::string& line = m.get_ref<const std::string&>();
-      if (line.starts_with("#version")) continue;
-      const size_t space = line.find(' ');
-      if (space == std::string::npos || line.find(' ', space + 1) != std::string::npos) {
-        return InvalidArgument("model.merges line " + std::to_string(out.size() + 1) +
-                               " must be two tokens separated by one space");
-      }
-      out.emplace_back(line.substr(0, space), line.substr(space + 1));
-    } else {
-      return InvalidArgument("model.merges entries must be strings or pairs");
+  out.reserve(tables.merge_lines.size());
+  for (const std::string& line : tables.merge_lines) {
+    if (line.starts_with("#version")) continue;
+    const size_t space = line.find(' ');
+    if (space == std::string::npos || line.find(' ', space + 1) != std::string::npos) {
+      return InvalidArgument("model.merges line " + std::to_string(out.size() + 1) +
+                             " must be two tokens separated by one space");
     }
+    out.emplace_back(line.substr(0, space), line.substr(space + 1));
   }
   return out;
 }
 
 }  // namespace
 
-Result<BpeModel> BpeModel::FromJson(const Json& j, bool is_byte_level) {
+Result<BpeModel> BpeModel::Build(const Json& j, BpeTables tables, bool is_byte_level) {
   PG_ASSIGN_OR_RETURN(const std::string type, GetType(j, "model"));
   if (type != "BPE") {
     return Unimplemented("model type '" + type + "' is not supported (only BPE)");
@@ -68,21 +57,14 @@ Result<BpeModel> BpeModel::FromJson(const Json& j, bool is_byte_level) {
     PG_ASSIGN_OR_RETURN(model.unk_token_, GetString(j, "unk_token", "model"));
   }
 
-  const Json* vocab = FindMember(j, "vocab");
-  const Json* merges_json = FindMember(j, "merges");
-  if (vocab == nullptr || merges_json == nullptr) return InvalidArgument("Missing vocab/merges");
-  if (!vocab->is_object()) return InvalidArgument("model.vocab must be an object");
-  model.vocab_.reserve(vocab->size());
-  for (const auto& [token, id_json] : vocab->items()) {
-    if (!id_json.is_number_unsigned() && !id_json.is_number_integer()) {
-      return InvalidArgument("model.vocab['" + token + "'] must be an integer id");
-    }
-    const int64_t id = id_json.get<int64_t>();
+  if (!tables.has_vocab || !tables.has_merges) return InvalidArgument("Missing vocab/merges");
+  model.vocab_.reserve(tables.vocab.size());
+  for (auto& [token, id] : tables.vocab) {
     if (id < 0 || id > kMaxTokenId) {
       return InvalidArgument("model.vocab['" + token + "'] = " + std::to_string(id) +
                              " is outside [0, " + std::to_string(kMaxTokenId) + "]");
     }
-    model.vocab_[token] = static_cast<int32_t>(id);
+    model.vocab_[std::move(token)] = static_cast<int32_t>(id);  // a repeated key: last wins
   }
   for (const auto& [token, id] : model.vocab_) {
     const auto index = static_cast<size_t>(id);
@@ -97,7 +79,7 @@ Result<BpeModel> BpeModel::FromJson(const Json& j, bool is_byte_level) {
     }
   }
 
-  PG_ASSIGN_OR_RETURN(const auto merges, ParseMerges(*merges_json));
+  PG_ASSIGN_OR_RETURN(const auto merges, MergePairs(tables));
   model.merges_ = MergeTable(merges.size());
   std::string joined;
   for (size_t rank = 0; rank < merges.size(); ++rank) {

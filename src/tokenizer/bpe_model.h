@@ -21,6 +21,7 @@
 #include "base/status.h"
 #include "tokenizer/bpe_merges.h"
 #include "tokenizer/json_util.h"
+#include "tokenizer/tokenizer_json.h"
 #include "tokenizer/word_cache.h"
 
 namespace peregrine::tokenizer {
@@ -45,8 +46,8 @@ inline constexpr int32_t kMaxTokenId = (1 << 24) - 1;
 
 class BpeModel {
  public:
-  // `j` is the "model" object.
-  static Result<BpeModel> FromJson(const Json& j, bool is_byte_level);
+  // `j` is the "model" object without its vocab and merges, which come in `tables`.
+  static Result<BpeModel> Build(const Json& j, BpeTables tables, bool is_byte_level);
 
   // Number of vocabulary entries (what the reference calls the model's vocab size).
   size_t vocab_size() const { return vocab_.size(); }

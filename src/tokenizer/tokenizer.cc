@@ -12,6 +12,7 @@
 #include "tokenizer/normalizer.h"
 #include "tokenizer/post_processor.h"
 #include "tokenizer/pre_tokenizer.h"
+#include "tokenizer/tokenizer_json.h"
 #include "tokenizer/utf8.h"
 
 namespace peregrine::tokenizer {
@@ -103,8 +104,8 @@ Result<Tokenizer> Tokenizer::FromFile(const std::filesystem::path& path) {
 }
 
 Result<Tokenizer> Tokenizer::FromJson(std::string_view json) {
-  const Json root = Json::parse(json, nullptr, /*allow_exceptions=*/false);
-  if (root.is_discarded()) return InvalidArgument("tokenizer.json is not valid JSON");
+  PG_ASSIGN_OR_RETURN(TokenizerFile file, ParseTokenizerJson(json));
+  const Json& root = file.root;
   if (!root.is_object()) return InvalidArgument("tokenizer.json must hold an object");
   if (const Json* version = FindMember(root, "version")) {
     if (!version->is_string() || version->get<std::string>() != "1.0") {
@@ -123,8 +124,8 @@ Result<Tokenizer> Tokenizer::FromJson(std::string_view json) {
   auto state = std::make_unique<State>();
   PG_ASSIGN_OR_RETURN(state->normalizer, Normalizer::FromJson(member("normalizer")));
   PG_ASSIGN_OR_RETURN(state->pre_tokenizer, PreTokenizer::FromJson(member("pre_tokenizer")));
-  PG_ASSIGN_OR_RETURN(state->model,
-                      BpeModel::FromJson(*model_json, state->pre_tokenizer.is_byte_level()));
+  PG_ASSIGN_OR_RETURN(state->model, BpeModel::Build(*model_json, std::move(file.bpe),
+                                                    state->pre_tokenizer.is_byte_level()));
   PG_ASSIGN_OR_RETURN(state->added, AddedVocabulary::Build(member("added_tokens"), state->model,
                                                            state->normalizer));
   PG_ASSIGN_OR_RETURN(state->post_processor, PostProcessor::FromJson(member("post_processor")));
