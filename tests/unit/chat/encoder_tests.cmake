@@ -1,4 +1,5 @@
-# Tests for the prompt side of src/chat (DeepSeek-V4 encoder, Jinja subset).
+# Tests for the prompt side of src/chat (DeepSeek-V4 encoder, Jinja subset) and the
+# `render-chat` command built on it (compiled here from src/cli, which only the main binary links).
 peregrine_test(chat_encoder_test
   SOURCES
     ${CMAKE_CURRENT_LIST_DIR}/v4_encoder_test.cc
@@ -6,3 +7,8 @@ peregrine_test(chat_encoder_test
     ${CMAKE_CURRENT_LIST_DIR}/jinja_parity_test.cc
     ${CMAKE_CURRENT_LIST_DIR}/jinja_sandbox_test.cc
   DEPS peregrine_chat)
+peregrine_test(chat_render_command_test
+  SOURCES
+    ${CMAKE_CURRENT_LIST_DIR}/render_chat_command_test.cc
+    ${PROJECT_SOURCE_DIR}/src/cli/render_chat_command.cc
+  DEPS peregrine_chat CLI11::CLI11)
