@@ -199,11 +199,9 @@ Status ParseTokenIds(const JsonFields& root, ModelConfig* cfg) {
 Status CheckSupported(const JsonFields& root) {
   std::string value = "sqrtsoftplus";
   PG_RETURN_IF_ERROR(root.ReadString("scoring_func", &value));
-  if (value == "softmax" || value == "sigmoid")
+  if (value != "sqrtsoftplus")  // HF also accepts softmax and sigmoid
     return Unimplemented(
-        fmt::format("'scoring_func' {} is not supported (only sqrtsoftplus)", value));
-  if (value != "sqrtsoftplus")
-    return InvalidArgument(fmt::format("unknown 'scoring_func' '{}'", value));
+        fmt::format("'scoring_func' '{}' is not supported (only sqrtsoftplus)", value));
   value = "silu";
   PG_RETURN_IF_ERROR(root.ReadString("hidden_act", &value));
   if (value != "silu")
@@ -296,7 +294,10 @@ Result<ModelConfig> ParseChecked(std::string_view json_text) {
   PG_RETURN_IF_ERROR(root.ReadBool("norm_topk_prob", &c.norm_topk_prob));
 
   // Layer lists depend on num_layers; the rope tables on head_dim and rope_head_dim.
-  if (c.num_layers <= 0) return InvalidArgument("'num_hidden_layers' must be positive");
+  // Bounded before the per-layer lists are built from it.
+  if (c.num_layers <= 0 || c.num_layers > 65536)
+    return InvalidArgument(
+        fmt::format("'num_hidden_layers' must be in [1, 65536], got {}", c.num_layers));
   PG_RETURN_IF_ERROR(ParseLayerTypes(root, &c));
   PG_RETURN_IF_ERROR(ParseMlpLayerTypes(root, &c));
   PG_RETURN_IF_ERROR(ParseRopeHeadDim(root, &c));

@@ -91,7 +91,7 @@ struct ModelConfig {
 
 // Parses config.json text; every error names the offending key. InvalidArgument for bad or
 // inconsistent values (including a model_type other than deepseek_v4), Unimplemented for
-// valid HF options this engine does not run (scoring_func softmax/sigmoid, rope types other
+// options this engine does not run (scoring_func other than sqrtsoftplus, rope types other
 // than default/yarn, num_key_value_heads != 1, tied embeddings, biases).
 Result<ModelConfig> ParseModelConfig(std::string_view json_text);
 // The checks ParseModelConfig ends with; rerun after editing a parsed config (for example
