@@ -18,10 +18,10 @@ Result<Value> BinaryOp(Interpreter& in, std::string_view op, const Value& a, con
 // a bound callable). Names starting with "_" are refused; attributes of undefined are an error.
 Result<Value> GetAttr(const Value& obj, std::string_view name);
 // `obj[key]`: mapping key (then method fallback), list or string index; misses are undefined.
-Result<Value> GetItem(const Value& obj, const Value& key);
+Result<Value> GetItem(Interpreter& in, const Value& obj, const Value& key);
 Result<Value> SliceValue(Interpreter& in, const Value& obj, const Value& start, const Value& stop,
                          const Value& step);
-Result<bool> Contains(const Value& container, const Value& item);
+Result<bool> Contains(Interpreter& in, const Value& container, const Value& item);
 // Items of a for loop: list items, mapping keys, string characters; undefined iterates as empty.
 Result<std::vector<Value>> Iterate(Interpreter& in, const Value& v);
 

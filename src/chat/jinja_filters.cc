@@ -30,7 +30,7 @@ Value MakeList(std::vector<Value> items, bool is_tuple = false) {
 }
 
 // jinja2's attribute getter for filters: "a.b.0" walks items, then attributes.
-Result<Value> Attribute(const Value& item, const std::string& path) {
+Result<Value> Attribute(Interpreter& in, const Value& item, const std::string& path) {
   Value current = item;
   size_t start = 0;
   while (start <= path.size()) {
@@ -39,7 +39,7 @@ Result<Value> Attribute(const Value& item, const std::string& path) {
     if (current.is_undefined()) return Value();
     bool numeric = !part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; });
     Value key = numeric ? Value::Int(std::strtoll(part.c_str(), nullptr, 10)) : Value::String(part);
-    PG_ASSIGN_OR_RETURN(current, GetItem(current, key));
+    PG_ASSIGN_OR_RETURN(current, GetItem(in, current, key));
     if (dot == std::string::npos) break;
     start = dot + 1;
   }
@@ -124,7 +124,7 @@ Result<Value> Join(Interpreter& in, const Value& input, const CallArgs& args) {
     if (i > 0 && sep.is_string()) out += sep.as_string();
     Value item = items[i];
     if (attribute.is_string()) {
-      PG_ASSIGN_OR_RETURN(item, Attribute(item, attribute.as_string()));
+      PG_ASSIGN_OR_RETURN(item, Attribute(in, item, attribute.as_string()));
     }
     PG_ASSIGN_OR_RETURN(std::string s, Str(item));
     out += s;
@@ -156,7 +156,7 @@ Result<Value> SelectItems(Interpreter& in, const Value& input, const CallArgs& a
     PG_RETURN_IF_ERROR(in.Tick());
     Value subject = item;
     if (by_attribute) {
-      PG_ASSIGN_OR_RETURN(subject, Attribute(item, attribute));
+      PG_ASSIGN_OR_RETURN(subject, Attribute(in, item, attribute));
     }
     bool passed = false;
     if (test.empty()) {
@@ -177,7 +177,7 @@ Result<Value> Map(Interpreter& in, const Value& input, const CallArgs& args) {
     Value fallback = args.Get(99, "default");
     for (const Value& item : items) {
       PG_RETURN_IF_ERROR(in.Tick());
-      PG_ASSIGN_OR_RETURN(Value v, Attribute(item, attribute.as_string()));
+      PG_ASSIGN_OR_RETURN(Value v, Attribute(in, item, attribute.as_string()));
       out.push_back(v.is_undefined() && !fallback.is_undefined() ? fallback : v);
     }
     return MakeList(std::move(out));
@@ -203,7 +203,7 @@ Result<Value> Sort(Interpreter& in, const Value& input, const CallArgs& args) {
   for (const Value& item : items) {
     Value key = item;
     if (attribute.is_string()) {
-      PG_ASSIGN_OR_RETURN(key, Attribute(item, attribute.as_string()));
+      PG_ASSIGN_OR_RETURN(key, Attribute(in, item, attribute.as_string()));
     }
     keyed.emplace_back(SortKey(key, case_sensitive), item);
   }
@@ -212,7 +212,12 @@ Result<Value> Sort(Interpreter& in, const Value& input, const CallArgs& args) {
   Status status;
   std::stable_sort(keyed.begin(), keyed.end(), [&](const auto& a, const auto& b) {
     if (!status.ok()) return false;
-    Result<int> c = reverse ? PyCompare(b.first, a.first) : PyCompare(a.first, b.first);
+    int64_t work = 0;
+    Result<int> c = reverse ? PyCompare(b.first, a.first, &work) : PyCompare(a.first, b.first, &work);
+    if (c.ok()) {
+      Status charged = in.Tick(work);
+      if (!charged.ok()) c = charged;
+    }
     if (!c.ok()) {
       status = c.status();
       return false;
@@ -234,7 +239,7 @@ Result<Value> MinMax(Interpreter& in, const Value& input, const CallArgs& args, 
   for (const Value& item : items) {
     Value key = item;
     if (attribute.is_string()) {
-      PG_ASSIGN_OR_RETURN(key, Attribute(item, attribute.as_string()));
+      PG_ASSIGN_OR_RETURN(key, Attribute(in, item, attribute.as_string()));
     }
     key = SortKey(key, case_sensitive);
     if (best.is_undefined()) {
@@ -242,7 +247,9 @@ Result<Value> MinMax(Interpreter& in, const Value& input, const CallArgs& args, 
       best_key = key;
       continue;
     }
-    PG_ASSIGN_OR_RETURN(int c, PyCompare(key, best_key));
+    int64_t work = 0;
+    PG_ASSIGN_OR_RETURN(int c, PyCompare(key, best_key, &work));
+    PG_RETURN_IF_ERROR(in.Tick(work));
     if (want_max ? c > 0 : c < 0) {
       best = item;
       best_key = key;
@@ -259,7 +266,9 @@ Result<Value> Unique(Interpreter& in, const Value& input, const CallArgs& args) 
   PG_RETURN_IF_ERROR(in.Tick(static_cast<int64_t>(items.size() * items.size() / 16)));
   for (const Value& item : items) {
     Value key = SortKey(item, case_sensitive);
-    bool duplicate = std::any_of(seen.begin(), seen.end(), [&](const Value& s) { return PyEquals(s, key); });
+    int64_t work = 0;
+    bool duplicate = std::any_of(seen.begin(), seen.end(), [&](const Value& s) { return PyEquals(s, key, &work); });
+    PG_RETURN_IF_ERROR(in.Tick(work));
     if (duplicate) continue;
     seen.push_back(key);
     out.push_back(item);
@@ -390,8 +399,9 @@ Result<Value> FirstOrLast(Interpreter& in, const Value& input, bool first) {
   return first ? items.front() : items.back();
 }
 
-Result<Value> Items(const Value& input) {
+Result<Value> Items(Interpreter& in, const Value& input) {
   if (input.is_undefined()) return MakeList({});
+  PG_RETURN_IF_ERROR(in.Tick(WorkOf(input)));
   if (!input.is_dict()) return FilterError("items needs a mapping");
   std::vector<Value> out;
   for (const auto& [key, value] : input.as_dict().items) out.push_back(MakeList({Value::String(key), value}, true));
@@ -406,7 +416,7 @@ Result<Value> Sum(Interpreter& in, const Value& input, const CallArgs& args) {
   for (const Value& item : items) {
     Value v = item;
     if (attribute.is_string()) {
-      PG_ASSIGN_OR_RETURN(v, Attribute(item, attribute.as_string()));
+      PG_ASSIGN_OR_RETURN(v, Attribute(in, item, attribute.as_string()));
     }
     PG_ASSIGN_OR_RETURN(total, BinaryOp(in, "+", total, v));
   }
@@ -427,7 +437,10 @@ Result<Value> Reverse(Interpreter& in, const Value& input) {
 
 
 Result<Value> ApplyFilter(Interpreter& in, std::string_view name, const Value& input, const CallArgs& args) {
-  PG_RETURN_IF_ERROR(in.Tick());
+  // String work is proportional to length; container work is charged where items are visited.
+  int64_t cost = 1 + (input.is_string() ? WorkOf(input) : 0);
+  for (const Value& arg : args.positional) cost += arg.is_string() ? WorkOf(arg) : 0;
+  PG_RETURN_IF_ERROR(in.Tick(cost));
   if (name == "length" || name == "count") return Length(input);
   if (name == "default" || name == "d") {
     bool boolean = Truthy(args.Get(1, "boolean"));
@@ -460,7 +473,7 @@ Result<Value> ApplyFilter(Interpreter& in, std::string_view name, const Value& i
   if (name == "replace") return Replace(in, input, args);
   if (name == "join") return Join(in, input, args);
   if (name == "first" || name == "last") return FirstOrLast(in, input, name == "first");
-  if (name == "items") return Items(input);
+  if (name == "items") return Items(in, input);
   if (name == "list") {
     PG_ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(in, input));
     return MakeList(std::move(items));

@@ -200,7 +200,10 @@ Status Interpreter::ExecSet(const Node& node) {
     if (!target.is_dict() || target.as_dict().type != Dict::Type::kNamespace)
       return RuntimeError(node.line, "can only set attributes of a namespace");
     if (node.attr[0] == '_') return RuntimeError(node.line, "access to private attributes is not allowed");
-    if (ContainsNamespace(value)) return RuntimeError(node.line, "a namespace cannot hold another namespace");
+    int64_t work = 0;
+    bool nested = ContainsNamespace(value, &work);
+    PG_RETURN_IF_ERROR(Tick(work));
+    if (nested) return RuntimeError(node.line, "a namespace cannot hold another namespace");
     target.as_dict().Set(node.attr, std::move(value));
     return Status::Ok();
   }
@@ -277,7 +280,7 @@ Result<Value> Interpreter::EvalSubscript(const Expr& expr) {
   const Expr& index = *expr.args[1];
   if (index.type != Expr::Type::kSlice) {
     PG_ASSIGN_OR_RETURN(Value key, Eval(index));
-    return GetItem(obj, key);
+    return GetItem(*this, obj, key);
   }
   Value bounds[3];
   for (size_t i = 0; i < 3; ++i) {
@@ -296,17 +299,19 @@ Result<Value> Interpreter::EvalCompare(const Expr& expr) {
     PG_ASSIGN_OR_RETURN(Value right, Eval(*expr.args[i + 1]));
     const std::string& op = expr.ops[i];
     bool result = false;
+    int64_t work = 0;
     if (op == "==") {
-      result = PyEquals(left, right);
+      result = PyEquals(left, right, &work);
     } else if (op == "!=") {
-      result = !PyEquals(left, right);
+      result = !PyEquals(left, right, &work);
     } else if (op == "in" || op == "notin") {
-      PG_ASSIGN_OR_RETURN(bool found, Contains(right, left));
+      PG_ASSIGN_OR_RETURN(bool found, Contains(*this, right, left));
       result = op == "in" ? found : !found;
     } else {
-      PG_ASSIGN_OR_RETURN(int c, PyCompare(left, right));
+      PG_ASSIGN_OR_RETURN(int c, PyCompare(left, right, &work));
       result = op == "<" ? c < 0 : op == "<=" ? c <= 0 : op == ">" ? c > 0 : c >= 0;
     }
+    PG_RETURN_IF_ERROR(Tick(work));
     if (!result) return Value::Bool(false);
     left = std::move(right);
   }
@@ -387,6 +392,7 @@ Result<Value> Interpreter::Eval(const Expr& expr) {
         PG_ASSIGN_OR_RETURN(Value v, Eval(*part));
         PG_ASSIGN_OR_RETURN(std::string s, ToPyStr(v));
         PG_RETURN_IF_ERROR(CheckSize(out.size() + s.size()));
+        PG_RETURN_IF_ERROR(Tick(static_cast<int64_t>(s.size() / 64)));
         out += s;
       }
       return Value::String(std::move(out));

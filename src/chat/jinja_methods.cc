@@ -295,6 +295,9 @@ bool HasMethod(const Value& self, std::string_view name) {
 }
 
 Result<Value> CallMethod(Interpreter& in, const Value& self, std::string_view name, const CallArgs& args) {
+  int64_t cost = 1 + (self.is_string() ? WorkOf(self) : 0);
+  for (const Value& arg : args.positional) cost += arg.is_string() ? WorkOf(arg) : 0;
+  PG_RETURN_IF_ERROR(in.Tick(cost));
   if (self.is_string()) return StringMethod(in, self.as_string(), name, args);
   if (self.is_dict()) return DictMethod(in, self.as_dict(), name, args);
   return MethodError("unknown method");
@@ -317,7 +320,7 @@ Result<Value> CallGlobal(Interpreter& in, std::string_view name, const CallArgs&
     for (const auto& [key, item] : args.keyword) dict->Set(key, item);
     if (name == "namespace") {
       for (const auto& [key, item] : dict->items)
-        if (ContainsNamespace(item)) return MethodError("a namespace cannot hold another namespace");
+        if (ContainsNamespace(item, nullptr)) return MethodError("a namespace cannot hold another namespace");
     }
     return Value::FromDict(std::move(dict));
   }
@@ -340,7 +343,7 @@ Result<Value> CallGlobal(Interpreter& in, std::string_view name, const CallArgs&
 }
 
 Result<bool> ApplyTest(Interpreter& in, std::string_view name, const Value& input, const CallArgs& args) {
-  PG_RETURN_IF_ERROR(in.Tick());
+  PG_RETURN_IF_ERROR(in.Tick(1 + (input.is_string() ? WorkOf(input) : 0)));
   using K = Value::Kind;
   K k = input.kind();
   Value arg = args.Get(0, "");
@@ -382,12 +385,18 @@ Result<bool> ApplyTest(Interpreter& in, std::string_view name, const Value& inpu
     if (k == K::kDict) return input.dict_ptr() == arg.dict_ptr();
     return PyEquals(input, arg);
   }
-  if (name == "eq" || name == "equalto" || name == "==") return PyEquals(input, arg);
-  if (name == "ne" || name == "!=") return !PyEquals(input, arg);
-  if (name == "in") return Contains(arg, input);
+  if (name == "eq" || name == "equalto" || name == "==" || name == "ne" || name == "!=") {
+    int64_t work = 0;
+    bool equal = PyEquals(input, arg, &work);
+    PG_RETURN_IF_ERROR(in.Tick(work));
+    return (name == "ne" || name == "!=") ? !equal : equal;
+  }
+  if (name == "in") return Contains(in, arg, input);
   if (name == "lt" || name == "lessthan" || name == "<" || name == "le" || name == "<=" || name == "gt" ||
       name == "greaterthan" || name == ">" || name == "ge" || name == ">=") {
-    PG_ASSIGN_OR_RETURN(int c, PyCompare(input, arg));
+    int64_t work = 0;
+    PG_ASSIGN_OR_RETURN(int c, PyCompare(input, arg, &work));
+    PG_RETURN_IF_ERROR(in.Tick(work));
     if (name == "lt" || name == "lessthan" || name == "<") return c < 0;
     if (name == "le" || name == "<=") return c <= 0;
     if (name == "gt" || name == "greaterthan" || name == ">") return c > 0;

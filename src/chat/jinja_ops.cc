@@ -159,6 +159,7 @@ Result<Value> BinaryOp(Interpreter& in, std::string_view op, const Value& a, con
   if (op == "+") {
     if (a.is_string() && b.is_string()) {
       PG_RETURN_IF_ERROR(in.CheckSize(a.as_string().size() + b.as_string().size()));
+      PG_RETURN_IF_ERROR(in.Tick(WorkOf(a) + WorkOf(b)));
       return Value::String(a.as_string() + b.as_string());
     }
     if (a.is_list() && b.is_list()) {
@@ -190,8 +191,9 @@ Result<Value> GetAttr(const Value& obj, std::string_view name) {
   return Value();
 }
 
-Result<Value> GetItem(const Value& obj, const Value& key) {
+Result<Value> GetItem(Interpreter& in, const Value& obj, const Value& key) {
   if (obj.is_undefined()) return TypeError("item of an undefined value");
+  if (obj.is_string()) PG_RETURN_IF_ERROR(in.Tick(WorkOf(obj)));
   if (obj.is_dict()) {
     if (!key.is_string()) return Value();
     if (obj.as_dict().type == Dict::Type::kLoop) return LoopAttribute(obj.as_dict(), key.as_string());
@@ -229,6 +231,7 @@ Result<Value> SliceValue(Interpreter& in, const Value& obj, const Value& start, 
   if (!obj.is_list() && !obj.is_string()) return TypeError("value cannot be sliced");
   std::vector<size_t> offsets;
   int64_t length = 0;
+  PG_RETURN_IF_ERROR(in.Tick(WorkOf(obj)));
   if (obj.is_string()) {
     offsets = CodePointOffsets(obj.as_string());
     length = static_cast<int64_t>(offsets.size() - 1);
@@ -261,15 +264,23 @@ Result<Value> SliceValue(Interpreter& in, const Value& obj, const Value& start, 
   return Value::FromList(std::move(list));
 }
 
-Result<bool> Contains(const Value& container, const Value& item) {
+Result<bool> Contains(Interpreter& in, const Value& container, const Value& item) {
   if (container.is_string()) {
+    PG_RETURN_IF_ERROR(in.Tick(WorkOf(container)));
     if (!item.is_string()) return TypeError("'in <string>' needs a string on the left");
     return container.as_string().find(item.as_string()) != std::string::npos;
   }
   if (container.is_list()) {
-    for (const Value& v : container.as_list().items)
-      if (PyEquals(v, item)) return true;
-    return false;
+    int64_t work = 0;
+    bool found = false;
+    for (const Value& v : container.as_list().items) {
+      if (PyEquals(v, item, &work)) {
+        found = true;
+        break;
+      }
+    }
+    PG_RETURN_IF_ERROR(in.Tick(work));
+    return found;
   }
   if (container.is_dict()) return item.is_string() && container.as_dict().Find(item.as_string()) != nullptr;
   if (container.is_undefined()) return false;

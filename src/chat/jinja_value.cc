@@ -68,8 +68,9 @@ Status AppendRepr(const Value& v, int depth, std::string& out) {
   return Status::Ok();
 }
 
-bool EqualsAt(const Value& a, const Value& b, int depth) {
+bool EqualsAt(const Value& a, const Value& b, int depth, int64_t* work) {
   if (depth > kMaxValueDepth) return false;
+  if (work != nullptr) *work += 1 + (a.is_string() ? static_cast<int64_t>(a.as_string().size() / 64) : 0);
   if (a.is_number() && b.is_number()) {
     if (a.kind() == Value::Kind::kFloat || b.kind() == Value::Kind::kFloat) return a.as_float() == b.as_float();
     return a.as_int() == b.as_int();
@@ -84,7 +85,7 @@ bool EqualsAt(const Value& a, const Value& b, int depth) {
       const auto& y = b.as_list().items;
       if (x.size() != y.size()) return false;
       for (size_t i = 0; i < x.size(); ++i)
-        if (!EqualsAt(x[i], y[i], depth + 1)) return false;
+        if (!EqualsAt(x[i], y[i], depth + 1, work)) return false;
       return true;
     }
     case Value::Kind::kDict: {
@@ -94,7 +95,7 @@ bool EqualsAt(const Value& a, const Value& b, int depth) {
       if (x.items.size() != y.items.size()) return false;
       for (const auto& [key, item] : x.items) {
         const Value* other = y.Find(key);
-        if (other == nullptr || !EqualsAt(item, *other, depth + 1)) return false;
+        if (other == nullptr || !EqualsAt(item, *other, depth + 1, work)) return false;
       }
       return true;
     }
@@ -103,8 +104,9 @@ bool EqualsAt(const Value& a, const Value& b, int depth) {
   }
 }
 
-Result<int> CompareAt(const Value& a, const Value& b, int depth) {
+Result<int> CompareAt(const Value& a, const Value& b, int depth, int64_t* work) {
   if (depth > kMaxValueDepth) return TooDeep();
+  if (work != nullptr) *work += 1 + (a.is_string() ? static_cast<int64_t>(a.as_string().size() / 64) : 0);
   if (a.is_number() && b.is_number()) {
     if (a.kind() == Value::Kind::kFloat || b.kind() == Value::Kind::kFloat) {
       double x = a.as_float();
@@ -121,8 +123,8 @@ Result<int> CompareAt(const Value& a, const Value& b, int depth) {
     const auto& x = a.as_list().items;
     const auto& y = b.as_list().items;
     for (size_t i = 0; i < x.size() && i < y.size(); ++i) {
-      if (EqualsAt(x[i], y[i], depth + 1)) continue;
-      return CompareAt(x[i], y[i], depth + 1);
+      if (EqualsAt(x[i], y[i], depth + 1, work)) continue;
+      return CompareAt(x[i], y[i], depth + 1, work);
     }
     return x.size() < y.size() ? -1 : (x.size() > y.size() ? 1 : 0);
   }
@@ -198,20 +200,21 @@ Result<nlohmann::ordered_json> ToJsonAt(const Value& v, int depth) {
   return InvalidArgument("value is not JSON serializable");
 }
 
-bool ContainsNamespaceAt(const Value& v, int depth) {
+bool ContainsNamespaceAt(const Value& v, int depth, int64_t* work) {
   if (depth > kMaxValueDepth) return true;  // refuse rather than recurse further
+  if (work != nullptr) ++*work;
   if (v.is_list()) {
     for (const Value& item : v.as_list().items)
-      if (ContainsNamespaceAt(item, depth + 1)) return true;
+      if (ContainsNamespaceAt(item, depth + 1, work)) return true;
   } else if (v.is_dict()) {
     if (v.as_dict().type == Dict::Type::kNamespace) return true;
     if (v.as_dict().type == Dict::Type::kLoop)
       for (const Value& item : *v.as_dict().loop_items)
-        if (ContainsNamespaceAt(item, depth + 1)) return true;
+        if (ContainsNamespaceAt(item, depth + 1, work)) return true;
     for (const auto& [key, item] : v.as_dict().items)
-      if (ContainsNamespaceAt(item, depth + 1)) return true;
+      if (ContainsNamespaceAt(item, depth + 1, work)) return true;
   } else if (v.is_callable()) {
-    return ContainsNamespaceAt(v.as_callable().self, depth + 1);
+    return ContainsNamespaceAt(v.as_callable().self, depth + 1, work);
   }
   return false;
 }
@@ -368,10 +371,17 @@ Result<std::string> ToPyRepr(const Value& v) {
   return out;
 }
 
-bool PyEquals(const Value& a, const Value& b) { return EqualsAt(a, b, 0); }
-Result<int> PyCompare(const Value& a, const Value& b) { return CompareAt(a, b, 0); }
+bool PyEquals(const Value& a, const Value& b, int64_t* work) { return EqualsAt(a, b, 0, work); }
+Result<int> PyCompare(const Value& a, const Value& b, int64_t* work) { return CompareAt(a, b, 0, work); }
+
+int64_t WorkOf(const Value& v) {
+  if (v.is_string()) return static_cast<int64_t>(v.as_string().size() / 32);
+  if (v.is_list()) return static_cast<int64_t>(v.as_list().items.size());
+  if (v.is_dict()) return static_cast<int64_t>(v.as_dict().items.size());
+  return 0;
+}
 Result<Value> FromJson(const nlohmann::ordered_json& json) { return FromJsonAt(json, 0); }
 Result<nlohmann::ordered_json> ToJson(const Value& v) { return ToJsonAt(v, 0); }
-bool ContainsNamespace(const Value& v) { return ContainsNamespaceAt(v, 0); }
+bool ContainsNamespace(const Value& v, int64_t* work) { return ContainsNamespaceAt(v, 0, work); }
 
 }  // namespace peregrine::chat::jinja

@@ -113,11 +113,15 @@ bool Truthy(const Value& v);
 Result<std::string> ToPyStr(const Value& v);
 Result<std::string> ToPyRepr(const Value& v);
 
-// Python ==, with ints, floats and bools comparing numerically.
-bool PyEquals(const Value& a, const Value& b);
+// Python ==, with ints, floats and bools comparing numerically. When `work` is given, it grows by
+// the number of values visited (so callers can charge nested comparisons to the step budget).
+bool PyEquals(const Value& a, const Value& b, int64_t* work = nullptr);
 
 // Python ordering (<) for numbers, strings and lists; other pairs are kInvalidArgument.
-Result<int> PyCompare(const Value& a, const Value& b);
+Result<int> PyCompare(const Value& a, const Value& b, int64_t* work = nullptr);
+
+// Rough cost of handling `v` once: strings by length, containers by item count.
+int64_t WorkOf(const Value& v);
 
 // JSON <-> values. Integers beyond int64 become floats. Depth is limited to keep recursion bounded.
 Result<Value> FromJson(const nlohmann::ordered_json& json);
@@ -125,6 +129,6 @@ Result<nlohmann::ordered_json> ToJson(const Value& v);
 
 // True when `v` holds a namespace anywhere inside it (namespaces may not nest, which keeps
 // reference cycles impossible).
-bool ContainsNamespace(const Value& v);
+bool ContainsNamespace(const Value& v, int64_t* work = nullptr);
 
 }  // namespace peregrine::chat::jinja
