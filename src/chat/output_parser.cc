@@ -40,8 +40,7 @@ void Append(ToolCallParserDelta&& from, OutputDelta* to) {
 
 }  // namespace
 
-OutputParser::OutputParser(OutputParserConfig config)
-    : reasoning_(ReasoningOptionsOf(config)) {
+OutputParser::OutputParser(OutputParserConfig config) : reasoning_(ReasoningOptionsOf(config)) {
   if (config.has_tools) {
     tools_.emplace(ToolCallParserOptions{ToolDialectOf(config.dialect), config.tool_call_ids,
                                          config.validate_tool_calls, std::move(config.tools)});

@@ -1,6 +1,6 @@
-// OutputParser: the one object the server uses to turn generated text into an OpenAI assistant
-// message, streaming or not. It chains ReasoningParser (reasoning_content vs the rest) and,
-// when the request has tools, ToolCallParser (content vs tool_calls).
+// OutputParser: the one object the server uses to turn generated text into an OpenAI chat
+// completion message, streaming or not. It chains ReasoningParser (reasoning_content vs the
+// rest) and, when the request has tools, ToolCallParser (content vs tool_calls).
 //
 // Streaming: call Feed with each piece the detokenizer emits, then Finish once; send each
 // non-empty OutputDelta as one SSE chunk. Non-streaming: ParseOutput on the whole text. Both

@@ -43,13 +43,13 @@ class LiteralMask {
   LinePhase phase_ = LinePhase::kIndent;
   int num_indent_ = 0;
   char run_char_ = 0;
-  int run_len_ = 0;           // length of the leading run in progress
-  int tick_run_ = 0;          // length of a backtick run in progress inside text
-  int inline_ticks_ = 0;      // width of the open inline span, 0 if none
+  int run_len_ = 0;       // length of the leading run in progress
+  int tick_run_ = 0;      // length of a backtick run in progress inside text
+  int inline_ticks_ = 0;  // width of the open inline span, 0 if none
   bool in_fence_ = false;
   char fence_char_ = 0;
   int fence_len_ = 0;
-  bool is_opener_line_ = false;     // this line opens a fence (takes effect at its end)
+  bool is_opener_line_ = false;       // this line opens a fence (takes effect at its end)
   bool is_closer_candidate_ = false;  // this line closes the fence if it stays whitespace-only
   char line_fence_char_ = 0;
   int line_fence_len_ = 0;

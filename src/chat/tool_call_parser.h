@@ -31,8 +31,8 @@ namespace peregrine::chat {
 enum class ToolCallDialect {
   kDsmlV4,   // <｜DSML｜tool_calls> (DeepSeek-V4)
   kDsmlV32,  // <｜DSML｜function_calls> (DeepSeek-V3.2)
-  kV31,      // <｜tool▁calls▁begin｜> with NAME<｜tool▁sep｜>{json} (DeepSeek-V3.1)
-  kV3,       // <｜tool▁calls▁begin｜> with function<｜tool▁sep｜>NAME + ```json fence (V3, R1)
+  kV31,      // V3.1: NAME<｜tool▁sep｜>{json} inside <｜tool▁calls▁begin｜>
+  kV3,       // V3 and R1: function<｜tool▁sep｜>NAME, then a ```json fence
 };
 
 // Opening marker of a block in `dialect` (what ends reasoning early for DSML dialects).
@@ -102,10 +102,10 @@ class ToolCallParser {
   size_t max_separator_newlines_;
   ItemParser item_;
   State state_ = State::kContent;
-  std::string pending_;     // held-back content, or the unconsumed raw text of the block
-  size_t item_start_ = 0;   // kBlock: where the current item begins in pending_
-  int num_block_calls_ = 0; // calls emitted from the current block
-  int num_calls_ = 0;       // calls emitted so far (the next call's index)
+  std::string pending_;      // held-back content, or the unconsumed raw text of the block
+  size_t item_start_ = 0;    // kBlock: where the current item begins in pending_
+  int num_block_calls_ = 0;  // calls emitted from the current block
+  int num_calls_ = 0;        // calls emitted so far (the next call's index)
 };
 
 // The whole-text form: content and the assembled calls, exactly as any split of `text` fed to a

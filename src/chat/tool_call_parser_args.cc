@@ -2,9 +2,8 @@
 
 #include <algorithm>
 #include <exception>
-#include <optional>
-
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "chat/marker_scan.h"
 
@@ -23,6 +22,9 @@ std::optional<std::string> QuoteJsonString(std::string_view text) {
 }  // namespace
 
 bool IsJsonValue(std::string_view text) {
+  // nlohmann's lexer takes a NUL byte for the end of input ("3\0junk" would pass), and valid
+  // JSON text never contains a raw NUL, so reject it up front.
+  if (text.find('\0') != std::string_view::npos) return false;
   // accept() runs the SAX parser without building a value and does not throw on bad input.
   return nlohmann::json::accept(text);
 }

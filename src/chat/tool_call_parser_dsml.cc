@@ -152,8 +152,7 @@ ItemResult DsmlItemParser::ParseBody(std::string_view text) {
   TagReader tag(text, pos_);
   std::string flag;
   if (tag.Literal(kParamOpener) && tag.Spaces(true) && tag.Attribute("name", &param_name_) &&
-      tag.Spaces(true) && tag.Attribute("string", &flag) && tag.Spaces(false) &&
-      tag.Literal(">")) {
+      tag.Spaces(true) && tag.Attribute("string", &flag) && tag.Spaces(false) && tag.Literal(">")) {
     if (flag != "true" && flag != "false") return Malformed();
     is_string_param_ = flag == "true";
     pos_ = tag.pos();

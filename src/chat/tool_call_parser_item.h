@@ -26,9 +26,9 @@ inline constexpr size_t kMaxNameBytes = 512;
 
 struct ItemResult {
   ItemStatus status = ItemStatus::kNeedMore;
-  size_t consumed = 0;     // kCall, kBlockEnd: bytes of text the item spans
-  std::string name;        // kCall
-  std::string arguments;   // kCall: one JSON object, as text
+  size_t consumed = 0;    // kCall, kBlockEnd: bytes of text the item spans
+  std::string name;       // kCall
+  std::string arguments;  // kCall: one JSON object, as text
 };
 
 // Classifies what begins at the first non-whitespace byte at or after `*pos`: the start of a

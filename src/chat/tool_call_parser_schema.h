@@ -7,11 +7,10 @@
 // "enum", "$ref", "additionalProperties" and formats are not checked, and nothing is coerced.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "base/status.h"
 

@@ -23,7 +23,7 @@ PrefixMatch FindNameEnd(std::string_view text, size_t start, std::string_view de
   *at = FindResumable(text, delimiter, search_from);
   if (*at != std::string_view::npos) return PrefixMatch::kMatch;
   return text.size() - start > kMaxNameBytes + delimiter.size() ? PrefixMatch::kMismatch
-                                                                 : PrefixMatch::kPartial;
+                                                                : PrefixMatch::kPartial;
 }
 
 bool IsValidName(std::string_view raw, std::string_view name) {

@@ -2,8 +2,8 @@
 //
 //   V3.1: <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{JSON}<｜tool▁call▁end｜>
 //         ...<｜tool▁calls▁end｜>
-//   V3/R1: <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\n```json\n{JSON}\n```
-//         <｜tool▁call▁end｜>...<｜tool▁calls▁end｜>
+//   V3/R1: <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME
+//          \n```json\n{JSON}\n```<｜tool▁call▁end｜>...<｜tool▁calls▁end｜>
 //
 // Whitespace is allowed between calls and around NAME and the JSON. The arguments end at the first
 // <｜tool▁call▁end｜> and must be one JSON object; in V3 the text before that token must end with
