@@ -2,3 +2,4 @@
 include(${CMAKE_CURRENT_LIST_DIR}/safetensors.cmake OPTIONAL)
 include(${CMAKE_CURRENT_LIST_DIR}/tokenizer.cmake OPTIONAL)
 include(${CMAKE_CURRENT_LIST_DIR}/chat.cmake OPTIONAL)
+include(${CMAKE_CURRENT_LIST_DIR}/chat_parsers.cmake OPTIONAL)

@@ -1,0 +1,11 @@
+// Fuzzes the DeepSeek-V3/R1 tool-call parser on arbitrary bytes.
+#include <cstddef>
+#include <cstdint>
+
+#include "parser_fuzz_check.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  peregrine::chat::CheckToolCallSplits(peregrine::chat::ToolCallDialect::kV3,
+                                       {reinterpret_cast<const char*>(data), size});
+  return 0;
+}
