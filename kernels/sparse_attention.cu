@@ -1,6 +1,7 @@
 #include "kernels/sparse_attention.cuh"
 
 #include <cmath>
+#include <initializer_list>
 #include <iterator>
 
 #include "kernels/common/mma.cuh"
@@ -372,89 +373,111 @@ __global__ void __launch_bounds__(kThreads, 1) SparseAttentionKernel(const Spars
   }
 }
 
-// Merges the partials of split requests with the sink: one warp per (request, head).
+// Merges the partials of split requests with the sink. A fixed grid walks the (request,
+// head) pairs listed in the schedule; per pair, thread groups take every kGroups-th partial
+// (several loads in flight each) and the groups are summed in shared memory.
+constexpr int kCombineThreads = 512;
+
 template <int kD>
-__global__ void __launch_bounds__(kThreads) SparseAttentionCombineKernel(const SparseAttentionParams p) {
-  const int b = static_cast<int>(blockIdx.x);
-  const int warp = static_cast<int>(threadIdx.x) / kWarpSize;
-  const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
-  const int h = static_cast<int>(blockIdx.y) * kWarps + warp;
+__global__ void __launch_bounds__(kCombineThreads) SparseAttentionCombineKernel(const SparseAttentionParams p) {
+  constexpr int kVec = kD / 4;  // float4s per head row
+  constexpr int kGroups = kCombineThreads / kVec;
+  static_assert(kCombineThreads % kVec == 0);
+  __shared__ float4 red[kGroups][kVec];
+  __shared__ float s_top;
+  __shared__ float s_inv;
+  const int tid = static_cast<int>(threadIdx.x);
+  const int warp = tid / kWarpSize;
+  const int lane = tid % kWarpSize;
+  const int group = tid / kVec;
+  const int v = tid % kVec;
   const int heads = p.heads;
-  if (h >= heads) return;
-  const int* info = p.schedule + p.layout.requests_offset() + 2 * b;
-  const int first = info[0];
-  const int count = info[1];
-  if (count < 0) return;  // written by the attention kernel
-
-  const float sink2 = p.sink[h] * kLog2e;
-  float top = -INFINITY;
-  for (int j = lane; j < count; j += kWarpSize)
-    top = fmaxf(top, p.partial_lse[static_cast<int64_t>(first + j) * heads + h]);
-  top = fmaxf(WarpMax(top), sink2);
-  float denom = 0.0f;
-  for (int j = lane; j < count; j += kWarpSize)
-    denom += exp2f(p.partial_lse[static_cast<int64_t>(first + j) * heads + h] - top);
-  const float inv = 1.0f / (WarpSum(denom) + exp2f(sink2 - top));
-
-  constexpr int kVec = kD / 4;
-  constexpr int kIters = (kVec + kWarpSize - 1) / kWarpSize;
-  float4 acc[kIters];
-#pragma unroll
-  for (int it = 0; it < kIters; ++it) acc[it] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-  for (int j = 0; j < count; ++j) {
-    const float w = exp2f(p.partial_lse[static_cast<int64_t>(first + j) * heads + h] - top) * inv;
-    const float4* src = reinterpret_cast<const float4*>(p.partial_o + (static_cast<int64_t>(first + j) * heads + h) * kD);
-#pragma unroll
-    for (int it = 0; it < kIters; ++it) {
-      const int v = lane + it * kWarpSize;
-      if (v < kVec) {
-        const float4 x = src[v];
-        acc[it].x += w * x.x;
-        acc[it].y += w * x.y;
-        acc[it].z += w * x.z;
-        acc[it].w += w * x.w;
-      }
-    }
-  }
-
-  const int pos = p.positions[b];
-  const bool rotate = p.rope_cos != nullptr && pos >= 0 && pos < p.num_positions;
+  const int* list = p.schedule + p.layout.combine_offset();
+  const int num_items = list[0] * heads;
   const int rope_begin = kD - p.rope_dim;
   const int rope_half = p.rope_dim / 2;
-  __nv_bfloat16* out = p.out + (static_cast<int64_t>(b) * heads + h) * kD;
-#pragma unroll
-  for (int it = 0; it < kIters; ++it) {
-    const int v = lane + it * kWarpSize;
-    if (v >= kVec) continue;
-    float x[4] = {acc[it].x, acc[it].y, acc[it].z, acc[it].w};
-#pragma unroll
-    for (int pair = 0; pair < 2; ++pair) {
-      const int d = 4 * v + 2 * pair;
-      if (rotate && d >= rope_begin) {
-        const int i = (d - rope_begin) / 2;
-        const float c = p.rope_cos[static_cast<int64_t>(pos) * rope_half + i];
-        const float sn = p.rope_sin[static_cast<int64_t>(pos) * rope_half + i];
-        const float x0 = x[2 * pair];
-        const float x1 = x[2 * pair + 1];
-        x[2 * pair] = x0 * c + x1 * sn;
-        x[2 * pair + 1] = x1 * c - x0 * sn;
+
+  for (int item = static_cast<int>(blockIdx.x); item < num_items; item += static_cast<int>(gridDim.x)) {
+    const int b = list[1 + item / heads];
+    const int h = item % heads;
+    const int* info = p.schedule + p.layout.requests_offset() + 2 * b;
+    const int first = info[0];
+    const int count = info[1] < 0 ? 0 : info[1];
+    const float* lse = p.partial_lse + static_cast<int64_t>(first) * heads + h;
+    if (warp == 0) {
+      const float sink2 = p.sink[h] * kLog2e;
+      float top = -INFINITY;
+      for (int j = lane; j < count; j += kWarpSize) top = fmaxf(top, lse[static_cast<int64_t>(j) * heads]);
+      top = fmaxf(WarpMax(top), sink2);
+      float denom = 0.0f;
+      for (int j = lane; j < count; j += kWarpSize) denom += exp2f(lse[static_cast<int64_t>(j) * heads] - top);
+      denom = WarpSum(denom) + exp2f(sink2 - top);
+      if (lane == 0) {
+        s_top = top;
+        s_inv = 1.0f / denom;
       }
     }
-    *reinterpret_cast<uint2*>(out + 4 * v) = make_uint2(PackBF16x2(x[0], x[1]), PackBF16x2(x[2], x[3]));
+    __syncthreads();
+    const float top = s_top;
+    const float inv = s_inv;
+    const float4* src = reinterpret_cast<const float4*>(p.partial_o + (static_cast<int64_t>(first) * heads + h) * kD) + v;
+    const int64_t step = static_cast<int64_t>(heads) * kVec;  // float4s between consecutive partials
+    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll 4
+    for (int j = group; j < count; j += kGroups) {
+      const float w = exp2f(lse[static_cast<int64_t>(j) * heads] - top) * inv;
+      const float4 x = src[j * step];
+      acc.x += w * x.x;
+      acc.y += w * x.y;
+      acc.z += w * x.z;
+      acc.w += w * x.w;
+    }
+    red[group][v] = acc;
+    __syncthreads();
+    if (group == 0) {
+      float x[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll 4
+      for (int g = 0; g < kGroups; ++g) {
+        x[0] += red[g][v].x;
+        x[1] += red[g][v].y;
+        x[2] += red[g][v].z;
+        x[3] += red[g][v].w;
+      }
+      const int pos = p.positions[b];
+      const bool rotate = p.rope_cos != nullptr && pos >= 0 && pos < p.num_positions;
+#pragma unroll
+      for (int pair = 0; pair < 2; ++pair) {
+        const int d = 4 * v + 2 * pair;
+        if (rotate && d >= rope_begin) {
+          const int i = (d - rope_begin) / 2;
+          const float c = p.rope_cos[static_cast<int64_t>(pos) * rope_half + i];
+          const float sn = p.rope_sin[static_cast<int64_t>(pos) * rope_half + i];
+          const float x0 = x[2 * pair];
+          const float x1 = x[2 * pair + 1];
+          x[2 * pair] = x0 * c + x1 * sn;
+          x[2 * pair + 1] = x1 * c - x0 * sn;
+        }
+      }
+      *reinterpret_cast<uint2*>(p.out + (static_cast<int64_t>(b) * heads + h) * kD + 4 * v) =
+          make_uint2(PackBF16x2(x[0], x[1]), PackBF16x2(x[2], x[3]));
+    }
+    __syncthreads();  // red, s_top and s_inv are reused by the next item
   }
+}
+
+template <int kH, int kD>
+cudaError_t PrepareConfig() {
+  return cudaFuncSetAttribute(SparseAttentionKernel<kH, kD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                              Tiling<kH, kD>::kSmemBytes);
 }
 
 template <int kH, int kD>
 cudaError_t LaunchConfig(const SparseAttentionParams& p, cudaStream_t stream) {
   constexpr int kSmem = Tiling<kH, kD>::kSmemBytes;
-  cudaError_t error =
-      cudaFuncSetAttribute(SparseAttentionKernel<kH, kD>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
-  if (error != cudaSuccess) return error;
   SparseAttentionKernel<kH, kD><<<static_cast<unsigned>(p.layout.num_ctas), kThreads, kSmem, stream>>>(p);
-  error = cudaGetLastError();
+  cudaError_t error = cudaGetLastError();
   if (error != cudaSuccess) return error;
-  const dim3 grid(static_cast<unsigned>(p.batch), static_cast<unsigned>((p.heads + kWarps - 1) / kWarps));
-  SparseAttentionCombineKernel<kD><<<grid, kThreads, 0, stream>>>(p);
+  SparseAttentionCombineKernel<kD><<<static_cast<unsigned>(2 * p.layout.num_ctas), kCombineThreads, 0, stream>>>(p);
   return cudaGetLastError();
 }
 
@@ -473,6 +496,15 @@ int SparseAttentionSharedBytes(int heads, int head_dim) {
   if (heads == c[2].heads && head_dim == c[2].head_dim) return Tiling<c[2].heads, c[2].head_dim>::kSmemBytes;
   if (heads == c[3].heads && head_dim == c[3].head_dim) return Tiling<c[3].heads, c[3].head_dim>::kSmemBytes;
   return 0;
+}
+
+cudaError_t PrepareSparseAttention() {
+  constexpr const auto& c = kSparseAttentionConfigs;
+  static_assert(std::size(kSparseAttentionConfigs) == 4);
+  for (const cudaError_t error : {PrepareConfig<c[0].heads, c[0].head_dim>(), PrepareConfig<c[1].heads, c[1].head_dim>(),
+                                  PrepareConfig<c[2].heads, c[2].head_dim>(), PrepareConfig<c[3].heads, c[3].head_dim>()})
+    if (error != cudaSuccess) return error;
+  return cudaSuccess;
 }
 
 cudaError_t LaunchSparseAttention(const SparseAttentionParams& p, cudaStream_t stream) {

@@ -35,6 +35,8 @@ inline constexpr int kSparseAttentionBlockN = 64;
 //   then max_segments x 4            segments {request, row_begin, row_end, partial slot or -1}
 //   then max_batch x 2               per request {first partial slot, number of slots}; the
 //                                    count is -1 when one CTA wrote the output directly
+//   then 1 + max_batch               the requests the combine kernel finishes: their count,
+//                                    then their indices (split requests and empty ones)
 struct SparseAttentionScheduleLayout {
   int num_ctas = 0;
   int max_segments = 0;
@@ -42,7 +44,8 @@ struct SparseAttentionScheduleLayout {
 
   PG_HOST_DEVICE constexpr int segments_offset() const { return num_ctas + 1; }
   PG_HOST_DEVICE constexpr int requests_offset() const { return segments_offset() + 4 * max_segments; }
-  PG_HOST_DEVICE constexpr int num_ints() const { return requests_offset() + 2 * max_batch; }
+  PG_HOST_DEVICE constexpr int combine_offset() const { return requests_offset() + 2 * max_batch; }
+  PG_HOST_DEVICE constexpr int num_ints() const { return combine_offset() + 1 + max_batch; }
 };
 
 struct SparseAttentionParams {
@@ -87,7 +90,13 @@ inline constexpr SparseAttentionConfig kSparseAttentionConfigs[] = {{64, 512}, {
 // Dynamic shared memory the main kernel needs for (heads, head_dim), 0 if unsupported.
 int SparseAttentionSharedBytes(int heads, int head_dim);
 
-// Launches the attention kernel (grid = layout.num_ctas) and then the combine kernel.
+// Raises the dynamic shared memory limit of every built configuration on the current device.
+// Call once per device before the first launch (not inside graph capture or a hot loop:
+// setting a function attribute can wait for in-flight copies).
+cudaError_t PrepareSparseAttention();
+
+// Launches the attention kernel (grid = layout.num_ctas) and then the combine kernel (a
+// fixed grid of 2 * layout.num_ctas CTAs over the (request, head) pairs it must finish).
 cudaError_t LaunchSparseAttention(const SparseAttentionParams& p, cudaStream_t stream);
 
 }  // namespace peregrine::kernels

@@ -5,6 +5,11 @@
 
 namespace peregrine::cuda {
 
+Status PrepareSparseAttention() {
+  PG_CUDA_RETURN_IF_ERROR(kernels::PrepareSparseAttention());
+  return Status::Ok();
+}
+
 Status SparseAttentionDecode(const SparseAttentionArgs& a, cudaStream_t stream) {
   TensorChecker check("sparse_attention");
   const kernels::SparseAttentionScheduleLayout& layout = a.layout;

@@ -33,8 +33,13 @@ struct SparseAttentionArgs {
   Tensor out;                 // [B, H, D] bf16
 };
 
+// Prepares the kernels on the current device (their shared memory limit). Once per device,
+// before the first SparseAttentionDecode and outside graph capture.
+Status PrepareSparseAttention();
+
 // InvalidArgument for bad tensors, an (H, D) that is not built (kSparseAttentionConfigs) or
-// a batch over the layout; Internal when a launch fails. Asynchronous on `stream`.
+// a batch over the layout; Internal when a launch fails (InvalidValue from the launch
+// usually means PrepareSparseAttention was not called on this device). Asynchronous on `stream`.
 Status SparseAttentionDecode(const SparseAttentionArgs& args, cudaStream_t stream);
 
 }  // namespace peregrine::cuda

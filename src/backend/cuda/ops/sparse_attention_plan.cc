@@ -34,6 +34,7 @@ Status PlanSparseAttention(std::span<const int64_t> rows, const kernels::SparseA
   int32_t* cta_begin = schedule.data();
   int32_t* segments = schedule.data() + layout.segments_offset();
   int32_t* requests = schedule.data() + layout.requests_offset();
+  int32_t* combine = schedule.data() + layout.combine_offset();  // [count, requests...]
 
   const int64_t per_cta = std::max<int64_t>(1, (total_tiles + layout.num_ctas - 1) / layout.num_ctas);
   int cta = 0;
@@ -69,6 +70,7 @@ Status PlanSparseAttention(std::span<const int64_t> rows, const kernels::SparseA
       info[0] = next_slot;
       info[1] = count;  // 0: no rows, the combine writes zeros
       for (int s = first_segment; s < num_segments; ++s) segments[4 * s + 3] = next_slot++;
+      combine[1 + combine[0]++] = static_cast<int32_t>(b);
     }
   }
   for (int c = cta + 1; c <= layout.num_ctas; ++c) cta_begin[c] = num_segments;

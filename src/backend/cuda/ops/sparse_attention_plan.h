@@ -20,7 +20,8 @@ kernels::SparseAttentionScheduleLayout SparseAttentionLayout(int num_ctas, int m
 // each (window + compressed, as the device lengths will say). The batch's tiles are cut into
 // equal contiguous runs, one per CTA, so a lone long request spreads over every SM and a
 // large batch gives each CTA whole requests. Requests done by one CTA are written directly;
-// split ones go through the combine. InvalidArgument when the batch exceeds the layout or a
+// split ones (and empty ones, whose output is zero) are listed for the combine kernel.
+// InvalidArgument when the batch exceeds the layout or a
 // row count is negative.
 Status PlanSparseAttention(std::span<const int64_t> rows, const kernels::SparseAttentionScheduleLayout& layout,
                            std::span<int32_t> schedule);

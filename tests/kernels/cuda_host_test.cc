@@ -1,0 +1,208 @@
+// Host-side pieces of the CUDA backend, tested without a GPU: the caching allocator's
+// bookkeeping over a fake raw allocator, the sparse attention planner's invariants, and the
+// launchers' tensor checker.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <random>
+#include <set>
+#include <vector>
+
+#include "backend/cuda/allocator.h"
+#include "backend/cuda/ops/sparse_attention_plan.h"
+#include "backend/cuda/ops/tensor_check.h"
+
+namespace peregrine::cuda {
+namespace {
+
+// Hands out fake addresses; can be told to fail.
+class FakeRawAllocator final : public RawAllocator {
+ public:
+  Result<void*> Allocate(size_t bytes) override {
+    if (fail_next > 0) {
+      --fail_next;
+      return ResourceExhausted("fake out of memory");
+    }
+    next_ += (bytes + 255) / 256 * 256 + 256;
+    live[reinterpret_cast<void*>(next_)] = bytes;
+    return reinterpret_cast<void*>(next_);
+  }
+  void Free(void* ptr) override {
+    ASSERT_EQ(live.erase(ptr), 1u) << "freeing an unknown block";
+  }
+  std::map<void*, size_t> live;
+  int fail_next = 0;
+
+ private:
+  uintptr_t next_ = 1 << 20;
+};
+
+TEST(CachingAllocatorTest, SizeClasses) {
+  EXPECT_EQ(CachingAllocator::SizeClass(1), 512u);
+  EXPECT_EQ(CachingAllocator::SizeClass(512), 512u);
+  EXPECT_EQ(CachingAllocator::SizeClass(513), 1024u);
+  EXPECT_EQ(CachingAllocator::SizeClass(1 << 20), size_t{1} << 20);
+  EXPECT_EQ(CachingAllocator::SizeClass((1 << 20) + 1), size_t{2} << 20);
+  EXPECT_EQ(CachingAllocator::SizeClass((5 << 20) + 1), size_t{6} << 20);
+}
+
+TEST(CachingAllocatorTest, ReusesFreedBlocksAndCountsEverything) {
+  FakeRawAllocator raw;
+  {
+    CachingAllocator allocator(raw);
+    void* first = nullptr;
+    {
+      auto a = allocator.Allocate(1000);
+      ASSERT_TRUE(a.ok());
+      first = a->data();
+      EXPECT_EQ(a->capacity(), 1024u);
+      EXPECT_EQ(allocator.stats().bytes_in_use, 1024u);
+    }
+    EXPECT_EQ(allocator.stats().bytes_cached, 1024u);
+    auto b = allocator.Allocate(700);  // same class: the cached block comes back
+    ASSERT_TRUE(b.ok());
+    EXPECT_EQ(b->data(), first);
+    EXPECT_EQ(allocator.stats().num_cache_hits, 1);
+    EXPECT_EQ(allocator.stats().num_raw_allocations, 1);
+    auto c = allocator.Allocate(3 << 20);
+    ASSERT_TRUE(c.ok());
+    EXPECT_EQ(allocator.stats().peak_bytes_in_use, 1024u + (4u << 20));
+    DeviceBuffer moved = std::move(b).value();
+    EXPECT_EQ(moved.data(), first);
+    auto empty = allocator.Allocate(0);
+    ASSERT_TRUE(empty.ok());
+    EXPECT_TRUE(empty->empty());
+  }
+  EXPECT_TRUE(raw.live.empty()) << "blocks leaked past the allocator";
+}
+
+TEST(CachingAllocatorTest, TrimsCacheWhenTheSourceRunsOut) {
+  FakeRawAllocator raw;
+  CachingAllocator allocator(raw);
+  { auto a = allocator.Allocate(4096); }
+  EXPECT_EQ(allocator.stats().bytes_cached, 4096u);
+  raw.fail_next = 1;  // the first attempt fails, the one after trimming succeeds
+  auto b = allocator.Allocate(8192);
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  EXPECT_EQ(allocator.stats().bytes_cached, 0u);
+  raw.fail_next = 2;
+  auto c = allocator.Allocate(1 << 24);
+  EXPECT_EQ(c.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(allocator.stats().bytes_in_use, 8192u);
+}
+
+// Every tile of every request covered once, in order; CTA loads balanced; slots consistent.
+void CheckPlan(const std::vector<int64_t>& rows, int num_ctas, int max_batch) {
+  SCOPED_TRACE("B=" + std::to_string(rows.size()) + " ctas=" + std::to_string(num_ctas));
+  constexpr int64_t kBlockN = kernels::kSparseAttentionBlockN;
+  const auto layout = SparseAttentionLayout(num_ctas, max_batch);
+  std::vector<int32_t> s(static_cast<size_t>(layout.num_ints()), 77);
+  ASSERT_TRUE(PlanSparseAttention(rows, layout, s).ok());
+  int64_t total_tiles = 0;
+  for (int64_t r : rows) total_tiles += (r + kBlockN - 1) / kBlockN;
+  const int64_t per_cta = std::max<int64_t>(1, (total_tiles + num_ctas - 1) / num_ctas);
+  std::vector<int64_t> next_row(rows.size(), 0);
+  std::vector<int> segments_of(rows.size(), 0);
+  std::set<int> slots;
+  EXPECT_EQ(s[0], 0);
+  for (int c = 0; c < num_ctas; ++c) {
+    ASSERT_LE(s[static_cast<size_t>(c)], s[static_cast<size_t>(c) + 1]);
+    int64_t tiles = 0;
+    for (int g = s[static_cast<size_t>(c)]; g < s[static_cast<size_t>(c) + 1]; ++g) {
+      const int32_t* seg = s.data() + layout.segments_offset() + 4 * g;
+      const auto b = static_cast<size_t>(seg[0]);
+      ASSERT_LT(b, rows.size());
+      EXPECT_EQ(seg[1], next_row[b]) << "segment " << g << " does not continue request " << b;
+      EXPECT_GT(seg[2], seg[1]);
+      EXPECT_EQ(seg[1] % kBlockN, 0);
+      EXPECT_LE(seg[2], rows[b]);
+      next_row[b] = seg[2];
+      tiles += (seg[2] - seg[1] + kBlockN - 1) / kBlockN;
+      ++segments_of[b];
+      if (seg[3] >= 0) {
+        EXPECT_TRUE(slots.insert(seg[3]).second) << "slot used twice";
+      }
+    }
+    EXPECT_LE(tiles, per_cta);
+  }
+  const int32_t* combine = s.data() + layout.combine_offset();
+  std::set<int32_t> combined(combine + 1, combine + 1 + combine[0]);
+  EXPECT_EQ(static_cast<int32_t>(combined.size()), combine[0]) << "a request listed twice for the combine";
+  for (size_t b = 0; b < rows.size(); ++b) {
+    EXPECT_EQ(next_row[b], rows[b]) << "request " << b << " not fully covered";
+    const int32_t* info = s.data() + layout.requests_offset() + 2 * b;
+    if (segments_of[b] == 1) {
+      EXPECT_EQ(info[1], -1);
+      EXPECT_EQ(combined.count(static_cast<int32_t>(b)), 0u) << "direct request " << b << " listed for the combine";
+    } else {
+      EXPECT_EQ(info[1], segments_of[b]);
+      EXPECT_EQ(combined.count(static_cast<int32_t>(b)), 1u) << "request " << b << " missing from the combine list";
+      for (int j = 0; j < info[1]; ++j) EXPECT_TRUE(slots.count(info[0] + j)) << "request " << b;
+    }
+  }
+  EXPECT_LE(static_cast<int>(slots.size()), layout.max_segments);
+}
+
+TEST(SparseAttentionPlanTest, Invariants) {
+  CheckPlan({640}, 132, 1);
+  CheckPlan({640}, 1, 4);
+  CheckPlan({0}, 132, 1);
+  CheckPlan({8320}, 132, 1);
+  CheckPlan(std::vector<int64_t>(128, 640), 132, 128);
+  CheckPlan(std::vector<int64_t>(64, 640), 132, 64);
+  CheckPlan(std::vector<int64_t>(16, 640), 132, 16);
+  CheckPlan({1, 0, 63, 64, 65, 129, 0, 2049, 7}, 7, 12);
+  std::mt19937 rng(1);
+  for (int trial = 0; trial < 200; ++trial) {
+    std::uniform_int_distribution<int> batch(1, 40), ctas(1, 140), len(0, 3000);
+    std::vector<int64_t> rows(static_cast<size_t>(batch(rng)));
+    for (int64_t& r : rows) r = len(rng) < 300 ? 0 : len(rng);
+    CheckPlan(rows, ctas(rng), static_cast<int>(rows.size()) + 2);
+  }
+}
+
+TEST(SparseAttentionPlanTest, WholeRequestsAtLargeBatchSplitsAtSmallBatch) {
+  const auto layout = SparseAttentionLayout(132, 128);
+  std::vector<int32_t> s(static_cast<size_t>(layout.num_ints()));
+  ASSERT_TRUE(PlanSparseAttention(std::vector<int64_t>(128, 640), layout, s).ok());
+  for (int b = 0; b < 128; ++b) EXPECT_EQ(s[static_cast<size_t>(layout.requests_offset() + 2 * b + 1)], -1);
+  const auto single = SparseAttentionLayout(132, 1);
+  std::vector<int32_t> t(static_cast<size_t>(single.num_ints()));
+  ASSERT_TRUE(PlanSparseAttention(std::vector<int64_t>{128 + 8192}, single, t).ok());
+  EXPECT_EQ(t[static_cast<size_t>(single.requests_offset() + 1)], 130);  // 130 tiles, one per CTA
+}
+
+TEST(SparseAttentionPlanTest, RejectsBadInput) {
+  const auto layout = SparseAttentionLayout(4, 2);
+  std::vector<int32_t> s(static_cast<size_t>(layout.num_ints()));
+  EXPECT_FALSE(PlanSparseAttention(std::vector<int64_t>{1, 2, 3}, layout, s).ok());  // batch over max
+  EXPECT_FALSE(PlanSparseAttention(std::vector<int64_t>{-1}, layout, s).ok());
+  std::vector<int32_t> short_schedule(3);
+  EXPECT_FALSE(PlanSparseAttention(std::vector<int64_t>{1}, layout, short_schedule).ok());
+}
+
+TEST(TensorCheckerTest, BindsNamedDimensionsAndNamesTheCulprit) {
+  std::vector<float> storage(4096);
+  TensorChecker check("op");
+  Dim b("B"), h("H"), d("D", 64);
+  const Tensor q = Tensor::Contiguous(storage.data(), DType::kF32, {3, 8, 64}, Device::kCuda);
+  EXPECT_TRUE(check.Check("q", q, DType::kF32, {&b, &h, &d}).ok());
+  EXPECT_EQ(b.value(), 3);
+  EXPECT_EQ(h.value(), 8);
+  const Tensor out = Tensor::Contiguous(storage.data(), DType::kF32, {3, 4, 64}, Device::kCuda);
+  const Status s = check.Check("out", out, DType::kF32, {&b, &h, &d});
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("out"), std::string::npos);
+  EXPECT_NE(s.message().find("H=8"), std::string::npos) << s.message();
+  EXPECT_FALSE(check.Check("q", q, DType::kBF16, {&b, &h, &d}).ok());
+  EXPECT_FALSE(check.Check("q", q, DType::kF32, {&b, &h, &d}, Device::kCpu).ok());
+  Tensor strided = q;
+  strided.strides[0] = 1000;
+  EXPECT_FALSE(check.Check("q", strided, DType::kF32, {&b, &h, &d}).ok());
+  const Tensor misaligned = Tensor::Contiguous(storage.data() + 1, DType::kF32, {3, 8, 64}, Device::kCuda);
+  EXPECT_FALSE(check.Check("q", misaligned, DType::kF32, {&b, &h, &d}).ok());
+  EXPECT_TRUE(check.CheckOptional("absent", Tensor{}, DType::kF32, {&b}).ok());
+}
+
+}  // namespace
+}  // namespace peregrine::cuda

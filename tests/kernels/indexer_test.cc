@@ -1,0 +1,177 @@
+// Lightning indexer: scores vs cpu::IndexerScores (configs x batch x lengths across page and
+// chunk boundaries, shuffled pages; entries past a request's length stay untouched), and
+// top-k vs cpu::IndexerTopK exactly (random, tied, all-equal and signed-zero scores; k larger
+// than the available entries; long rows that take every radix path).
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+
+#include "backend/cpu/cpu_attention_ops.h"
+#include "backend/cpu/thread_pool.h"
+#include "backend/cuda/ops/indexer.h"
+#include "gpu_test_util.h"
+#include "kernels/indexer_topk.cuh"
+
+namespace peregrine::testing {
+namespace {
+
+class IndexerTest : public GpuTest {
+ protected:
+  // Scores for `lengths` with (heads, dim), page size `page_size`; then top-k on the GPU's
+  // scores compared exactly with the CPU's top-k of the same scores.
+  void RunScores(int64_t heads, int64_t dim, int64_t page_size, const std::vector<int32_t>& lengths, int64_t k,
+                 uint32_t seed) {
+    const int64_t batch = static_cast<int64_t>(lengths.size());
+    SCOPED_TRACE("IH=" + std::to_string(heads) + " Id=" + std::to_string(dim) + " P=" + std::to_string(page_size) +
+                 " B=" + std::to_string(batch) + " k=" + std::to_string(k));
+    std::mt19937 rng(seed);
+    const int64_t max_len = *std::max_element(lengths.begin(), lengths.end());
+    const int64_t max_pages = (max_len + page_size - 1) / page_size + 2;
+    const int64_t num_pages = batch * max_pages + 1;
+    const int64_t stride = (max_len + 64 + 3) / 4 * 4;
+    std::vector<float> q = RoundedBF16(RandomNormal(rng, static_cast<size_t>(batch * heads * dim)));
+    std::vector<float> keys = RoundedBF16(RandomNormal(rng, static_cast<size_t>(num_pages * page_size * dim)));
+    std::vector<float> weights = RandomNormal(rng, static_cast<size_t>(batch * heads), 0.2f);
+    std::vector<int32_t> pages(static_cast<size_t>(num_pages));
+    std::iota(pages.begin(), pages.end(), 0);
+    std::shuffle(pages.begin(), pages.end(), rng);
+    std::vector<int32_t> page_table(static_cast<size_t>(batch * max_pages));
+    for (size_t i = 0; i < page_table.size(); ++i) page_table[i] = pages[i];
+
+    cpu::ThreadPool pool(2);
+    cpu::IndexerScoresInputs in;
+    in.q = q.data();
+    in.weights = weights.data();
+    in.keys = keys.data();
+    in.page_table = page_table.data();
+    in.num_entries = lengths.data();
+    in.batch = batch;
+    in.heads = heads;
+    in.dim = dim;
+    in.page_size = page_size;
+    in.max_pages = max_pages;
+    in.scale = 1.0f / std::sqrt(static_cast<float>(dim));
+    std::vector<float> want(static_cast<size_t>(batch * stride), std::nanf(""));
+    cpu::IndexerScores(pool, in, want.data(), stride);
+
+    cuda::DeviceBuffer q_d = Upload(ToBF16(q)), keys_d = Upload(ToBF16(keys)), w_d = Upload(weights);
+    cuda::DeviceBuffer table_d = Upload(page_table), len_d = Upload(lengths);
+    cuda::DeviceBuffer scores_d = Poisoned(static_cast<size_t>(batch * stride) * 4);
+    cuda::IndexerScoresArgs args;
+    args.q = View(q_d, DType::kBF16, {batch, heads, dim});
+    args.weights = View(w_d, DType::kF32, {batch, heads});
+    args.keys = View(keys_d, DType::kBF16, {num_pages, page_size, dim});
+    args.page_table = View(table_d, DType::kI32, {batch, max_pages});
+    args.num_entries = View(len_d, DType::kI32, {batch});
+    args.scores = View(scores_d, DType::kF32, {batch, stride});
+    args.scale = in.scale;
+    args.num_ctas = 4 * DeviceSmCount();
+    PG_ASSERT_OK(cuda::IndexerScores(args, stream_.get()));
+    const std::vector<float> got = Download<float>(scores_d, want.size());
+    std::vector<float> got_valid, want_valid;
+    int64_t touched_past_length = 0;
+    for (int64_t b = 0; b < batch; ++b)
+      for (int64_t e = 0; e < stride; ++e) {
+        const size_t i = static_cast<size_t>(b * stride + e);
+        if (e < lengths[static_cast<size_t>(b)]) {
+          got_valid.push_back(got[i]);
+          want_valid.push_back(want[i]);
+        } else {
+          uint32_t bits;
+          std::memcpy(&bits, &got[i], 4);
+          touched_past_length += bits != 0xffffffffu;
+        }
+      }
+    EXPECT_TRUE(AllClose(got_valid, want_valid, {2e-5, 1e-4}, "scores"));
+    EXPECT_EQ(touched_past_length, 0) << "entries past a request's length were written";
+
+    // Top-k of exactly these scores, on both sides.
+    RunTopK(got, lengths, stride, k, /*scores_d=*/&scores_d);
+  }
+
+  void RunTopK(const std::vector<float>& scores, const std::vector<int32_t>& lengths, int64_t stride, int64_t k,
+               const cuda::DeviceBuffer* scores_on_device = nullptr) {
+    const int64_t batch = static_cast<int64_t>(lengths.size());
+    SCOPED_TRACE("topk B=" + std::to_string(batch) + " k=" + std::to_string(k));
+    std::vector<int32_t> want_idx(static_cast<size_t>(batch * k)), want_count(static_cast<size_t>(batch));
+    cpu::IndexerTopK(scores.data(), lengths.data(), batch, stride, k, want_idx.data(), want_count.data());
+    cuda::DeviceBuffer uploaded;
+    if (scores_on_device == nullptr) uploaded = Upload(scores);
+    const cuda::DeviceBuffer& s_d = scores_on_device != nullptr ? *scores_on_device : uploaded;
+    cuda::DeviceBuffer len_d = Upload(lengths);
+    cuda::DeviceBuffer idx_d = Poisoned(static_cast<size_t>(batch * k) * 4, 0xab);
+    cuda::DeviceBuffer count_d = Poisoned(static_cast<size_t>(batch) * 4, 0xab);
+    cuda::IndexerTopKArgs args;
+    args.scores = View(s_d, DType::kF32, {batch, stride});
+    args.num_entries = View(len_d, DType::kI32, {batch});
+    args.indices = View(idx_d, DType::kI32, {batch, k});
+    args.counts = View(count_d, DType::kI32, {batch});
+    PG_ASSERT_OK(cuda::IndexerTopK(args, stream_.get()));
+    const std::vector<int32_t> got_idx = Download<int32_t>(idx_d, want_idx.size());
+    const std::vector<int32_t> got_count = Download<int32_t>(count_d, want_count.size());
+    EXPECT_EQ(got_count, want_count);
+    for (int64_t b = 0; b < batch; ++b) {
+      const auto first = static_cast<size_t>(b * k);
+      const std::vector<int32_t> g(got_idx.begin() + first, got_idx.begin() + first + k);
+      const std::vector<int32_t> w(want_idx.begin() + first, want_idx.begin() + first + k);
+      if (g != w) {
+        size_t j = 0;
+        while (g[j] == w[j]) ++j;
+        ADD_FAILURE() << "request " << b << " (n=" << lengths[static_cast<size_t>(b)] << "): first difference at "
+                      << j << ": got " << g[j] << ", want " << w[j];
+      }
+    }
+  }
+};
+
+TEST_F(IndexerTest, ScoresAndTopKSweep) {
+  uint32_t seed = 1;
+  const std::vector<std::vector<int32_t>> batches = {
+      {1},
+      {0, 63, 64},
+      {65, 512, 513},
+      {3, 1000, 2049, 127, 128, 129, 1, 0, 777, 64, 4096, 5, 511, 300, 2, 65, 1999},  // B = 17
+  };
+  for (auto [heads, dim] : {std::pair<int64_t, int64_t>{64, 128}, {8, 64}})
+    for (int64_t page_size : {64, 16})
+      for (const auto& lengths : batches)
+        for (int64_t k : {512, 7}) RunScores(heads, dim, page_size, lengths, k, seed++);
+}
+
+TEST_F(IndexerTest, TopKTiesAndDistributions) {
+  std::mt19937 rng(7);
+  const int64_t stride = 8192;
+  const std::vector<int32_t> lengths = {8192, 8000, 513, 512, 100, 4097};
+  const int64_t batch = static_cast<int64_t>(lengths.size());
+  // Quantised to 16 levels: the threshold sits inside a large group of equal scores.
+  std::vector<float> scores = RandomUniform(rng, static_cast<size_t>(batch * stride), -1.0f, 1.0f);
+  for (float& s : scores) s = std::round(s * 8.0f) / 8.0f;
+  for (int64_t k : {512, 1, 2048, 100}) RunTopK(scores, lengths, stride, k);
+  // All equal: the lowest indices win; exercises the passes over index bits.
+  std::fill(scores.begin(), scores.end(), 0.25f);
+  RunTopK(scores, lengths, stride, 512);
+  // Signed zeros and negatives tie as equal values.
+  for (size_t i = 0; i < scores.size(); ++i) scores[i] = (i % 3 == 0) ? -0.0f : (i % 3 == 1 ? 0.0f : -1.0f);
+  RunTopK(scores, lengths, stride, 512);
+  // Continuous random values with a heavy tail.
+  scores = RandomNormal(rng, scores.size());
+  for (float& s : scores) s = s * s * s;
+  RunTopK(scores, lengths, stride, 512);
+}
+
+TEST_F(IndexerTest, TopKLongRows) {
+  // 1M-token contexts: 262144 entries, every radix path (candidates overflow when all tie).
+  std::mt19937 rng(11);
+  const int64_t stride = 262144;
+  const std::vector<int32_t> lengths = {262144, 262143, 200000};
+  std::vector<float> scores = RandomNormal(rng, static_cast<size_t>(3 * stride));
+  RunTopK(scores, lengths, stride, 512);
+  for (float& s : scores) s = std::round(s * 4.0f);
+  RunTopK(scores, lengths, stride, 512);
+  RunTopK(scores, lengths, stride, kernels::kIndexerTopKMax);
+  std::fill(scores.begin(), scores.end(), 1.0f);
+  RunTopK(scores, lengths, stride, 512);
+}
+
+}  // namespace
+}  // namespace peregrine::testing
