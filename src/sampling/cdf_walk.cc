@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <vector>
 
+#include "sampling/fixed_order_sum.h"
+
 namespace peregrine {
 namespace {
 
@@ -37,10 +39,7 @@ int32_t WalkFullVocab(std::span<const float> logits, float max_logit, float inv_
     const size_t begin = b * kWalkBlock;
     const size_t size = std::min(kWalkBlock, n - begin);
     ComputeWeights(logits.subspan(begin, size), max_logit, inv_temperature, weights);
-    // Four partial sums break the add latency chain; their order is fixed, so still deterministic.
-    double partial[4] = {0.0, 0.0, 0.0, 0.0};
-    for (size_t j = 0; j < size; ++j) partial[j % 4] += weights[j];
-    block_mass[b] = (partial[0] + partial[1]) + (partial[2] + partial[3]);
+    block_mass[b] = FixedOrderSum(weights, size);
     total += block_mass[b];
   }
   const double target = u * total;

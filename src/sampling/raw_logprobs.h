@@ -14,7 +14,8 @@ struct RawLogprobs {
   std::vector<TokenLogprob> top;      // the num_top most likely tokens, ties by lower id
 };
 
-// One pass for the top list, one for the normalizer (double exp). NaN logits count as -inf.
+// One pass for the top list, one for the maximum, one for the normalizer (exponentials in double).
+// NaN logits count as -inf.
 // `top` has min(num_top, logits.size()) entries.
 RawLogprobs ComputeRawLogprobs(std::span<const float> logits, int32_t num_top);
 

@@ -16,11 +16,9 @@ namespace peregrine {
 namespace {
 
 int32_t SampleStochastic(std::span<const float> logits, const SamplingParams& params, double u) {
-  const float max_logit = MaxLogit(logits);
   const float inv_temperature = InverseTemperature(params.temperature);
-  if (!HasTruncation(params, logits.size())) return WalkFullVocab(logits, max_logit, inv_temperature, u);
-  const std::vector<KeptToken> kept = TruncateDistribution(logits, max_logit, inv_temperature, params);
-  return WalkKept(kept, u);
+  if (!HasTruncation(params, logits.size())) return WalkFullVocab(logits, MaxLogit(logits), inv_temperature, u);
+  return WalkKept(TruncateDistribution(logits, inv_temperature, params), u);
 }
 
 // The raw logit of `token`: the oldest saved value if a processor changed it.

@@ -8,11 +8,15 @@
 #include <cmath>
 #include <limits>
 
+#include "sampling/argmax.h"
+
 namespace peregrine {
 namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr size_t kBlock = 256;
+// Scans skip whole chunks by their (vectorized) maximum before looking at single logits.
+constexpr size_t kChunk = 128;
 
 // Weights in [0, 1] are bucketed by their float bits: 4 buckets per power of two down to 2^-40;
 // the last bucket holds everything smaller (including 0). Larger weight, smaller bucket.
@@ -20,7 +24,7 @@ constexpr uint32_t kOneBits = 0x3F800000u;
 constexpr int kBucketShift = 21;
 constexpr size_t kNumBuckets = 160;
 // Interleaved histograms, so consecutive tokens in one bucket do not wait on each other's add.
-constexpr size_t kNumHistograms = 4;  // combined pairwise below
+constexpr size_t kNumHistograms = 8;
 // The bucket sums are added in another order than the nucleus walk; this margin (far above the
 // rounding of ~2^17 double additions) makes sure the walk ends inside the gathered buckets.
 constexpr double kNucleusMargin = 1e-9;
@@ -54,13 +58,20 @@ void KeepNucleusPrefix(std::vector<KeptToken>& kept, double target) {
 std::vector<KeptToken> GatherAbove(std::span<const float> logits, float max_logit, float inv_t,
                                    float floor, bool inclusive) {
   const float exponent_floor = floor > 0.0f ? std::log(floor) - kExponentSlack : kNegInf;
+  const auto may_pass = [&](float logit) {
+    return logit >= max_logit || (logit - max_logit) * inv_t >= exponent_floor;
+  };
   std::vector<KeptToken> kept;
-  for (size_t i = 0; i < logits.size(); ++i) {
-    const float logit = logits[i];
-    if (!((logit - max_logit) * inv_t >= exponent_floor) && !(logit >= max_logit)) continue;
-    const float weight = TemperatureWeight(logit, max_logit, inv_t);
-    if (weight > floor || (inclusive && weight == floor)) {
-      kept.push_back({static_cast<int32_t>(i), logit, weight});
+  for (size_t begin = 0; begin < logits.size(); begin += kChunk) {
+    const size_t end = std::min(logits.size(), begin + kChunk);
+    // The exponent is monotone in the logit: a chunk whose maximum fails fails as a whole.
+    if (!may_pass(MaxLogit(logits.subspan(begin, end - begin)))) continue;
+    for (size_t i = begin; i < end; ++i) {
+      if (!may_pass(logits[i])) continue;
+      const float weight = TemperatureWeight(logits[i], max_logit, inv_t);
+      if (weight > floor || (inclusive && weight == floor)) {
+        kept.push_back({static_cast<int32_t>(i), logits[i], weight});
+      }
     }
   }
   return kept;
@@ -79,7 +90,8 @@ std::vector<KeptToken> Nucleus(std::span<const float> logits, float max_logit, f
   double bucket_mass[kNumBuckets];
   double total = 0.0;
   for (size_t b = 0; b < kNumBuckets; ++b) {
-    bucket_mass[b] = (mass[0][b] + mass[1][b]) + (mass[2][b] + mass[3][b]);
+    bucket_mass[b] = 0.0;
+    for (size_t h = 0; h < kNumHistograms; ++h) bucket_mass[b] += mass[h][b];
     total += bucket_mass[b];
   }
   const double target = top_p * total;
@@ -128,28 +140,37 @@ std::vector<KeptToken> TopKByLogit(std::span<const float> logits, size_t k) {
   // -inf (probability 0) is never kept: a row with many masked tokens would otherwise tie them
   // all at the k-th place and make every prune a no-op.
   float threshold = std::numeric_limits<float>::lowest();
-  for (size_t i = 0; i < logits.size(); ++i) {
-    if (!(logits[i] >= threshold)) continue;
-    kept.push_back({static_cast<int32_t>(i), logits[i], 0.0f});
-    if (kept.size() < capacity) continue;
-    threshold = PruneToTopK(kept, k);
-    // Many ties with the k-th value: grow rather than prune the same entries again and again.
-    if (2 * kept.size() > capacity) {
-      capacity *= 2;
-      kept.reserve(capacity);
+  for (size_t begin = 0; begin < logits.size(); begin += kChunk) {
+    const size_t end = std::min(logits.size(), begin + kChunk);
+    if (!(MaxLogit(logits.subspan(begin, end - begin)) >= threshold)) continue;
+    for (size_t i = begin; i < end; ++i) {
+      if (!(logits[i] >= threshold)) continue;
+      kept.push_back({static_cast<int32_t>(i), logits[i], 0.0f});
+      if (kept.size() < capacity) continue;
+      threshold = PruneToTopK(kept, k);
+      // Many ties with the k-th value: grow rather than prune the same entries again and again.
+      if (2 * kept.size() > capacity) {
+        capacity *= 2;
+        kept.reserve(capacity);
+      }
     }
   }
   if (kept.size() > k) PruneToTopK(kept, k);
   return kept;
 }
 
-std::vector<KeptToken> TruncateDistribution(std::span<const float> logits, float max_logit,
-                                            float inv_temperature, const SamplingParams& params) {
+std::vector<KeptToken> TruncateDistribution(std::span<const float> logits, float inv_temperature,
+                                            const SamplingParams& params) {
   const bool has_top_k = params.top_k > 0 && static_cast<size_t>(params.top_k) < logits.size();
   const bool has_top_p = params.top_p < 1.0f;
+  // Capping an unvalidated min_p at 1 keeps the maximum (weight exactly 1) in every case.
+  const float min_p = std::min(params.min_p, 1.0f);
   std::vector<KeptToken> kept;
   if (has_top_k) {
+    // The row maximum is the largest kept logit: no separate pass over the row.
     kept = TopKByLogit(logits, static_cast<size_t>(params.top_k));
+    float max_logit = -std::numeric_limits<float>::infinity();
+    for (const KeptToken& c : kept) max_logit = std::max(max_logit, c.logit);
     for (KeptToken& c : kept) c.weight = TemperatureWeight(c.logit, max_logit, inv_temperature);
     if (has_top_p) {
       std::sort(kept.begin(), kept.end(), MoreLikely);
@@ -158,14 +179,12 @@ std::vector<KeptToken> TruncateDistribution(std::span<const float> logits, float
       KeepNucleusPrefix(kept, params.top_p * total);
     }
   } else if (has_top_p) {
-    kept = Nucleus(logits, max_logit, inv_temperature, params.top_p);
+    kept = Nucleus(logits, MaxLogit(logits), inv_temperature, params.top_p);
   } else {
-    kept = GatherAbove(logits, max_logit, inv_temperature, params.min_p, /*inclusive=*/true);
+    kept = GatherAbove(logits, MaxLogit(logits), inv_temperature, min_p, /*inclusive=*/true);
   }
-  // The maximum has weight exactly 1 and is always kept, so p / p_max is the weight itself.
-  if (params.min_p > 0.0f) {
-    std::erase_if(kept, [&](const KeptToken& c) { return c.weight < params.min_p; });
-  }
+  // The maximum has weight exactly 1, so p / p_max is the weight itself.
+  if (min_p > 0.0f) std::erase_if(kept, [min_p](const KeptToken& c) { return c.weight < min_p; });
   std::sort(kept.begin(), kept.end(), [](const KeptToken& a, const KeptToken& b) { return a.token < b.token; });
   return kept;
 }

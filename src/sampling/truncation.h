@@ -21,10 +21,10 @@ struct KeptToken {
 bool HasTruncation(const SamplingParams& params, size_t vocab_size);
 
 // The tokens that survive top-k, then top-p, then min-p, in ascending id order with their
-// weights. Requires HasTruncation(params, logits.size()) and max_logit == MaxLogit(logits).
+// weights (relative to the row maximum). Requires HasTruncation(params, logits.size()).
 // Never empty unless every logit is NaN or -inf: the argmax always survives.
-std::vector<KeptToken> TruncateDistribution(std::span<const float> logits, float max_logit,
-                                            float inv_temperature, const SamplingParams& params);
+std::vector<KeptToken> TruncateDistribution(std::span<const float> logits, float inv_temperature,
+                                            const SamplingParams& params);
 
 // All tokens whose logit is >= the k-th largest logit (ties at the boundary kept), unordered,
 // weights unset. NaN and -inf logits are never kept (fewer than k tokens then). 1 <= k <= size.

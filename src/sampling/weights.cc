@@ -11,7 +11,8 @@ float InverseTemperature(float temperature) {
   return static_cast<float>(std::min(inverse, static_cast<double>(std::numeric_limits<float>::max())));
 }
 
-void ComputeWeights(std::span<const float> logits, float max_logit, float inv_temperature, std::span<float> out) {
+PG_VECTOR_CLONES void ComputeWeights(std::span<const float> logits, float max_logit, float inv_temperature,
+                                     std::span<float> out) {
   const float* in = logits.data();
   float* dst = out.data();
   const size_t n = logits.size();
