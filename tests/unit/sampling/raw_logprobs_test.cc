@@ -58,7 +58,9 @@ TEST(RawLogprobsTest, TopListIsMostLikelyFirstWithTiesByLowerId) {
   std::vector<int32_t> ids;
   for (const TokenLogprob& t : raw.top) ids.push_back(t.token);
   EXPECT_EQ(ids, (std::vector<int32_t>{1, 3, 2, 5, 0}));
-  for (const TokenLogprob& t : raw.top) EXPECT_EQ(t.logprob, RawLogprob(logits[static_cast<size_t>(t.token)], raw));
+  for (const TokenLogprob& t : raw.top) {
+    EXPECT_EQ(t.logprob, RawLogprob(logits[static_cast<size_t>(t.token)], raw));
+  }
   EXPECT_TRUE(ComputeRawLogprobs(logits, 0).top.empty());
   EXPECT_EQ(ComputeRawLogprobs(logits, 20).top.size(), logits.size());
 }

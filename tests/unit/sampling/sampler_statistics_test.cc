@@ -111,7 +111,9 @@ TEST(SamplerStatisticsTest, SmallVocabularyMatchesTheReference) {
 TEST(SamplerStatisticsTest, SpreadOverBlocksMatchesTheReference) {
   std::vector<float> logits(2100, -std::numeric_limits<float>::infinity());
   const std::vector<int32_t> ids = {5, 1023, 1024, 1500, 2047, 2048, 2070, 2099};
-  for (size_t i = 0; i < ids.size(); ++i) logits[static_cast<size_t>(ids[i])] = static_cast<float>(std::log(kProbs[i]));
+  for (size_t i = 0; i < ids.size(); ++i) {
+    logits[static_cast<size_t>(ids[i])] = static_cast<float>(std::log(kProbs[i]));
+  }
   for (const SamplingParams& p : Settings()) CheckDistribution(logits, ids, p, kDraws / 2);
 }
 

@@ -239,6 +239,24 @@ TEST(SamplerTest, DegenerateRowsStillGiveATokenInTheVocabulary) {
   }
 }
 
+TEST(SamplerTest, UnvalidatedParametersStaySafe) {
+  SamplingParams p = Seeded(2);
+  p.min_p = 5.0f;  // capped at 1: the maximum still survives
+  EXPECT_EQ(SampleOnce({0.0f, 1.0f, 0.5f}, p), 1);
+  p = Seeded(2);
+  p.top_p = -1.0f;  // keeps the most likely token only
+  EXPECT_EQ(SampleOnce({0.0f, 1.0f, 0.5f}, p), 1);
+  p = Seeded(2);
+  p.logprobs = 1 << 30;  // at most one entry per token, no huge reservation
+  std::vector<float> row = {0.0f, 1.0f, 0.5f};
+  SequenceSamplingState state(p, {});
+  EXPECT_EQ(Sample(row, p, state).top_logprobs.size(), 3u);
+  p = Seeded(2);
+  p.logit_bias = {{-5, 100.0f}, {3, 100.0f}};  // outside the vocabulary: ignored
+  p.top_k = -7;
+  for (const int32_t t : Draw({0.0f, 0.0f, 0.0f}, p, 50)) EXPECT_LT(t, 3);
+}
+
 TEST(SamplerTest, UnvalidatedNegativeOrNaNTemperatureFallsBackToGreedy) {
   SamplingParams p = Seeded(2);
   p.temperature = -1.0f;

@@ -143,7 +143,9 @@ TEST(ValidateSamplingParamsTest, LogitBiasEntryCap) {
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("'logit_bias'"), std::string::npos);
   SamplingParams exactly_cap;
-  for (size_t i = 0; i < kMaxLogitBiasEntries; ++i) exactly_cap.logit_bias.push_back({static_cast<int32_t>(i), 1.0f});
+  for (size_t i = 0; i < kMaxLogitBiasEntries; ++i) {
+    exactly_cap.logit_bias.push_back({static_cast<int32_t>(i), 1.0f});
+  }
   EXPECT_TRUE(ValidateSamplingParams(exactly_cap, 100000).ok());
 }
 

@@ -21,7 +21,7 @@ std::vector<float> FourTokens() {
 std::vector<int32_t> Kept(const std::vector<float>& logits, const SamplingParams& p) {
   const float max_logit = MaxLogit(logits);
   std::vector<int32_t> ids;
-  for (const KeptToken& c : TruncateDistribution(logits, max_logit, InverseTemperature(p.temperature), p)) {
+  for (const KeptToken& c : TruncateDistribution(logits, InverseTemperature(p.temperature), p)) {
     EXPECT_EQ(c.logit, logits[static_cast<size_t>(c.token)]);
     EXPECT_EQ(c.weight, TemperatureWeight(c.logit, max_logit, InverseTemperature(p.temperature)));
     ids.push_back(c.token);
