@@ -1,0 +1,162 @@
+// ParseChatRequest: the /v1/chat/completions body.
+#include <string>
+#include <utility>
+
+#include "server/openai_fields.h"
+#include "server/openai_request.h"
+
+namespace peregrine::server {
+namespace {
+
+bool IsKnownRole(const std::string& role) {
+  return role == "system" || role == "user" || role == "assistant" || role == "tool" ||
+         role == "developer" || role == "latest_reminder";
+}
+
+// The shape the encoder relies on; it checks the finer points itself.
+std::optional<ApiError> CheckMessages(const Json& body) {
+  const Json* messages = FindField(body, "messages");
+  if (messages == nullptr) return InvalidRequest("'messages' is required.", "messages");
+  if (!messages->is_array()) return InvalidRequest("'messages' must be an array.", "messages");
+  if (messages->empty()) return InvalidRequest("'messages' must not be empty.", "messages");
+  for (const Json& m : *messages) {
+    if (!m.is_object()) return InvalidRequest("Each message must be an object.", "messages");
+    const Json* role = FindField(m, "role");
+    if (role == nullptr || !role->is_string()) {
+      return InvalidRequest("Each message must have a string 'role'.", "messages");
+    }
+    if (!IsKnownRole(role->get_ref<const std::string&>())) {
+      return InvalidRequest("A message has an unsupported role.", "messages");
+    }
+    const Json* content = FindField(m, "content");
+    if (content == nullptr || content->is_string()) continue;
+    if (!content->is_array()) {
+      return InvalidRequest("Message content must be a string or an array of text parts.",
+                            "messages");
+    }
+    for (const Json& part : *content) {
+      const Json* type = part.is_object() ? FindField(part, "type") : nullptr;
+      const Json* text = part.is_object() ? FindField(part, "text") : nullptr;
+      if (type == nullptr || !type->is_string() || *type != "text" || text == nullptr ||
+          !text->is_string()) {
+        return InvalidRequest("Only text content parts are supported.", "messages");
+      }
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> CheckTools(Json& body, const ServerLimits& limits, bool* has_tools,
+                                   Json* tools_out) {
+  const Json* tools = FindField(body, "tools");
+  std::string choice = "auto";
+  if (const Json* tc = FindField(body, "tool_choice")) {
+    if (!tc->is_string()) {
+      return InvalidRequest("Only 'auto' and 'none' are supported for 'tool_choice'.",
+                            "tool_choice");
+    }
+    choice = tc->get<std::string>();
+    if (choice != "auto" && choice != "none") {
+      return InvalidRequest("Only 'auto' and 'none' are supported for 'tool_choice'.",
+                            "tool_choice");
+    }
+  }
+  if (tools == nullptr) return std::nullopt;
+  if (!tools->is_array()) return InvalidRequest("'tools' must be an array.", "tools");
+  if (tools->size() > static_cast<size_t>(limits.max_tools)) {
+    return InvalidRequest("'tools' has too many entries.", "tools");
+  }
+  for (const Json& tool : *tools) {
+    const Json* type = tool.is_object() ? FindField(tool, "type") : nullptr;
+    const Json* function = tool.is_object() ? FindField(tool, "function") : nullptr;
+    const Json* name = function != nullptr && function->is_object()
+                           ? FindField(*function, "name") : nullptr;
+    if (type == nullptr || *type != "function" || name == nullptr || !name->is_string() ||
+        name->get_ref<const std::string&>().empty()) {
+      return InvalidRequest("Each tool must be a function with a name.", "tools");
+    }
+    const Json* parameters = FindField(*function, "parameters");
+    if (parameters != nullptr && !parameters->is_object()) {
+      return InvalidRequest("Tool parameters must be a JSON Schema object.", "tools");
+    }
+  }
+  // tool_choice "none": the model is not told about the tools and nothing is parsed as a call.
+  if (choice == "none" || tools->empty()) return std::nullopt;
+  *has_tools = true;
+  *tools_out = std::move(body["tools"]);
+  return std::nullopt;
+}
+
+std::optional<ApiError> ReadThinking(const Json& body, const ServerConfig& config,
+                                     ChatRequest* out) {
+  if (FindField(body, "chat_template") != nullptr) {
+    return InvalidRequest("'chat_template' is not accepted in requests.", "chat_template");
+  }
+  std::optional<bool> thinking;
+  if (const Json* kwargs = FindField(body, "chat_template_kwargs")) {
+    if (!kwargs->is_object()) {
+      return InvalidRequest("'chat_template_kwargs' must be an object.", "chat_template_kwargs");
+    }
+    for (const char* key : {"thinking", "enable_thinking"}) {
+      bool value = false;
+      if (FindField(*kwargs, key) == nullptr) continue;
+      if (ReadBool(*kwargs, key, &value)) {
+        return InvalidRequest("'chat_template_kwargs.thinking' must be a boolean.",
+                              "chat_template_kwargs");
+      }
+      thinking = value;
+    }
+  }
+  if (const Json* effort = FindField(body, "reasoning_effort")) {
+    if (!effort->is_string()) {
+      return InvalidRequest("'reasoning_effort' must be a string.", "reasoning_effort");
+    }
+    Result<chat::V4ReasoningEffort> parsed =
+        chat::ParseV4ReasoningEffort(effort->get_ref<const std::string&>());
+    if (!parsed.ok()) {
+      return InvalidRequest("'reasoning_effort' must be one of none, low, medium, high, max.",
+                            "reasoning_effort");
+    }
+    out->reasoning_effort = *parsed;
+  }
+  // An explicit switch wins; asking for high or max effort implies thinking.
+  out->thinking = thinking.value_or(out->reasoning_effort != chat::V4ReasoningEffort::kNone ||
+                                    config.default_thinking);
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<ApiError> ParseChatRequest(Json body, const ParseContext& context,
+                                         ChatRequest* out) {
+  if (auto e = ParseGenerationOptions(body, context, /*is_chat=*/true, &out->options)) return e;
+  GenerationOptions& options = out->options;
+  if (options.max_tokens && *options.max_tokens == 0) {
+    return InvalidRequest("'max_tokens' must be at least 1.", "max_tokens");
+  }
+  if (auto e = CheckMessages(body)) return e;
+  if (auto e = CheckTools(body, context.config->limits, &out->has_tools, &out->tools)) return e;
+  if (auto e = ReadThinking(body, *context.config, out)) return e;
+  if (auto e = ReadBool(body, "add_generation_prompt", &out->add_generation_prompt)) return e;
+  bool continue_final = false;
+  if (auto e = ReadBool(body, "continue_final_message", &continue_final)) return e;
+  if (continue_final) {
+    return InvalidRequest("'continue_final_message' is not supported by this server.",
+                          "continue_final_message");
+  }
+
+  if (auto e = ReadBool(body, "logprobs", &out->logprobs)) return e;
+  std::optional<int64_t> top_logprobs;
+  if (auto e = ReadInt(body, "top_logprobs", 0, kMaxTopLogprobs, &top_logprobs)) return e;
+  if (top_logprobs && !out->logprobs) {
+    return InvalidRequest("'top_logprobs' requires 'logprobs' to be true.", "top_logprobs");
+  }
+  if (out->logprobs) options.sampling.logprobs = static_cast<int32_t>(top_logprobs.value_or(0));
+
+  Status valid = ValidateSamplingParams(options.sampling, context.vocab_size);
+  if (!valid.ok()) return InvalidRequest(valid.message());
+  out->messages = std::move(body["messages"]);
+  return std::nullopt;
+}
+
+}  // namespace peregrine::server

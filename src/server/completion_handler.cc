@@ -1,0 +1,210 @@
+// POST /v1/completions: prompts (text or token ids, batched) -> jobs; and the text_completion
+// response shapes.
+#include <chrono>
+#include <string>
+#include <utility>
+
+#include "server/generation_route.h"
+#include "server/logprobs_format.h"
+#include "server/openai_request.h"
+#include "server/sse.h"
+
+namespace peregrine::server {
+namespace {
+
+int64_t UnixSeconds() {
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+class CompletionFormatter final : public ResponseFormatter {
+ public:
+  // `echo[i]` is prepended to every choice of prompt i (empty without echo);
+  // `prompt_of_choice[c]` maps a choice to its prompt.
+  CompletionFormatter(const tokenizer::Tokenizer& tokenizer, std::string id, std::string model,
+                      std::vector<std::string> echo, std::vector<size_t> prompt_of_choice,
+                      int logprobs, bool include_usage)
+      : tokenizer_(tokenizer), id_(std::move(id)), model_(std::move(model)),
+        created_(UnixSeconds()), echo_(std::move(echo)),
+        prompt_of_choice_(std::move(prompt_of_choice)), logprobs_(logprobs),
+        include_usage_(include_usage), text_offsets_(prompt_of_choice_.size(), 0) {}
+
+  void StreamStart(std::string* out) override {
+    for (size_t c = 0; c < prompt_of_choice_.size(); ++c) {
+      const std::string& echo = echo_[prompt_of_choice_[c]];
+      if (echo.empty()) continue;
+      AppendSseEvent(Chunk(Choice(c, echo, Json(nullptr), Json(nullptr))), out);
+    }
+  }
+
+  void StreamUpdate(size_t index, const ChoiceUpdate& update, std::string* out) override {
+    const bool has_logprobs = logprobs_ >= 0 && !update.samples.empty();
+    if (update.text.empty() && !has_logprobs && !update.finish_reason) return;
+    Json logprobs = nullptr;
+    if (has_logprobs) {
+      AppendCompletionLogprobs(tokenizer_, update.samples, logprobs_, &text_offsets_[index],
+                               &logprobs);
+    }
+    Json finish = update.finish_reason ? Json(*update.finish_reason) : Json(nullptr);
+    AppendSseEvent(Chunk(Choice(index, update.text, std::move(logprobs), std::move(finish))),
+                   out);
+  }
+
+  Json UsageChunk(const Usage& usage) override {
+    Json chunk = Header();
+    chunk["choices"] = Json::array();
+    chunk["usage"] = UsageJson(usage);
+    return chunk;
+  }
+
+  Json Whole(const std::vector<ChoiceResult>& choices, const Usage& usage) override {
+    Json body = Header();
+    Json list = Json::array();
+    for (size_t c = 0; c < choices.size(); ++c) {
+      Json logprobs = nullptr;
+      if (logprobs_ >= 0) {
+        int64_t offset = 0;
+        AppendCompletionLogprobs(tokenizer_, choices[c].samples, logprobs_, &offset, &logprobs);
+      }
+      list.push_back(Choice(c, echo_[prompt_of_choice_[c]] + choices[c].text,
+                            std::move(logprobs), Json(choices[c].finish_reason)));
+    }
+    body["choices"] = std::move(list);
+    body["usage"] = UsageJson(usage);
+    return body;
+  }
+
+ private:
+  Json Header() const {
+    return {{"id", id_}, {"object", "text_completion"}, {"created", created_}, {"model", model_}};
+  }
+  static Json Choice(size_t index, const std::string& text, Json logprobs, Json finish) {
+    return {{"index", index}, {"text", text}, {"logprobs", std::move(logprobs)},
+            {"finish_reason", std::move(finish)}};
+  }
+  Json Chunk(Json choice) const {
+    Json chunk = Header();
+    chunk["choices"] = Json::array({std::move(choice)});
+    if (include_usage_) chunk["usage"] = nullptr;
+    return chunk;
+  }
+  static Json UsageJson(const Usage& u) {
+    return {{"prompt_tokens", u.prompt_tokens},
+            {"completion_tokens", u.completion_tokens},
+            {"total_tokens", u.prompt_tokens + u.completion_tokens}};
+  }
+
+  const tokenizer::Tokenizer& tokenizer_;
+  std::string id_;
+  std::string model_;
+  int64_t created_;
+  std::vector<std::string> echo_;
+  std::vector<size_t> prompt_of_choice_;
+  int logprobs_;  // -1: none
+  bool include_usage_;
+  std::vector<int64_t> text_offsets_;
+};
+
+// max_tokens 0 with echo: the prompts come back and nothing is generated.
+HttpResponse EchoOnly(CompletionFormatter& formatter, const CompletionRequest& request,
+                      const std::vector<int64_t>& prompt_lengths) {
+  Usage usage;
+  for (int64_t n : prompt_lengths) usage.prompt_tokens += n;
+  std::vector<ChoiceResult> results(request.prompts.size() * static_cast<size_t>(request.options.n));
+  for (ChoiceResult& r : results) r.finish_reason = "length";
+  HttpResponse response;
+  if (!request.options.stream) {
+    response.body = DumpJson(formatter.Whole(results, usage));
+    return response;
+  }
+  // A whole SSE body: one echo chunk per choice, the finish, usage, [DONE].
+  response.content_type = "text/event-stream";
+  formatter.StreamStart(&response.body);
+  for (size_t c = 0; c < results.size(); ++c) {
+    ChoiceUpdate update;
+    update.finish_reason = "length";
+    formatter.StreamUpdate(c, update, &response.body);
+  }
+  if (request.options.include_usage) AppendSseEvent(formatter.UsageChunk(usage), &response.body);
+  AppendSseDone(&response.body);
+  return response;
+}
+
+PreparedJob PrepareCompletion(std::string body, ServingContext& context) {
+  PreparedJob out;
+  const ParseContext parse_context{&context.config, context.engine.vocab_size()};
+  Json json;
+  if ((out.error = ParseJsonBody(body, context.config.limits.max_json_depth, &json))) return out;
+  body.clear();
+  body.shrink_to_fit();
+  CompletionRequest request;
+  if ((out.error = ParseCompletionRequest(std::move(json), parse_context, &request))) return out;
+  GenerationOptions& options = request.options;
+
+  std::vector<std::vector<int32_t>> prompt_ids;
+  std::vector<int64_t> prompt_lengths;
+  std::vector<std::string> echo;
+  const int64_t max_context = context.engine.max_context();
+  for (CompletionPrompt& prompt : request.prompts) {
+    if (prompt.is_text) {
+      Result<std::vector<int32_t>> ids =
+          context.tokenizer.Encode(prompt.text, /*parse_special=*/true, /*add_special=*/true);
+      if (!ids.ok()) {
+        out.error = InvalidRequest("The prompt could not be tokenized.", "prompt");
+        return out;
+      }
+      prompt_ids.push_back(std::move(*ids));
+      if ((out.error = CheckPromptIds(prompt_ids.back(), parse_context.vocab_size))) return out;
+    } else {
+      prompt_ids.push_back(std::move(prompt.token_ids));
+    }
+    std::optional<int64_t> max_tokens = options.max_tokens;
+    const auto n = static_cast<int64_t>(prompt_ids.back().size());
+    if ((out.error = ResolveMaxTokens(n, max_context, false, &max_tokens))) return out;
+    prompt_lengths.push_back(n);
+    if (request.echo) {
+      echo.push_back(prompt.is_text ? std::move(prompt.text)
+                                    : context.tokenizer.Decode(prompt_ids.back(),
+                                                               options.skip_special_tokens));
+    } else {
+      echo.emplace_back();
+    }
+  }
+
+  const std::string id = context.NewId("cmpl-");
+  std::vector<size_t> prompt_of_choice;
+  for (size_t p = 0; p < prompt_ids.size(); ++p) {
+    for (int i = 0; i < options.n; ++i) prompt_of_choice.push_back(p);
+  }
+  auto formatter = std::make_unique<CompletionFormatter>(
+      context.tokenizer, id, context.config.model_name, echo, prompt_of_choice,
+      options.sampling.logprobs, options.include_usage);
+  if (*options.max_tokens == 0) {
+    out.immediate = EchoOnly(*formatter, request, prompt_lengths);
+    return out;
+  }
+  for (size_t c = 0; c < prompt_of_choice.size(); ++c) {
+    JobChoice choice;
+    choice.prompt_index = prompt_of_choice[c];
+    choice.request = MakeEngineRequest(id, c, prompt_ids[choice.prompt_index], options,
+                                       *options.max_tokens);
+    choice.decoder.skip_special_tokens = options.skip_special_tokens;
+    choice.decoder.stop = options.stop;
+    choice.decoder.include_stop = options.include_stop_str_in_output;
+    out.spec.choices.push_back(std::move(choice));
+  }
+  out.spec.prompt_lengths = std::move(prompt_lengths);
+  out.spec.stream = options.stream;
+  out.spec.include_usage = options.include_usage;
+  out.formatter = std::move(formatter);
+  return out;
+}
+
+}  // namespace
+
+void HandleCompletions(const std::shared_ptr<ServingContext>& context, HttpRequest request,
+                       std::shared_ptr<ResponseChannel> channel) {
+  ServeGeneration(context, std::move(request), std::move(channel), PrepareCompletion);
+}
+
+}  // namespace peregrine::server

@@ -1,0 +1,253 @@
+#include "server/generation_job.h"
+
+#include <utility>
+
+#include "server/sse.h"
+
+namespace peregrine::server {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+RequestOutcome OutcomeOf(std::string_view reason) {
+  if (reason == "stop" || reason == "tool_calls") return RequestOutcome::kStop;
+  if (reason == "length") return RequestOutcome::kLength;
+  if (reason == "abort") return RequestOutcome::kAbort;
+  return RequestOutcome::kError;
+}
+
+RequestOutcome OutcomeOf(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kStop:
+      return RequestOutcome::kStop;
+    case FinishReason::kLength:
+      return RequestOutcome::kLength;
+    case FinishReason::kAbort:
+      return RequestOutcome::kAbort;
+    case FinishReason::kError:
+      return RequestOutcome::kError;
+  }
+  return RequestOutcome::kError;
+}
+
+}  // namespace
+
+struct GenerationJob::Slot {
+  Slot(const tokenizer::Tokenizer& tokenizer, ChoiceDecoderOptions options)
+      : decoder(tokenizer, std::move(options)) {}
+
+  std::string engine_id;
+  ChoiceDecoder decoder;
+  ChoiceResult result;
+  bool is_submitted = false;
+  bool is_engine_done = true;  // until submitted
+  bool has_first_token = false;
+  bool has_counted_prompt = false;
+  Clock::time_point submit_time;
+  Clock::time_point last_token_time;
+};
+
+GenerationJob::GenerationJob(std::shared_ptr<ServingContext> context,
+                             std::shared_ptr<ResponseChannel> channel,
+                             std::unique_ptr<ResponseFormatter> formatter, JobSpec spec,
+                             std::shared_ptr<void> admission)
+    : context_(std::move(context)),
+      channel_(std::move(channel)),
+      formatter_(std::move(formatter)),
+      spec_(std::move(spec)),
+      admission_(std::move(admission)) {}
+
+GenerationJob::~GenerationJob() {
+  if (registry_key_) context_->registry.Remove(*registry_key_);
+}
+
+void GenerationJob::Start() {
+  if (channel_->is_client_gone()) return;
+  slots_.reserve(spec_.choices.size());
+  JobRegistry::Entry entry;
+  for (JobChoice& choice : spec_.choices) {
+    Slot& slot = slots_.emplace_back(context_->tokenizer, std::move(choice.decoder));
+    slot.engine_id = choice.request.id;
+    slot.result.prompt_index = choice.prompt_index;
+    entry.engine_ids.push_back(slot.engine_id);
+  }
+  const std::weak_ptr<GenerationJob> weak = weak_from_this();
+  const std::shared_ptr<TaskQueue> home = channel_->home();
+  entry.abort_for_shutdown = [weak, home] {
+    home->Post([weak] {
+      if (auto job = weak.lock()) job->AbortForShutdown();
+    });
+  };
+  registry_key_ = context_->registry.Add(std::move(entry));
+  channel_->SetCancelHandler([weak] {
+    if (auto job = weak.lock()) job->OnClientGone();
+  });
+
+  const std::shared_ptr<GenerationJob> self = shared_from_this();
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    Slot& slot = slots_[i];
+    EventSink sink = [self, home, i](const EngineEvent& event) {
+      home->Post([self, i, event] { self->OnEvent(i, event); });
+    };
+    slot.submit_time = Clock::now();
+    Status status = context_->engine.Submit(std::move(spec_.choices[i].request), std::move(sink));
+    if (!status.ok()) {
+      Fail(FromStatus(status, context_->config.retry_after_seconds));
+      MaybeUnregister();
+      return;
+    }
+    slot.is_submitted = true;
+    slot.is_engine_done = false;
+    ++num_engine_live_;
+  }
+  spec_.choices.clear();
+  if (spec_.stream && state_ == State::kRunning) {
+    HttpResponse head;
+    head.content_type = "text/event-stream";
+    head.headers = {{"cache-control", "no-cache"}, {"x-accel-buffering", "no"}};
+    channel_->BeginStream(std::move(head));
+    std::string out;
+    formatter_->StreamStart(&out);
+    channel_->Write(out);
+  }
+}
+
+void GenerationJob::OnEvent(size_t index, const EngineEvent& event) {
+  Slot& slot = slots_[index];
+  if (slot.is_engine_done) return;
+  RecordMetrics(slot, event);
+  if (event.finish) {
+    slot.is_engine_done = true;
+    --num_engine_live_;
+  }
+  if (state_ == State::kRunning && !slot.decoder.is_finished()) {
+    ChoiceUpdate update = slot.decoder.OnEvent(event);
+    if (slot.decoder.is_stopped_by_string() && !event.finish) {
+      context_->engine.Abort(slot.engine_id);
+    }
+    if (update.finish_reason == "error") {
+      ApiError error = InternalError("The engine failed to generate a response.");
+      Fail(error);
+    } else if (update.finish_reason == "abort") {
+      Fail(InternalError("The engine aborted the request."));
+    } else {
+      if (spec_.stream) {
+        std::string out;
+        formatter_->StreamUpdate(index, update, &out);
+        channel_->Write(out);
+      } else {
+        ChoiceResult& r = slot.result;
+        r.text += update.text;
+        chat::AppendOutputDelta(update.delta, &r.message);
+        for (SampleResult& s : update.samples) r.samples.push_back(std::move(s));
+      }
+      if (update.finish_reason) slot.result.finish_reason = *update.finish_reason;
+      CompleteIfDone();
+    }
+  }
+  if (event.finish) {
+    const bool has_reason = !slot.result.finish_reason.empty();
+    context_->metrics.AddOutcome(has_reason ? OutcomeOf(slot.result.finish_reason)
+                                            : OutcomeOf(*event.finish));
+  }
+  MaybeUnregister();
+}
+
+void GenerationJob::RecordMetrics(Slot& slot, const EngineEvent& event) {
+  ServerMetrics& m = context_->metrics;
+  const Clock::time_point now =
+      event.time == Clock::time_point{} ? Clock::now() : event.time;
+  if (!slot.has_counted_prompt && event.num_prompt_tokens > 0) {
+    m.AddPromptTokens(event.num_prompt_tokens);
+    slot.has_counted_prompt = true;
+  }
+  if (!event.token_ids.empty()) {
+    if (!slot.has_first_token) {
+      slot.has_first_token = true;
+      m.time_to_first_token().Observe(Seconds(now - spec_.arrival));
+      m.request_queue_time().Observe(Seconds(now - slot.submit_time));
+    } else {
+      const double gap = Seconds(now - slot.last_token_time);
+      m.inter_token_latency().Observe(gap);
+      m.time_per_output_token().Observe(gap);
+    }
+    slot.last_token_time = now;
+    m.AddGenerationTokens(static_cast<int64_t>(event.token_ids.size()));
+  }
+  if (event.finish) m.e2e_request_latency().Observe(Seconds(now - spec_.arrival));
+}
+
+void GenerationJob::OnClientGone() {
+  if (state_ != State::kRunning) return;
+  state_ = State::kFailed;
+  AbortAll();
+}
+
+void GenerationJob::AbortForShutdown() {
+  Fail(Draining(context_->config.retry_after_seconds));
+}
+
+void GenerationJob::AbortAll() {
+  for (Slot& slot : slots_) {
+    if (slot.is_submitted && !slot.is_engine_done) context_->engine.Abort(slot.engine_id);
+  }
+}
+
+void GenerationJob::Fail(const ApiError& error) {
+  if (state_ != State::kRunning) return;
+  state_ = State::kFailed;
+  AbortAll();
+  if (channel_->is_started()) {
+    std::string out;
+    AppendSseEvent(ErrorEnvelope(error), &out);
+    AppendSseDone(&out);
+    channel_->Write(out);
+    channel_->End();
+  } else {
+    channel_->Respond(ErrorResponse(error));
+  }
+}
+
+void GenerationJob::CompleteIfDone() {
+  if (state_ != State::kRunning) return;
+  for (const Slot& slot : slots_) {
+    if (!slot.decoder.is_finished()) return;
+  }
+  state_ = State::kDone;
+  Usage usage;
+  for (int64_t n : spec_.prompt_lengths) usage.prompt_tokens += n;
+  for (const Slot& slot : slots_) usage.completion_tokens += slot.decoder.num_tokens();
+  if (spec_.stream) {
+    std::string out;
+    if (spec_.include_usage) AppendSseEvent(formatter_->UsageChunk(usage), &out);
+    AppendSseDone(&out);
+    channel_->Write(out);
+    channel_->End();
+    return;
+  }
+  std::vector<ChoiceResult> results;
+  results.reserve(slots_.size());
+  for (Slot& slot : slots_) results.push_back(std::move(slot.result));
+  HttpResponse response;
+  response.body = DumpJson(formatter_->Whole(results, usage));
+  channel_->Respond(std::move(response));
+}
+
+void GenerationJob::MaybeUnregister() {
+  if (num_engine_live_ != 0 || !registry_key_) return;
+  if (state_ == State::kRunning) {
+    // Every engine request ended but some choice never finished: cannot happen with a
+    // well-behaved engine; never leave the client hanging.
+    for (const Slot& slot : slots_) {
+      if (!slot.is_submitted) return;  // still starting
+    }
+    Fail(InternalError("The engine ended the request without a result."));
+  }
+  context_->registry.Remove(*registry_key_);
+  registry_key_.reset();
+  admission_.reset();
+}
+
+}  // namespace peregrine::server

@@ -1,0 +1,72 @@
+// Typed, validated OpenAI requests. Parsing checks every field's type and range against the
+// server limits before anything is allocated from it (n, stop, logit_bias, tools are capped
+// first) and reports the first problem as a 400 ApiError naming the parameter.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "chat/v4_encoder.h"
+#include "sampling/sampling_params.h"
+#include "server/api_error.h"
+#include "server/json_text.h"
+#include "server/server_config.h"
+
+namespace peregrine::server {
+
+// What validation needs besides the body.
+struct ParseContext {
+  const ServerConfig* config = nullptr;
+  int64_t vocab_size = 0;  // the model's: every token id must be below it
+};
+
+// Fields shared by chat and text completions.
+struct GenerationOptions {
+  SamplingParams sampling;
+  std::optional<int64_t> max_tokens;  // absent: what the context leaves (chat) or 16
+  int n = 1;
+  std::vector<std::string> stop;      // non-empty strings
+  bool include_stop_str_in_output = false;
+  std::vector<int32_t> stop_token_ids;
+  bool ignore_eos = false;
+  bool skip_special_tokens = true;
+  bool stream = false;
+  bool include_usage = false;         // stream_options.include_usage
+};
+
+struct ChatRequest {
+  GenerationOptions options;
+  Json messages;                      // validated shape; the encoder checks the rest
+  Json tools;                         // null when the prompt gets no tools
+  bool has_tools = false;             // parse tool calls from the output
+  bool thinking = false;
+  bool add_generation_prompt = true;
+  chat::V4ReasoningEffort reasoning_effort = chat::V4ReasoningEffort::kNone;
+  bool logprobs = false;              // options.sampling.logprobs holds top_logprobs
+};
+
+struct CompletionPrompt {
+  bool is_text = true;
+  std::string text;                   // when is_text
+  std::vector<int32_t> token_ids;     // when !is_text (validated against the vocabulary)
+};
+
+struct CompletionRequest {
+  GenerationOptions options;
+  std::vector<CompletionPrompt> prompts;
+  bool echo = false;
+};
+
+// Each returns nullopt and fills `out`, or the first error. Never throws. Large parts of the
+// body (messages, tools) are moved out of it.
+std::optional<ApiError> ParseChatRequest(Json body, const ParseContext& context,
+                                         ChatRequest* out);
+std::optional<ApiError> ParseCompletionRequest(Json body, const ParseContext& context,
+                                               CompletionRequest* out);
+
+// Parses a request body: valid UTF-8, bounded nesting, a JSON object. Never throws.
+std::optional<ApiError> ParseJsonBody(std::string_view body, int max_depth, Json* out);
+
+}  // namespace peregrine::server

@@ -1,0 +1,43 @@
+// Router: authentication, then the route table. Public routes (/health, /ready) skip the API
+// key; every other path, known or not, needs it when one is configured (so unknown paths
+// cannot be probed without a key).
+//
+// Authorization: "Bearer <key>", the scheme matched case-insensitively (RFC 7235; vLLM does
+// the same, so "bearer <key>" works), one space, then the key compared in constant time.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "server/http_message.h"
+#include "server/response_channel.h"
+#include "server/serving_context.h"
+
+namespace peregrine::server {
+
+class Router {
+ public:
+  explicit Router(std::shared_ptr<ServingContext> context) : context_(std::move(context)) {}
+
+  // Answers now or later through `channel`; never throws.
+  void Handle(HttpRequest request, std::shared_ptr<ResponseChannel> channel);
+
+  // The client's x-request-id when it is short printable ASCII without separators, else a
+  // fresh one.
+  std::string ResolveRequestId(std::string_view client_value) const;
+
+ private:
+  bool IsAuthorized(const HttpRequest& request) const;
+  HttpResponse Models() const;
+  HttpResponse Ready() const;
+  HttpResponse Metrics() const;
+
+  std::shared_ptr<ServingContext> context_;
+};
+
+// True when `header` is "<scheme> <key>" with scheme "bearer" in any case and the key equal
+// to `api_key` (constant time in the key's length).
+bool IsValidBearer(std::string_view header, std::string_view api_key);
+
+}  // namespace peregrine::server

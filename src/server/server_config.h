@@ -1,0 +1,56 @@
+// ServerConfig: everything the HTTP front end needs to know, parsed once at the edge (the CLI)
+// and passed down by const&. Limits are the robustness rows of the design (3, 4, 7, 9, 13, 15).
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "base/status.h"
+
+namespace peregrine::server {
+
+struct ServerLimits {
+  size_t max_body_bytes = size_t{32} << 20;   // larger bodies get 413 before being buffered
+  uint32_t max_header_bytes = 64 << 10;       // request line + all fields; beyond: 431
+  uint32_t max_header_fields = 128;           // beyond: 431
+  int max_connections = 10000;                // accepted and closed at once beyond this
+  int max_concurrent_requests = 1024;         // generation requests in flight; beyond: 429
+  int max_waiting_requests = 0;               // engine waiting queue bound checked before
+                                              // rendering (0: only the engine decides)
+  int max_n = 16;                             // choices per request (n, prompts x n)
+  int max_stop_strings = 16;
+  size_t max_stop_string_bytes = 1024;
+  int max_stop_token_ids = 256;
+  int max_tools = 128;
+  int max_choices = 64;                       // prompts x n of one completions request
+  int max_json_depth = 64;                    // nesting of the request body
+};
+
+struct ServerTimeouts {
+  std::chrono::milliseconds idle{60'000};     // keep-alive: waiting for a request's first byte
+  std::chrono::milliseconds header{10'000};   // first byte to the end of the header (slowloris)
+  std::chrono::milliseconds body{60'000};     // reading the body
+  std::chrono::milliseconds write{60'000};    // one write to a client that stopped reading
+  std::chrono::milliseconds drain{30'000};    // Drain(): in-flight requests may finish
+  std::chrono::milliseconds drain_grace{3'000};  // after aborting, time to flush error events
+};
+
+struct ServerConfig {
+  std::string host = "127.0.0.1";
+  uint16_t port = 8000;                       // 0: an ephemeral port (see Server::port)
+  std::string api_key;                        // empty: no authentication
+  std::string model_name = "deepseek-v4";     // the id in /v1/models and the metrics label
+  int num_io_threads = 2;                     // connections are spread over these
+  int num_worker_threads = 2;                 // JSON parsing, prompt rendering, tokenization
+  bool default_thinking = false;              // thinking mode when the request does not say
+  int retry_after_seconds = 1;                // Retry-After on 429 and 503
+  ServerLimits limits;
+  ServerTimeouts timeouts;
+};
+
+// InvalidArgument naming the first field out of range.
+Status ValidateServerConfig(const ServerConfig& config);
+
+}  // namespace peregrine::server
