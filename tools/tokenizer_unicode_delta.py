@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Generates src/tokenizer/unicode_delta.cc.
+"""Generates src/tokenizer/unicode_delta_ranges.cc.
 
 HF `tokenizers` evaluates pre-tokenizer regexes with Oniguruma, whose Unicode tables are
 newer than the ones compiled into the Debian PCRE2 (10.42: Unicode 14.0). Characters assigned
@@ -9,7 +9,7 @@ translator adds them to each general-category class. This script lists them.
 Usage (needs the `unicodedata2` backport pinned to the reference's Unicode version, and a
 Python whose own `unicodedata` matches the PCRE2 tables):
   python3 -m pip install unicodedata2==16.0.0
-  python3 tools/tokenizer_unicode_delta.py > src/tokenizer/unicode_delta.cc
+  python3 tools/tokenizer_unicode_delta.py > src/tokenizer/unicode_delta_ranges.cc
 """
 import sys
 import unicodedata

@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "tokenizer/unicode_delta.h"
 #include "tokenizer/utf8.h"
 
 namespace peregrine::tokenizer {
@@ -53,6 +54,13 @@ Status Normalizer::AddSteps(const Json& j, std::vector<Step>& steps) {
 Result<Normalizer> Normalizer::FromJson(const Json& j) {
   Normalizer n;
   PG_RETURN_IF_ERROR(AddSteps(j, n.steps_));
+  for (const Step& step : n.steps_) {
+    if (const auto* p = std::get_if<Prepend>(&step)) {
+      n.inserts_unicode_delta_ |= ContainsUnicodeDelta(p->prefix);
+    } else if (const auto* r = std::get_if<Replace>(&step)) {
+      n.inserts_unicode_delta_ |= ContainsUnicodeDelta(r->content);
+    }
+  }
   return n;
 }
 

@@ -49,12 +49,33 @@ MatchScratch::MatchScratch() : impl_(std::make_unique<Impl>()) {
 
 MatchScratch::~MatchScratch() = default;
 
+Result<Regex::Code> Regex::CompileCode(const std::string& pattern, uint32_t options,
+                                       std::string_view source) {
+  if (!IsValidUtf8(pattern)) return InvalidArgument("regex pattern is not valid UTF-8");
+  int error = 0;
+  PCRE2_SIZE offset = 0;
+  pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
+                                   options, &error, &offset, nullptr);
+  if (code == nullptr) {
+    return InvalidArgument("cannot compile regex /" + std::string(source) + "/: " +
+                           Pcre2ErrorMessage(error) + " at offset " + std::to_string(offset));
+  }
+  return Code{code, pcre2_jit_compile(code, PCRE2_JIT_COMPLETE) == 0};
+}
+
+void Regex::Free(Code& code) {
+  pcre2_code_free(static_cast<pcre2_code*>(code.code));
+  code = Code{};
+}
+
 Result<Regex> Regex::Compile(std::string_view pattern, Syntax syntax) {
   Regex regex;
   uint32_t options = PCRE2_UTF | PCRE2_UCP;
+  std::string fast_pattern;
   switch (syntax) {
     case Syntax::kOniguruma: {
       PG_ASSIGN_OR_RETURN(regex.compiled_pattern_, TranslateOnigurumaPattern(pattern));
+      PG_ASSIGN_OR_RETURN(fast_pattern, TranslateOnigurumaPattern(pattern, false));
       options |= PCRE2_MULTILINE;
       break;
     }
@@ -66,43 +87,40 @@ Result<Regex> Regex::Compile(std::string_view pattern, Syntax syntax) {
       options = PCRE2_UTF | PCRE2_LITERAL;  // PCRE2 rejects UCP with LITERAL; it has no classes
       break;
   }
-  if (!IsValidUtf8(regex.compiled_pattern_)) {
-    return InvalidArgument("regex pattern is not valid UTF-8");
+  PG_ASSIGN_OR_RETURN(regex.exact_, CompileCode(regex.compiled_pattern_, options, pattern));
+  if (!fast_pattern.empty() && fast_pattern != regex.compiled_pattern_) {
+    PG_ASSIGN_OR_RETURN(regex.fast_, CompileCode(fast_pattern, options, pattern));
   }
-  int error = 0;
-  PCRE2_SIZE offset = 0;
-  pcre2_code* code =
-      pcre2_compile(reinterpret_cast<PCRE2_SPTR>(regex.compiled_pattern_.data()),
-                    regex.compiled_pattern_.size(), options, &error, &offset, nullptr);
-  if (code == nullptr) {
-    return InvalidArgument("cannot compile regex /" + std::string(pattern) + "/: " +
-                           Pcre2ErrorMessage(error) + " at offset " + std::to_string(offset));
-  }
-  regex.code_ = code;
-  regex.is_jit_ = pcre2_jit_compile(code, PCRE2_JIT_COMPLETE) == 0;
   return regex;
 }
 
 Regex::Regex(Regex&& other) noexcept
-    : code_(std::exchange(other.code_, nullptr)),
-      is_jit_(other.is_jit_),
+    : exact_(std::exchange(other.exact_, Code{})),
+      fast_(std::exchange(other.fast_, Code{})),
       compiled_pattern_(std::move(other.compiled_pattern_)) {}
 
 Regex& Regex::operator=(Regex&& other) noexcept {
   if (this != &other) {
-    pcre2_code_free(static_cast<pcre2_code*>(code_));
-    code_ = std::exchange(other.code_, nullptr);
-    is_jit_ = other.is_jit_;
+    Free(exact_);
+    Free(fast_);
+    exact_ = std::exchange(other.exact_, Code{});
+    fast_ = std::exchange(other.fast_, Code{});
     compiled_pattern_ = std::move(other.compiled_pattern_);
   }
   return *this;
 }
 
-Regex::~Regex() { pcre2_code_free(static_cast<pcre2_code*>(code_)); }
+Regex::~Regex() {
+  Free(exact_);
+  Free(fast_);
+}
 
 Status Regex::FindAll(std::string_view text, MatchScratch& scratch,
                       FunctionRef<void(size_t, size_t)> on_match) const {
-  auto* code = static_cast<const pcre2_code*>(code_);
+  const Code& chosen =
+      fast_.code != nullptr && scratch.text_lacks_unicode_delta_ ? fast_ : exact_;
+  auto* code = static_cast<const pcre2_code*>(chosen.code);
+  const bool is_jit = chosen.is_jit;
   MatchScratch::Impl& s = *scratch.impl_;
   if (s.data == nullptr || s.context == nullptr) return ResourceExhausted("regex match data");
   const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
@@ -111,7 +129,7 @@ Status Regex::FindAll(std::string_view text, MatchScratch& scratch,
   bool has_last_match = false;
   size_t last_match_end = 0;
   while (last_end <= size) {
-    const int rc = is_jit_ ? pcre2_jit_match(code, subject, size, last_end, PCRE2_NO_UTF_CHECK,
+    const int rc = is_jit ? pcre2_jit_match(code, subject, size, last_end, PCRE2_NO_UTF_CHECK,
                                              s.data, s.context)
                            : pcre2_match(code, subject, size, last_end, PCRE2_NO_UTF_CHECK,
                                          s.data, s.context);

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -23,10 +24,16 @@ class MatchScratch {
   MatchScratch(const MatchScratch&) = delete;
   MatchScratch& operator=(const MatchScratch&) = delete;
 
+  // Promise that the texts matched from now on hold no character of UnicodeDeltaRanges()
+  // (see ContainsUnicodeDelta), so the faster compilation of each pattern gives the same
+  // matches. Off by default.
+  void set_text_lacks_unicode_delta(bool lacks) { text_lacks_unicode_delta_ = lacks; }
+
  private:
   friend class Regex;
   struct Impl;
   std::unique_ptr<Impl> impl_;
+  bool text_lacks_unicode_delta_ = false;
 };
 
 class Regex {
@@ -56,9 +63,17 @@ class Regex {
   const std::string& compiled_pattern() const { return compiled_pattern_; }
 
  private:
+  struct Code {
+    void* code = nullptr;  // pcre2_code_8*, kept opaque so callers need no PCRE2 headers
+    bool is_jit = false;
+  };
   Regex() = default;
-  void* code_ = nullptr;  // pcre2_code_8*, kept opaque so callers need no PCRE2 headers
-  bool is_jit_ = false;
+  static Result<Code> CompileCode(const std::string& pattern, uint32_t options,
+                                  std::string_view source);
+  static void Free(Code& code);
+
+  Code exact_;
+  Code fast_;  // without the newer Unicode characters; empty when the same as exact_
   std::string compiled_pattern_;
 };
 

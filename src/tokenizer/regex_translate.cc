@@ -63,7 +63,8 @@ void AppendCodePoint(char32_t cp, std::string& out) {
 }
 
 // Class items (no brackets) for the characters of category `gc` missing from PCRE2's tables.
-void AppendDeltaItems(std::string_view gc, std::string& out) {
+void AppendDeltaItems(std::string_view gc, bool with_delta, std::string& out) {
+  if (!with_delta) return;
   for (const UnicodeDeltaRange& r : UnicodeDeltaRanges()) {
     const bool matches = r.category[0] == gc[0] && (gc.size() == 1 || r.category[1] == gc[1]);
     if (!matches) continue;
@@ -76,30 +77,30 @@ void AppendDeltaItems(std::string_view gc, std::string& out) {
 }
 
 // Class items for a general category: the PCRE2 property plus the newer characters.
-std::string CategoryItems(std::string_view gc) {
+std::string CategoryItems(std::string_view gc, bool with_delta) {
   std::string out = "\\p{";
   out += gc;
   out += "}";
-  AppendDeltaItems(gc, out);
+  AppendDeltaItems(gc, with_delta, out);
   return out;
 }
 
 // Oniguruma's \w for Unicode: Alphabetic, marks, decimal digits and connector punctuation
 // (UTS #18 "word" without the joiners); below U+0100 its Latin-1 table also counts the
 // superscript digits and vulgar fractions.
-std::string WordItems() {
+std::string WordItems(bool with_delta) {
   std::string out = "\\p{Alphabetic}\\x{B2}\\x{B3}\\x{B9}\\x{BC}-\\x{BE}";
-  out += CategoryItems("M");
-  out += CategoryItems("Nd");
-  out += CategoryItems("Pc");
-  AppendDeltaItems("L", out);
-  AppendDeltaItems("Nl", out);
+  out += CategoryItems("M", with_delta);
+  out += CategoryItems("Nd", with_delta);
+  out += CategoryItems("Pc", with_delta);
+  AppendDeltaItems("L", with_delta, out);
+  AppendDeltaItems("Nl", with_delta, out);
   return out;
 }
 
 class Translator {
  public:
-  explicit Translator(std::string_view pattern) : p_(pattern) {}
+  Translator(std::string_view pattern, bool with_delta) : p_(pattern), with_delta_(with_delta) {}
 
   Result<std::string> Run() {
     while (i_ < p_.size()) {
@@ -183,7 +184,7 @@ class Translator {
           out_ += "}";
         } else {
           out_ += negated ? "[^" : "[";
-          out_ += CategoryItems(gc);
+          out_ += CategoryItems(gc, with_delta_);
           out_ += "]";
         }
         return Status::Ok();
@@ -192,10 +193,10 @@ class Translator {
         AppendClass(e == 'S', std::string(kWhiteSpaceItems));
         break;
       case 'd': case 'D':
-        AppendClass(e == 'D', CategoryItems("Nd"));
+        AppendClass(e == 'D', CategoryItems("Nd", with_delta_));
         break;
       case 'w': case 'W':
-        AppendClass(e == 'W', WordItems());
+        AppendClass(e == 'W', WordItems(with_delta_));
         break;
       case 'h': case 'H':
         AppendClass(e == 'H', "0-9a-fA-F");
@@ -318,7 +319,7 @@ class Translator {
         } else if (negated) {
           return Unsupported("a negated general category inside a class");
         } else {
-          out_ += CategoryItems(gc);
+          out_ += CategoryItems(gc, with_delta_);
         }
         return Status::Ok();
       }
@@ -326,10 +327,10 @@ class Translator {
         out_ += kWhiteSpaceItems;
         break;
       case 'd':
-        out_ += CategoryItems("Nd");
+        out_ += CategoryItems("Nd", with_delta_);
         break;
       case 'w':
-        out_ += WordItems();
+        out_ += WordItems(with_delta_);
         break;
       case 'h':
         out_ += "0-9a-fA-F";
@@ -344,6 +345,7 @@ class Translator {
   }
 
   std::string_view p_;
+  bool with_delta_;
   size_t i_ = 0;
   bool in_class_ = false;
   bool class_start_ = false;  // the next character is the first of a class body
@@ -352,8 +354,8 @@ class Translator {
 
 }  // namespace
 
-Result<std::string> TranslateOnigurumaPattern(std::string_view pattern) {
-  return Translator(pattern).Run();
+Result<std::string> TranslateOnigurumaPattern(std::string_view pattern, bool with_unicode_delta) {
+  return Translator(pattern, with_unicode_delta).Run();
 }
 
 }  // namespace peregrine::tokenizer

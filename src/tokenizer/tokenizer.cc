@@ -13,6 +13,7 @@
 #include "tokenizer/post_processor.h"
 #include "tokenizer/pre_tokenizer.h"
 #include "tokenizer/tokenizer_json.h"
+#include "tokenizer/unicode_delta.h"
 #include "tokenizer/utf8.h"
 
 namespace peregrine::tokenizer {
@@ -162,6 +163,9 @@ Result<std::vector<int32_t>> Tokenizer::Encode(std::string_view text, bool parse
   std::vector<int32_t> ids;
   ids.reserve(text.size() / 3 + 8);
   MatchScratch& match = sc.pre.match;
+  // Every span matched below is a piece of `text` or of its normalization.
+  match.set_text_lacks_unicode_delta(!ContainsUnicodeDelta(text) &&
+                                     !s.normalizer.inserts_unicode_delta());
 
   auto on_word = [&](std::string_view word) { return s.model.Tokenize(word, sc.bpe, ids); };
   auto on_normalized = [&](std::string_view normalized) {
@@ -191,6 +195,7 @@ Result<std::vector<int32_t>> Tokenizer::Encode(std::string_view text, bool parse
         return s.added.Split(span, AddedVocabulary::Pass::kNormalized, parse_special, match,
                              visit);
       });
+  match.set_text_lacks_unicode_delta(false);
   pool_->Release(std::move(scratch));
   if (!status.ok()) return status;
   if (add_special_tokens) s.post_processor.Apply(ids);

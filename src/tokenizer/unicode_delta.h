@@ -2,6 +2,7 @@
 #pragma once
 
 #include <span>
+#include <string_view>
 
 namespace peregrine::tokenizer {
 
@@ -18,5 +19,9 @@ std::span<const UnicodeDeltaRange> UnicodeDeltaRanges();
 
 // The Unicode version the ranges bring the PCRE2 classes up to.
 const char* UnicodeDeltaVersion();
+
+// True when valid UTF-8 `text` holds a code point of UnicodeDeltaRanges(). Regexes may skip
+// the newer characters for text without any (see TranslateOnigurumaPattern).
+bool ContainsUnicodeDelta(std::string_view text);
 
 }  // namespace peregrine::tokenizer
