@@ -3,7 +3,8 @@
 // Logits are a fixed pseudo-random mix of a few peaked tokens over a Gaussian background,
 // rotated over several rows so the branch predictor and caches see fresh data.
 // Each case runs in kReps repetitions; the best repetition's wall time per row is reported
-// (least disturbed by other processes), beside the thread CPU time of that repetition.
+// (least disturbed by other processes), beside the thread CPU time of that repetition and the
+// machine's one-minute load average, so figures from a busy machine can be read as such.
 // Prints microseconds per row and appends one JSON line to --out
 // (default bench/results/sampling_cpu.jsonl).
 //
@@ -84,7 +85,12 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--out")) out = argv[i + 1];
   }
   std::vector<std::vector<float>> rows = MakeRows();
-  std::string json = "{\"bench\":\"sampling_cpu\",\"vocab\":" + std::to_string(kVocab) + ",\"threads\":1";
+  double load = 0.0;
+  if (getloadavg(&load, 1) != 1) load = -1.0;
+  char head[160];
+  std::snprintf(head, sizeof(head), "{\"bench\":\"sampling_cpu\",\"vocab\":%zu,\"threads\":1,\"load1\":%.1f",
+                kVocab, load);
+  std::string json = head;
   int64_t checksum = 0;
   for (Case& c : MakeCases()) {
     c.params.seed = 7;
