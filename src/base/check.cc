@@ -6,7 +6,7 @@
 namespace peregrine {
 
 void CheckFailed(std::string_view condition, std::string_view message,
-                 const std::source_location& where) {
+                 const ::peregrine::SourceLocation& where) {
   std::fprintf(stderr, "CHECK failed at %s:%u (%s): %.*s %.*s\n", where.file_name(),
                static_cast<unsigned>(where.line()), where.function_name(),
                static_cast<int>(condition.size()), condition.data(), static_cast<int>(message.size()),

@@ -1,13 +1,13 @@
 // PG_CHECK: for broken invariants only (never for bad input, which is a Status).
 #pragma once
 
-#include <source_location>
+#include "base/source_location.h"
 #include <string_view>
 
 namespace peregrine {
 
 [[noreturn]] void CheckFailed(std::string_view condition, std::string_view message,
-                              const std::source_location& where);
+                              const ::peregrine::SourceLocation& where);
 
 }  // namespace peregrine
 
@@ -15,5 +15,5 @@ namespace peregrine {
   do {                                                                               \
     if (!(cond)) [[unlikely]]                                                        \
       ::peregrine::CheckFailed(#cond, std::string_view{__VA_ARGS__},                 \
-                               std::source_location::current());                     \
+                               ::peregrine::SourceLocation::current());                     \
   } while (0)

@@ -4,7 +4,7 @@
 
 namespace peregrine::cuda {
 
-Status CudaStatus(cudaError_t error, const char* what, const std::source_location& where) {
+Status CudaStatus(cudaError_t error, const char* what, const ::peregrine::SourceLocation& where) {
   if (error == cudaSuccess) return Status::Ok();
   std::string message = std::string(what) + " failed: " + cudaGetErrorName(error) + " (" +
                         cudaGetErrorString(error) + ") at " + where.file_name() + ":" +

@@ -4,14 +4,14 @@
 
 #include <cuda_runtime_api.h>
 
-#include <source_location>
+#include "base/source_location.h"
 
 #include "base/status.h"
 
 namespace peregrine::cuda {
 
 Status CudaStatus(cudaError_t error, const char* what,
-                  const std::source_location& where = std::source_location::current());
+                  const ::peregrine::SourceLocation& where = ::peregrine::SourceLocation::current());
 
 }  // namespace peregrine::cuda
 
