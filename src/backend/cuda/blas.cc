@@ -4,7 +4,7 @@
 
 namespace peregrine::cuda {
 
-Status CublasStatus(cublasStatus_t status, const char* what, const std::source_location& where) {
+Status CublasStatus(cublasStatus_t status, const char* what, const ::peregrine::SourceLocation& where) {
   if (status == CUBLAS_STATUS_SUCCESS) return Status::Ok();
   std::string message = std::string(what) + " failed: " + cublasGetStatusName(status) + " (" +
                         cublasGetStatusString(status) + ") at " + where.file_name() + ":" +

@@ -4,7 +4,7 @@
 
 #include <cublas_v2.h>
 
-#include <source_location>
+#include "base/source_location.h"
 
 #include "backend/cuda/allocator.h"
 #include "base/status.h"
@@ -12,7 +12,7 @@
 namespace peregrine::cuda {
 
 Status CublasStatus(cublasStatus_t status, const char* what,
-                    const std::source_location& where = std::source_location::current());
+                    const ::peregrine::SourceLocation& where = ::peregrine::SourceLocation::current());
 
 class Blas {
  public:
