@@ -118,6 +118,13 @@ FEATURES = [
     ("filter_indent", "{{ 'a\nb\n\nc'|indent(2) }}|{{ 'a\nb'|indent(2, true) }}|{{ 'a\n\nb'|indent(width='> ', blank=true) }}", {}),
     ("unknown_filter_error", "{% if false %}{{ x|nosuchfilter }}{% endif %}ok", {}),
     ("unknown_test_error", "{{ x is nosuchtest }}", {}),
+    ("generator_results", "{{ not ([]|select) }} {{ [1, 2]|map('string')|join('-') }} {{ ms|selectattr('role')|first }} {{ ([3]|select('odd')|list)[0] }}",
+     {"ms": [{"role": "user"}]}),
+    ("generator_length_error", "{{ [1]|map('string')|length }}", {}),
+    ("generator_tojson_error", "{{ [1]|select|tojson }}", {}),
+    ("python_title_and_case_tests", "{{ 'a,b c-d'.title() }} {{ '' is lower }} {{ 12 is lower }} {{ 'A1' is upper }} {{ 2|round }} {{ 2|round(1) }} {{ 2|round(0, 'floor') }}", {}),
+    ("int_of_undefined_error", "{{ missing|int }}", {}),
+    ("indent_needs_string_error", "{{ 5|indent(2) }}", {}),
     # --- errors and the sandbox ---
     ("raise_exception", "{% if true %}{{ raise_exception('Roles must alternate') }}{% endif %}", {}),
     ("syntax_error_unclosed", "{% if true %}open", {}),

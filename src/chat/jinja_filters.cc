@@ -29,6 +29,13 @@ Value MakeList(std::vector<Value> items, bool is_tuple = false) {
   return Value::FromList(std::move(list));
 }
 
+Value MakeGenerator(std::vector<Value> items) {
+  auto list = std::make_shared<List>();
+  list->items = std::move(items);
+  list->is_generator = true;
+  return Value::FromList(std::move(list));
+}
+
 // jinja2's attribute getter for filters: "a.b.0" walks items, then attributes.
 Result<Value> Attribute(Interpreter& in, const Value& item, const std::string& path) {
   Value current = item;
@@ -73,7 +80,8 @@ std::vector<std::string> SplitLines(const std::string& s) {
 }
 
 Result<Value> Indent(Interpreter& in, const Value& input, const CallArgs& args) {
-  PG_ASSIGN_OR_RETURN(std::string s, Str(input));
+  if (!input.is_string()) return FilterError("indent needs a string");
+  std::string s = input.as_string();
   Value width = args.Get(0, "width");
   std::string pad;
   if (width.is_string()) pad = width.as_string();
@@ -166,7 +174,7 @@ Result<Value> SelectItems(Interpreter& in, const Value& input, const CallArgs& a
     }
     if (passed == keep) out.push_back(item);
   }
-  return MakeList(std::move(out));
+  return MakeGenerator(std::move(out));
 }
 
 Result<Value> Map(Interpreter& in, const Value& input, const CallArgs& args) {
@@ -180,7 +188,7 @@ Result<Value> Map(Interpreter& in, const Value& input, const CallArgs& args) {
       PG_ASSIGN_OR_RETURN(Value v, Attribute(in, item, attribute.as_string()));
       out.push_back(v.is_undefined() && !fallback.is_undefined() ? fallback : v);
     }
-    return MakeList(std::move(out));
+    return MakeGenerator(std::move(out));
   }
   if (args.positional.empty() || !args.positional[0].is_string()) return FilterError("map needs a filter name or attribute");
   CallArgs filter_args;
@@ -191,7 +199,7 @@ Result<Value> Map(Interpreter& in, const Value& input, const CallArgs& args) {
     PG_ASSIGN_OR_RETURN(Value v, ApplyFilter(in, args.positional[0].as_string(), item, filter_args));
     out.push_back(std::move(v));
   }
-  return MakeList(std::move(out));
+  return MakeGenerator(std::move(out));
 }
 
 Result<Value> Sort(Interpreter& in, const Value& input, const CallArgs& args) {
@@ -289,6 +297,9 @@ Result<Value> Replace(Interpreter& in, const Value& input, const CallArgs& args)
 
 Result<Value> Round(const Value& input, const CallArgs& args) {
   if (!input.is_number()) return FilterError("round needs a number");
+  Value method_arg = args.Get(1, "method");
+  bool common = !method_arg.is_string() || method_arg.as_string() == "common";
+  if (common && input.kind() != Value::Kind::kFloat) return Value::Int(input.as_int());  // round(int) is an int
   int64_t precision = args.Get(0, "precision").is_number() ? args.Get(0, "precision").as_int() : 0;
   Value method = args.Get(1, "method");
   std::string how = method.is_string() ? method.as_string() : "common";
@@ -309,6 +320,7 @@ Result<Value> Round(const Value& input, const CallArgs& args) {
 }
 
 Result<Value> ToInt(const Value& input, const CallArgs& args) {
+  if (input.is_undefined()) return FilterError("undefined value converted to a number");
   Value fallback = args.Get(0, "default");
   if (fallback.is_undefined()) fallback = Value::Int(0);
   if (input.kind() == Value::Kind::kInt || input.kind() == Value::Kind::kBool) return Value::Int(input.as_int());
@@ -334,6 +346,7 @@ Result<Value> ToInt(const Value& input, const CallArgs& args) {
 }
 
 Result<Value> ToFloat(const Value& input, const CallArgs& args) {
+  if (input.is_undefined()) return FilterError("undefined value converted to a number");
   Value fallback = args.Get(0, "default");
   if (fallback.is_undefined()) fallback = Value::Float(0.0);
   if (input.is_number()) return Value::Float(input.as_float());
@@ -387,6 +400,7 @@ std::string Title(const std::string& s) {
 
 Result<Value> Length(const Value& input) {
   if (input.is_string()) return Value::Int(static_cast<int64_t>(CountCodePoints(input.as_string())));
+  if (input.is_list() && input.as_list().is_generator) return FilterError("generator has no length");
   if (input.is_list()) return Value::Int(static_cast<int64_t>(input.as_list().items.size()));
   if (input.is_dict()) return Value::Int(static_cast<int64_t>(input.as_dict().items.size()));
   if (input.is_undefined()) return Value::Int(0);

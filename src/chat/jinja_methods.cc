@@ -162,9 +162,21 @@ Result<Value> StringMethod(Interpreter& in, const std::string& s, std::string_vi
   }
   if (name == "lower") return Value::String(AsciiLower(s));
   if (name == "upper") return Value::String(AsciiUpper(s));
-  if (name == "title" || name == "capitalize") {
+  if (name == "capitalize") {
     CallArgs none;
     return ApplyFilter(in, name, Value::String(s), none);
+  }
+  if (name == "title") {  // Python's str.title: a letter after a non-letter starts a word
+    std::string out = s;
+    bool previous_cased = false;
+    for (char& c : out) {
+      bool lower = c >= 'a' && c <= 'z';
+      bool upper = c >= 'A' && c <= 'Z';
+      if (lower && !previous_cased) c = static_cast<char>(c - 'a' + 'A');
+      else if (upper && previous_cased) c = static_cast<char>(c - 'A' + 'a');
+      previous_cased = lower || upper;
+    }
+    return Value::String(std::move(out));
   }
   if (name == "replace") {
     Value old_v = args.Get(0, "old");
@@ -372,10 +384,11 @@ Result<bool> ApplyTest(Interpreter& in, std::string_view name, const Value& inpu
     PG_ASSIGN_OR_RETURN(Value rem, BinaryOp(in, "%", input, arg));
     return !Truthy(rem);
   }
-  if (name == "lower" || name == "upper") {
-    if (k != K::kString) return false;
-    const std::string& s = input.as_string();
-    return name == "lower" ? s == AsciiLower(s) : s == AsciiUpper(s);
+  if (name == "lower" || name == "upper") {  // str(value).islower() / isupper()
+    PG_ASSIGN_OR_RETURN(std::string s, ToPyStr(input));
+    CallArgs none;
+    PG_ASSIGN_OR_RETURN(Value v, CallMethod(in, Value::String(std::move(s)), name == "lower" ? "islower" : "isupper", none));
+    return v.as_bool();
   }
   if (name == "sameas") {
     if (k != arg.kind()) return false;

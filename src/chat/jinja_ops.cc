@@ -162,7 +162,7 @@ Result<Value> BinaryOp(Interpreter& in, std::string_view op, const Value& a, con
       PG_RETURN_IF_ERROR(in.Tick(WorkOf(a) + WorkOf(b)));
       return Value::String(a.as_string() + b.as_string());
     }
-    if (a.is_list() && b.is_list()) {
+    if (a.is_list() && b.is_list() && !a.as_list().is_generator && !b.as_list().is_generator) {
       PG_RETURN_IF_ERROR(in.Tick(static_cast<int64_t>(a.as_list().items.size() + b.as_list().items.size())));
       auto list = std::make_shared<List>(a.as_list());
       list->items.insert(list->items.end(), b.as_list().items.begin(), b.as_list().items.end());
@@ -170,8 +170,9 @@ Result<Value> BinaryOp(Interpreter& in, std::string_view op, const Value& a, con
     }
   }
   if (op == "*") {
-    if ((a.is_string() || a.is_list()) && IsIntLike(b)) return Repeat(in, a, b.as_int());
-    if ((b.is_string() || b.is_list()) && IsIntLike(a)) return Repeat(in, b, a.as_int());
+    auto repeatable = [](const Value& v) { return v.is_string() || (v.is_list() && !v.as_list().is_generator); };
+    if (repeatable(a) && IsIntLike(b)) return Repeat(in, a, b.as_int());
+    if (repeatable(b) && IsIntLike(a)) return Repeat(in, b, a.as_int());
   }
   if (a.is_undefined() || b.is_undefined()) return TypeError("undefined value used in an operation");
   return TypeError("unsupported operand types");
@@ -204,6 +205,7 @@ Result<Value> GetItem(Interpreter& in, const Value& obj, const Value& key) {
       return BoundMethod(obj, name);
     return Value();
   }
+  if (obj.is_list() && obj.as_list().is_generator) return Value();
   if (obj.is_list() && IsIntLike(key)) {
     const auto& items = obj.as_list().items;
     int64_t i = key.as_int();
@@ -228,7 +230,8 @@ Result<Value> GetItem(Interpreter& in, const Value& obj, const Value& key) {
 Result<Value> SliceValue(Interpreter& in, const Value& obj, const Value& start, const Value& stop,
                          const Value& step) {
   if (obj.is_undefined()) return TypeError("item of an undefined value");
-  if (!obj.is_list() && !obj.is_string()) return TypeError("value cannot be sliced");
+  if ((!obj.is_list() && !obj.is_string()) || (obj.is_list() && obj.as_list().is_generator))
+    return TypeError("value cannot be sliced");
   std::vector<size_t> offsets;
   int64_t length = 0;
   PG_RETURN_IF_ERROR(in.Tick(WorkOf(obj)));

@@ -34,6 +34,10 @@ Status AppendRepr(const Value& v, int depth, std::string& out) {
     case Value::Kind::kString: out += PyStrRepr(v.as_string()); return Status::Ok();
     case Value::Kind::kList: {
       const List& list = v.as_list();
+      if (list.is_generator) {
+        out += "<generator object>";
+        return Status::Ok();
+      }
       out += list.is_tuple ? '(' : '[';
       for (size_t i = 0; i < list.items.size(); ++i) {
         if (i > 0) out += ", ";
@@ -81,6 +85,7 @@ bool EqualsAt(const Value& a, const Value& b, int depth, int64_t* work) {
     case Value::Kind::kNone: return true;
     case Value::Kind::kString: return a.as_string() == b.as_string();
     case Value::Kind::kList: {
+      if (a.as_list().is_generator || b.as_list().is_generator) return a.list_ptr() == b.list_ptr();
       const auto& x = a.as_list().items;
       const auto& y = b.as_list().items;
       if (x.size() != y.size()) return false;
@@ -178,6 +183,7 @@ Result<nlohmann::ordered_json> ToJsonAt(const Value& v, int depth) {
     case Value::Kind::kFloat: return nlohmann::ordered_json(v.as_float());
     case Value::Kind::kString: return nlohmann::ordered_json(v.as_string());
     case Value::Kind::kList: {
+      if (v.as_list().is_generator) break;
       auto out = nlohmann::ordered_json::array();
       for (const Value& item : v.as_list().items) {
         PG_ASSIGN_OR_RETURN(auto j, ToJsonAt(item, depth + 1));
@@ -352,7 +358,7 @@ bool Truthy(const Value& v) {
     case Value::Kind::kInt: return v.as_int() != 0;
     case Value::Kind::kFloat: return v.as_float() != 0.0;
     case Value::Kind::kString: return !v.as_string().empty();
-    case Value::Kind::kList: return !v.as_list().items.empty();
+    case Value::Kind::kList: return v.as_list().is_generator || !v.as_list().items.empty();
     case Value::Kind::kDict: return v.as_dict().type != Dict::Type::kMapping || !v.as_dict().items.empty();
     case Value::Kind::kCallable: return true;
   }

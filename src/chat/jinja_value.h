@@ -72,6 +72,9 @@ class Value {
 struct List {
   std::vector<Value> items;
   bool is_tuple = false;  // only changes how it prints: (a, b)
+  // Results of map/select/reject/selectattr/rejectattr, which are generators in jinja2: always
+  // true, iterable, but without len(), indexing or JSON. Evaluated eagerly here.
+  bool is_generator = false;
 };
 
 struct Dict {
