@@ -60,8 +60,9 @@ echo "tests exit code $rc"
 [ $rc -ne 0 ] && status=1
 
 echo "== compute-sanitizer memcheck (short filter)"
-if command -v compute-sanitizer >/dev/null 2>&1; then
-  timeout 100 compute-sanitizer --tool memcheck --error-exitcode 3 "$BIN/attention_kernels_test" --gtest_color=no \
+SANITIZER="$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)"
+if [ -n "$SANITIZER" ]; then
+  timeout 100 "$SANITIZER" --tool memcheck --error-exitcode 3 "$BIN/attention_kernels_test" --gtest_color=no \
     --gtest_filter='SparseAttentionTest.WithoutRope:IndexerTest.TopKTiesAndDistributions:CaptureTest.NormRopeCompressorSteps:CaptureTest.IndexerTopKAttentionChain:RmsNormTest.PerHeadInPlace' \
     >"$OUT/sanitizer.log" 2>&1
   rc=$?
