@@ -1,6 +1,7 @@
 #include "tokenizer/added_vocabulary.h"
 
 #include <algorithm>
+#include <cstring>
 #include <utility>
 
 #include "tokenizer/utf8.h"
@@ -50,7 +51,31 @@ void AddedVocabulary::Trie::Add(std::string_view pattern, int32_t id) {
     node = child;
   }
   nodes[node].id = id;
-  if (!pattern.empty()) first_byte[static_cast<uint8_t>(pattern[0])] = true;
+  if (!pattern.empty() && !first_byte[static_cast<uint8_t>(pattern[0])]) {
+    first_byte[static_cast<uint8_t>(pattern[0])] = true;
+    first_bytes.push_back(pattern[0]);
+  }
+}
+
+size_t AddedVocabulary::Trie::NextCandidate(std::string_view text, size_t pos,
+                                            Cursor& cursor) const {
+  if (first_bytes.size() <= cursor.next.size()) {
+    // Typical files start every token with '<' (and maybe one more byte): let memchr scan.
+    size_t best = text.size();
+    for (size_t k = 0; k < first_bytes.size(); ++k) {
+      size_t& next = cursor.next[k];
+      if (!cursor.started || next < pos) {
+        const void* hit = std::memchr(text.data() + pos, first_bytes[k], text.size() - pos);
+        next = hit == nullptr ? text.size()
+                              : static_cast<size_t>(static_cast<const char*>(hit) - text.data());
+      }
+      best = std::min(best, next);
+    }
+    cursor.started = true;
+    return best;
+  }
+  while (pos < text.size() && !first_byte[static_cast<uint8_t>(text[pos])]) ++pos;
+  return pos;
 }
 
 size_t AddedVocabulary::Trie::LongestAt(std::string_view text, size_t pos, int32_t* id) const {
@@ -179,11 +204,8 @@ Status AddedVocabulary::Split(std::string_view text, Pass pass, bool parse_speci
   if (trie.empty() || text.empty()) return visit(Segment{0, text.size(), -1});
   size_t start_offset = 0;
   size_t pos = 0;
-  while (pos < text.size()) {
-    if (!trie.first_byte[static_cast<uint8_t>(text[pos])]) {
-      ++pos;
-      continue;
-    }
+  Trie::Cursor cursor;
+  while ((pos = trie.NextCandidate(text, pos, cursor)) < text.size()) {
     int32_t id = -1;
     const size_t length = trie.LongestAt(text, pos, &id);
     if (length == 0) {

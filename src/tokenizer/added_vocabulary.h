@@ -85,8 +85,17 @@ class AddedVocabulary {
   struct Trie {
     std::vector<TrieNode> nodes;
     std::array<bool, 256> first_byte{};
+    std::string first_bytes;  // the distinct first bytes, for memchr when there are few
     bool empty() const { return nodes.size() <= 1; }
     void Add(std::string_view pattern, int32_t id);
+    // Position of the next byte at or after `pos` that can start a pattern, or text.size().
+    // `cursor` remembers where each first byte occurs next (start with {}), so a scan over
+    // one text stays linear.
+    struct Cursor {
+      std::array<size_t, 2> next{};
+      bool started = false;
+    };
+    size_t NextCandidate(std::string_view text, size_t pos, Cursor& cursor) const;
     // Length of the longest pattern at text[pos..], 0 if none; sets *id.
     size_t LongestAt(std::string_view text, size_t pos, int32_t* id) const;
   };

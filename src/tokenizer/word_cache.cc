@@ -37,7 +37,7 @@ const int32_t* WordCache::Find(std::string_view word, uint64_t hash, size_t* num
   for (size_t i = hash & mask;; i = (i + 1) & mask) {
     const Slot& s = slots_[i];
     if (s.key_size == 0) return nullptr;
-    if (s.hash == hash && s.key_size == word.size() &&
+    if (s.hash_check == static_cast<uint32_t>(hash >> 32) && s.key_size == word.size() &&
         std::memcmp(keys_.data() + s.key_offset, word.data(), word.size()) == 0) {
       *num_ids = s.num_ids;
       return ids_.data() + s.ids_offset;
@@ -52,11 +52,11 @@ void WordCache::Insert(std::string_view word, uint64_t hash, std::span<const int
   size_t i = hash & mask;
   while (slots_[i].key_size != 0) i = (i + 1) & mask;
   Slot& s = slots_[i];
-  s.hash = hash;
+  s.hash_check = static_cast<uint32_t>(hash >> 32);
   s.key_offset = static_cast<uint32_t>(keys_.size());
-  s.key_size = static_cast<uint32_t>(word.size());
+  s.key_size = static_cast<uint16_t>(word.size());
   s.ids_offset = static_cast<uint32_t>(ids_.size());
-  s.num_ids = static_cast<uint32_t>(ids.size());
+  s.num_ids = static_cast<uint16_t>(ids.size());
   keys_.append(word);
   ids_.insert(ids_.end(), ids.begin(), ids.end());
   ++num_entries_;

@@ -15,7 +15,7 @@ class WordCache {
   // Words at least this long are not cached (they are rare and would crowd the arena).
   static constexpr size_t kMaxWordBytes = 256;
 
-  explicit WordCache(size_t max_entries = 1 << 16);
+  explicit WordCache(size_t max_entries = 1 << 15);
 
   static uint64_t Hash(std::string_view word);
 
@@ -26,12 +26,13 @@ class WordCache {
   void Insert(std::string_view word, uint64_t hash, std::span<const int32_t> ids);
 
  private:
+  // 16 bytes, so more of the table stays in cache.
   struct Slot {
-    uint64_t hash = 0;
+    uint32_t hash_check = 0;  // high half of the hash
     uint32_t key_offset = 0;
-    uint32_t key_size = 0;  // 0 marks an empty slot (empty words are never cached)
+    uint16_t key_size = 0;  // 0 marks an empty slot (empty words are never cached)
+    uint16_t num_ids = 0;
     uint32_t ids_offset = 0;
-    uint32_t num_ids = 0;
   };
 
   void Clear();
