@@ -52,7 +52,7 @@ export LD_LIBRARY_PATH="${CUBLAS_DIRS}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 
 status=0
 echo "== kernel tests"
-timeout 200 "$BIN/attention_kernels_test" --gtest_color=no --gtest_output="xml:$OUT/attention_kernels_test.xml" \
+timeout 180 "$BIN/attention_kernels_test" --gtest_color=no --gtest_output="xml:$OUT/attention_kernels_test.xml" \
   >"$OUT/attention_kernels_test.log" 2>&1
 rc=$?
 grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[==========\]|Failure|worst element" "$OUT/attention_kernels_test.log" | tail -40
@@ -62,7 +62,7 @@ echo "tests exit code $rc"
 echo "== compute-sanitizer memcheck (short filter)"
 SANITIZER="$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)"
 if [ -n "$SANITIZER" ]; then
-  timeout 100 "$SANITIZER" --tool memcheck --error-exitcode 3 "$BIN/attention_kernels_test" --gtest_color=no \
+  timeout 90 "$SANITIZER" --tool memcheck --error-exitcode 3 "$BIN/attention_kernels_test" --gtest_color=no \
     --gtest_filter='SparseAttentionTest.WithoutRope:IndexerTest.TopKTiesAndDistributions:CaptureTest.NormRopeCompressorSteps:CaptureTest.IndexerTopKAttentionChain:RmsNormTest.PerHeadInPlace' \
     >"$OUT/sanitizer.log" 2>&1
   rc=$?
@@ -74,7 +74,7 @@ else
 fi
 
 echo "== benchmark"
-timeout 220 "$PY" "$ROOT/bench/attention/bench_attention.py" --lib "$BIN/libperegrine_attention_bench.so" \
+timeout 190 "$PY" "$ROOT/bench/attention/bench_attention.py" --lib "$BIN/libperegrine_attention_bench.so" \
   --out "$OUT/bench_attention.jsonl" >"$OUT/bench_attention.log" 2>&1
 rc=$?
 tail -70 "$OUT/bench_attention.log"
