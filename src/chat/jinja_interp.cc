@@ -175,19 +175,27 @@ Result<Interpreter::Flow> Interpreter::ExecFor(const Node& node, std::string& ou
   const std::vector<Value>& loop_items = *shared_items;
   ++loop_depth_;
   Status status;
+  // One scope per loop, emptied at each iteration (Jinja gives every iteration a fresh scope);
+  // the `loop` object is reused unless the body kept a reference to it.
+  frames_.emplace_back();
+  Value loop;
   for (size_t i = 0; i < loop_items.size() && status.ok(); ++i) {
     status = Tick(kLoopIterationCost);
     if (!status.ok()) break;
-    frames_.emplace_back();
+    frames_.back().vars.clear();
     status = bind(loop_items[i]);
-    if (status.ok()) {
-      Assign("loop", MakeLoop(i, shared_items));
-      Result<Flow> flow = Exec(node.body, out);
-      if (!flow.ok()) status = flow.status();
-      else if (*flow == Flow::kBreak) i = loop_items.size();
+    if (!status.ok()) break;
+    if (loop.is_dict() && loop.dict_ptr().use_count() == 1) {
+      loop.as_dict().loop_index = i;
+    } else {
+      loop = MakeLoop(i, shared_items);
     }
-    frames_.pop_back();
+    Assign("loop", loop);
+    Result<Flow> flow = Exec(node.body, out);
+    if (!flow.ok()) status = flow.status();
+    else if (*flow == Flow::kBreak) break;
   }
+  frames_.pop_back();
   --loop_depth_;
   PG_RETURN_IF_ERROR(status);
   return Flow::kNormal;
