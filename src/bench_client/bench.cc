@@ -1,5 +1,7 @@
 #include "bench_client/bench.h"
 
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -48,6 +50,28 @@ std::vector<PlannedRun> PlanRuns(const BenchConfig& config) {
   return runs;
 }
 
+// Every stream holds a socket: raise the soft open-file limit toward the hard one when a run
+// needs more than it allows. Process-wide, so done once here at the edge.
+void EnsureFileLimit(const BenchConfig& config, const std::vector<PlannedRun>& runs, std::FILE* out) {
+  int64_t num_streams = 0;
+  for (const PlannedRun& run : runs) {
+    int64_t n = config.workload.num_prompts;
+    if (const auto* closed = std::get_if<ClosedLoop>(&run.shape)) n = std::min<int64_t>(n, closed->concurrency);
+    const auto* open = std::get_if<OpenLoop>(&run.shape);
+    if (open != nullptr && open->max_concurrency > 0) n = std::min<int64_t>(n, open->max_concurrency);
+    num_streams = std::max(num_streams, n);
+  }
+  constexpr int64_t kSpareFiles = 64;
+  const auto wanted = static_cast<rlim_t>(num_streams + kSpareFiles);
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur >= wanted) return;
+  limit.rlim_cur = std::min(wanted, limit.rlim_max);
+  if (setrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur < wanted) {
+    std::fprintf(out, "warning: the open-file limit (%llu) is below the %lld streams asked for\n",
+                 static_cast<unsigned long long>(limit.rlim_cur), static_cast<long long>(num_streams));
+  }
+}
+
 // The prompts of one run and the requests that carry them.
 struct RunInput {
   std::vector<PromptSpec> prompts;
@@ -77,9 +101,9 @@ Status WarmUp(const BenchConfig& config, const std::string& model, StreamClient&
   std::fprintf(out, "warm-up: %d request(s)\n", config.num_warmups);
   std::fflush(out);
   PG_ASSIGN_OR_RETURN(RunResult result, RunLoad(client, input.requests, ClosedLoop{config.num_warmups}));
-  const auto ok = std::count_if(result.records.begin(), result.records.end(),
+  const auto num_succeeded = std::count_if(result.records.begin(), result.records.end(),
                                 [](const RequestRecord& r) { return r.is_success; });
-  if (ok == 0) return Unavailable("every warm-up request failed; first error: " + result.records.front().error);
+  if (num_succeeded == 0) return Unavailable("every warm-up request failed; first error: " + result.records.front().error);
   return Status::Ok();
 }
 
@@ -99,6 +123,7 @@ Result<std::vector<RunReport>> RunBench(const BenchConfig& config, std::FILE* ou
 
   std::vector<RunReport> reports;
   const std::vector<PlannedRun> runs = PlanRuns(config);
+  EnsureFileLimit(config, runs, out);
   for (size_t i = 0; i < runs.size(); ++i) {
     WorkloadOptions workload = config.workload;
     workload.seed += i;

@@ -21,16 +21,16 @@ class LoadRun {
   LoadRun(StreamClient& client, std::span<const StreamRequest> requests, bool is_closed_loop)
       : client_(client), requests_(requests), is_closed_loop_(is_closed_loop), records_(requests.size()) {}
 
-  // Caller thread. Claims the first `count` requests in one step, before any can complete and
+  // Caller thread. Claims the first `num_requests` requests in one step, before any can complete and
   // claim a successor (closed loop), then sends them.
-  void SendFirst(size_t count) {
+  void SendFirst(size_t num_requests) {
     size_t first = 0;
     {
       std::lock_guard<std::mutex> lock(mu_);
       first = next_;
-      for (size_t i = 0; i < count; ++i) ClaimLocked();
+      for (size_t i = 0; i < num_requests; ++i) ClaimLocked();
     }
-    for (size_t i = 0; i < count; ++i) Send(first + i);
+    for (size_t i = 0; i < num_requests; ++i) Send(first + i);
   }
 
   // Caller thread, open loop only. Blocks while `max_in_flight` (> 0) requests are in flight,

@@ -84,7 +84,7 @@ std::string FormatRunTable(const BenchConfig& config, const RunReport& r) {
     t += Printf("%-30s p50 %.3f ms, p99 %.3f ms\n", "request overhead", m.e2el_ms.p50, m.e2el_ms.p99);
   }
   for (const ErrorCount& e : m.errors) {
-    t += Printf("error x%lld: %.300s\n", static_cast<long long>(e.count), e.error.c_str());
+    t += Printf("error x%lld: %.300s\n", static_cast<long long>(e.num_requests), e.error.c_str());
   }
   return t;
 }
@@ -133,7 +133,7 @@ std::string FormatRunJson(const BenchConfig& config, const RunReport& r) {
     j["request_overhead_p99_ms"] = has ? Json(m.e2el_ms.p99) : Json(nullptr);
   }
   Json errors = Json::array();
-  for (const ErrorCount& e : m.errors) errors.push_back({{"error", e.error}, {"count", e.count}});
+  for (const ErrorCount& e : m.errors) errors.push_back({{"error", e.error}, {"count", e.num_requests}});
   j["errors"] = std::move(errors);
   return j.dump(-1, ' ', false, Json::error_handler_t::replace);
 }

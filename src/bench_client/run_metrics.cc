@@ -19,7 +19,7 @@ std::vector<ErrorCount> TopErrors(std::span<const RequestRecord> records) {
   std::vector<ErrorCount> errors;
   for (auto& [error, count] : counts) errors.push_back({error, count});
   std::stable_sort(errors.begin(), errors.end(),
-                   [](const ErrorCount& a, const ErrorCount& b) { return a.count > b.count; });
+                   [](const ErrorCount& a, const ErrorCount& b) { return a.num_requests > b.num_requests; });
   if (errors.size() > 5) errors.resize(5);
   return errors;
 }

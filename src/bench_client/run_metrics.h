@@ -14,7 +14,7 @@ namespace peregrine::bench_client {
 
 struct ErrorCount {
   std::string error;
-  int64_t count = 0;
+  int64_t num_requests = 0;  // requests that failed this way
 };
 
 struct RunMetrics {

@@ -106,7 +106,7 @@ TEST_F(BenchTest, FailedRequestsAreCountedNotFatal) {
   ASSERT_TRUE(reports.ok());
   EXPECT_EQ((*reports)[0].metrics.num_failed, 3);
   ASSERT_EQ((*reports)[0].metrics.errors.size(), 1u);
-  EXPECT_EQ((*reports)[0].metrics.errors[0].count, 3);
+  EXPECT_EQ((*reports)[0].metrics.errors[0].num_requests, 3);
   config.num_warmups = 1;  // a warm-up that fails stops the bench
   EXPECT_EQ(RunBench(config, sink_).status().code(), StatusCode::kUnavailable);
 }

@@ -85,7 +85,7 @@ TEST(LoadRunnerTest, HundredsOfStreamsOnTwoThreads) {
   ASSERT_TRUE(result.ok());
   EXPECT_EQ(NumSucceeded(*result), kStreams);
   EXPECT_EQ(result->max_in_flight, kStreams);
-  EXPECT_LT(result->duration_s, 5.0);  // concurrent: far below 300 × 100 ms
+  EXPECT_LT(result->duration_s, 15.0);  // one at a time would take 300 × 130 ms = 39 s
   for (const RequestRecord& r : result->records) EXPECT_EQ(r.token_times.size(), 5u) << r.error;
 }
 

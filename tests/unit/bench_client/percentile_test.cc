@@ -85,7 +85,7 @@ TEST(RunMetricsTest, HandComputedRun) {
   EXPECT_DOUBLE_EQ(m.e2el_ms.mean, 205.0);
   ASSERT_EQ(m.errors.size(), 1u);
   EXPECT_EQ(m.errors[0].error, "HTTP 500: x");
-  EXPECT_EQ(m.errors[0].count, 1);
+  EXPECT_EQ(m.errors[0].num_requests, 1);
 }
 
 TEST(RunMetricsTest, NothingCompleted) {
@@ -99,7 +99,7 @@ TEST(RunMetricsTest, NothingCompleted) {
   EXPECT_EQ(m.ttft_ms.num_samples, 0);
   EXPECT_EQ(m.request_throughput, 0);
   ASSERT_EQ(m.errors.size(), 1u);
-  EXPECT_EQ(m.errors[0].count, 2);
+  EXPECT_EQ(m.errors[0].num_requests, 2);
 }
 
 }  // namespace
