@@ -5,7 +5,7 @@
 #include <thread>
 #include <vector>
 
-#include "bench_client/stream_session.h"
+#include "bench_client/stream_exchange.h"
 
 namespace peregrine::bench_client {
 
@@ -23,7 +23,7 @@ struct StreamClient::Impl {
   ClientOptions options;
   net::io_context ioc;                 // declared first: every socket below is bound to it
   std::optional<ConnectionPool> pool;  // set by Create after resolving
-  SessionContext context;
+  ExchangeContext context;
   std::optional<net::executor_work_guard<net::io_context::executor_type>> work;
   std::vector<std::thread> threads;
 };
@@ -58,7 +58,7 @@ Result<std::unique_ptr<StreamClient>> StreamClient::Create(const ClientOptions& 
 }
 
 void StreamClient::Submit(const StreamRequest& request, DoneCallback done) {
-  std::make_shared<StreamSession>(impl_->context, request, std::move(done))->Start();
+  std::make_shared<StreamExchange>(impl_->context, request, std::move(done))->Start();
 }
 
 int64_t StreamClient::num_connections_opened() const { return impl_->pool->num_opened(); }

@@ -1,4 +1,4 @@
-#include "bench_client/stream_session.h"
+#include "bench_client/stream_exchange.h"
 
 #include <boost/asio/strand.hpp>
 #include <limits>
@@ -38,7 +38,7 @@ void ConnectionPool::PutIdle(std::unique_ptr<beast::tcp_stream> stream) {
   idle_.push_back(std::move(stream));
 }
 
-StreamSession::StreamSession(const SessionContext& context, const StreamRequest& request, DoneCallback done)
+StreamExchange::StreamExchange(const ExchangeContext& context, const StreamRequest& request, DoneCallback done)
     : context_(context), done_(std::move(done)) {
   request_.method(http::verb::post);
   request_.target(request.target);
@@ -53,7 +53,7 @@ StreamSession::StreamSession(const SessionContext& context, const StreamRequest&
   request_.prepare_payload();
 }
 
-void StreamSession::Start() {
+void StreamExchange::Start() {
   record_.send_time = Clock::now();
   deadline_ = record_.send_time + context_.timeout;
   stream_ = context_.pool->TakeIdle();
@@ -63,7 +63,7 @@ void StreamSession::Start() {
   Write();
 }
 
-void StreamSession::Connect() {
+void StreamExchange::Connect() {
   is_reused_ = false;
   stream_ = context_.pool->MakeNew();
   stream_->expires_at(deadline_);
@@ -75,7 +75,7 @@ void StreamSession::Connect() {
                          });
 }
 
-void StreamSession::Write() {
+void StreamExchange::Write() {
   http::async_write(*stream_, request_, [self = shared_from_this()](beast::error_code ec, size_t) {
     if (ec && self->CanRetry()) return self->Connect();
     if (ec) return self->Fail("write: " + ec.message());
@@ -83,7 +83,7 @@ void StreamSession::Write() {
   });
 }
 
-void StreamSession::ReadHeader() {
+void StreamExchange::ReadHeader() {
   buffer_.clear();
   parser_.emplace();
   // A long stream easily passes the default 8 MB. A huge number rather than boost::none: Boost
@@ -99,11 +99,11 @@ void StreamSession::ReadHeader() {
 
 // A server may close an idle kept-alive connection at any time; that shows up as a failed write
 // or a response that never starts, and only then is the request sent again.
-bool StreamSession::CanRetry() const {
+bool StreamExchange::CanRetry() const {
   return is_reused_ && (!parser_.has_value() || (!parser_->got_some() && buffer_.size() == 0));
 }
 
-void StreamSession::ReadBody() {
+void StreamExchange::ReadBody() {
   http::buffer_body::value_type& body = parser_->get().body();
   body.data = body_buf_.data();
   body.size = body_buf_.size();
@@ -112,7 +112,7 @@ void StreamSession::ReadBody() {
                         [self = shared_from_this()](beast::error_code ec, size_t) { self->OnBody(ec); });
 }
 
-void StreamSession::OnBody(beast::error_code ec) {
+void StreamExchange::OnBody(beast::error_code ec) {
   const Clock::time_point now = Clock::now();
   if (ec == http::error::need_buffer) ec = {};
   const size_t num_bytes = body_buf_.size() - parser_->get().body().size;
@@ -129,7 +129,7 @@ void StreamSession::OnBody(beast::error_code ec) {
   ReadBody();
 }
 
-void StreamSession::HandleEvents(Clock::time_point now) {
+void StreamExchange::HandleEvents(Clock::time_point now) {
   for (const std::string& data : events_) {
     Result<StreamChunk> chunk = ParseStreamChunk(data);
     if (!chunk.ok()) {
@@ -145,7 +145,7 @@ void StreamSession::HandleEvents(Clock::time_point now) {
   events_.clear();
 }
 
-void StreamSession::Complete(Clock::time_point now) {
+void StreamExchange::Complete(Clock::time_point now) {
   if (record_.http_status == 200) {
     sse_.Finish(events_);
     HandleEvents(now);
@@ -166,14 +166,14 @@ void StreamSession::Complete(Clock::time_point now) {
   Deliver(now);
 }
 
-void StreamSession::Fail(std::string error) {
+void StreamExchange::Fail(std::string error) {
   if (stream_ != nullptr) Close(*stream_);
   record_.is_success = false;
   record_.error = std::move(error);
   Deliver(Clock::now());
 }
 
-void StreamSession::Deliver(Clock::time_point end) {
+void StreamExchange::Deliver(Clock::time_point end) {
   is_finished_ = true;
   record_.end_time = end;
   record_.num_output_tokens =

@@ -1,5 +1,5 @@
 // Internal to StreamClient: one streamed request driven by Beast, and the pool of idle
-// kept-alive connections it draws from. Only stream_session.cc and stream_client.cc include it,
+// kept-alive connections it draws from. Only stream_exchange.cc and stream_client.cc include it,
 // so Beast is compiled in two translation units.
 #pragma once
 
@@ -46,8 +46,8 @@ class ConnectionPool {
   std::atomic<int64_t> num_opened_{0};
 };
 
-// What every session of one client shares; outlives the sessions.
-struct SessionContext {
+// What every exchange of one client shares; outlives the exchanges.
+struct ExchangeContext {
   ConnectionPool* pool = nullptr;
   std::string host_header;
   std::string authorization;  // "" or "Bearer <key>"
@@ -57,9 +57,9 @@ struct SessionContext {
 // Lives as long as an operation of its own is pending (handlers hold a shared_ptr). Only one
 // operation is ever pending, so its state needs no lock even though handlers may run on any
 // client thread.
-class StreamSession : public std::enable_shared_from_this<StreamSession> {
+class StreamExchange : public std::enable_shared_from_this<StreamExchange> {
  public:
-  StreamSession(const SessionContext& context, const StreamRequest& request, DoneCallback done);
+  StreamExchange(const ExchangeContext& context, const StreamRequest& request, DoneCallback done);
   void Start();
 
  private:
@@ -74,7 +74,7 @@ class StreamSession : public std::enable_shared_from_this<StreamSession> {
   void Fail(std::string error);
   void Deliver(Clock::time_point end);
 
-  const SessionContext& context_;
+  const ExchangeContext& context_;
   http::request<http::string_body> request_;
   DoneCallback done_;
   Clock::time_point deadline_;
