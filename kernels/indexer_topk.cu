@@ -88,8 +88,14 @@ __device__ bool RadixPass(TopKShared& s, const Digit digit, Visit&& visit) {
   const int bits = s.bits;
   const uint64_t prefix_top = TopBits(s.prefix, bits);
   const uint64_t mask = static_cast<uint64_t>(num_bins - 1);
+  // Peaked score distributions put most of a warp's elements in a few bins: lanes that share
+  // a bin add once, through their lowest lane, instead of serialising on one address.
   visit([&](uint64_t key, int) {
-    if (TopBits(key, bits) == prefix_top) atomicAdd(&s.hist[(key >> digit.shift) & mask], 1);
+    const bool match = TopBits(key, bits) == prefix_top;
+    const unsigned bin = match ? static_cast<unsigned>((key >> digit.shift) & mask) : 0xffffffffu;
+    const unsigned peers = __match_any_sync(__activemask(), bin);
+    if (match && static_cast<int>(threadIdx.x % 32) == __ffs(static_cast<int>(peers)) - 1)
+      atomicAdd(&s.hist[bin], __popc(peers));
   });
   __syncthreads();
 
