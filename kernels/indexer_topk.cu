@@ -38,11 +38,19 @@ __device__ __forceinline__ uint64_t SelectionKey(uint32_t ordered, int index) {
 
 __device__ __forceinline__ uint64_t TopBits(uint64_t key, int bits) { return bits == 0 ? 0 : key >> (64 - bits); }
 
+// Rows up to this many entries are read once into shared memory and selected there.
+constexpr int kSmallRow = 2 * kCandidates;
+
 struct TopKShared {
   int hist[kBins];
   cub::BlockScan<int, kThreads>::TempStorage scan;
-  uint32_t candidate_ordered[kCandidates];
-  int candidate_index[kCandidates];
+  union {
+    struct {
+      uint32_t ordered[kCandidates];
+      int index[kCandidates];
+    } candidates;                // long rows: the elements still tied with the threshold
+    uint32_t row[kSmallRow];     // short rows: every entry's ordered score bits, by entry number
+  } buf;
   int out[kIndexerTopKMax];
   unsigned long long prefix;  // decided high bits of the threshold key
   int bits;                   // how many high bits are decided
@@ -73,7 +81,12 @@ __device__ __forceinline__ void ForEachScore(const float* row, int n, F&& f) {
 template <typename F>
 __device__ __forceinline__ void ForEachCandidate(const TopKShared& s, F&& f) {
   for (int j = static_cast<int>(threadIdx.x); j < s.candidate_count; j += kThreads)
-    f(SelectionKey(s.candidate_ordered[j], s.candidate_index[j]), s.candidate_index[j]);
+    f(SelectionKey(s.buf.candidates.ordered[j], s.buf.candidates.index[j]), s.buf.candidates.index[j]);
+}
+
+template <typename F>
+__device__ __forceinline__ void ForEachShortRowEntry(const TopKShared& s, int n, F&& f) {
+  for (int j = static_cast<int>(threadIdx.x); j < n; j += kThreads) f(SelectionKey(s.buf.row[j], j), j);
 }
 
 // One radix pass over the elements tied with the prefix: histogram of the next digit, then
@@ -158,6 +171,29 @@ __global__ void __launch_bounds__(kThreads, 1) IndexerTopKKernel(const IndexerTo
   __syncthreads();
 
   const float* row = p.scores + static_cast<int64_t>(b) * p.score_stride;
+  if (n <= kSmallRow) {
+    // One read into shared memory, radix passes there, then the picks in entry order by a
+    // block scan (no sort): thread t owns entries [t * per, (t + 1) * per).
+    for (int j = tid; j < n; j += kThreads) s.buf.row[j] = OrderedBits(row[j]);
+    __syncthreads();
+    auto visit_row = [&](auto&& f) { ForEachShortRowEntry(s, n, f); };
+    for (int d = 0; d < kNumDigits; ++d)
+      if (RadixPass(s, DigitAt(d), visit_row)) break;
+    const int bits = s.bits;
+    const uint64_t prefix_top = TopBits(s.prefix, bits);
+    const int per = (n + kThreads - 1) / kThreads;
+    const int first = tid * per;
+    const int last = first + per < n ? first + per : n;
+    int taken = 0;
+    for (int j = first; j < last; ++j) taken += TopBits(SelectionKey(s.buf.row[j], j), bits) >= prefix_top;
+    int position = 0;
+    cub::BlockScan<int, kThreads>(s.scan).ExclusiveSum(taken, position);
+    for (int j = first; j < last; ++j)
+      if (TopBits(SelectionKey(s.buf.row[j], j), bits) >= prefix_top && position < k) indices[position++] = j;
+    if (tid == 0) p.counts[b] = k;
+    return;
+  }
+
   auto visit_global = [&](auto&& f) { ForEachScore(row, n, f); };
   auto visit_candidates = [&](auto&& f) { ForEachCandidate(s, f); };
   bool in_shared = false;
@@ -175,8 +211,8 @@ __global__ void __launch_bounds__(kThreads, 1) IndexerTopKKernel(const IndexerTo
         } else if (top == prefix_top) {
           const int j = atomicAdd(&s.candidate_count, 1);
           if (j < kCandidates) {
-            s.candidate_ordered[j] = static_cast<uint32_t>(key >> 32);
-            s.candidate_index[j] = index;
+            s.buf.candidates.ordered[j] = static_cast<uint32_t>(key >> 32);
+            s.buf.candidates.index[j] = index;
           }
         }
       });

@@ -9,7 +9,9 @@
 // index bits), 11/11/10-bit digits from the top, each pass a shared-memory histogram over the
 // elements still tied with the threshold; once those fit in shared memory they are gathered
 // there and the remaining passes run on them. Typical inputs need two or three reads of the
-// scores; equal scores only add passes over the index bits.
+// scores; equal scores only add passes over the index bits. Rows of up to 6,144 entries
+// (contexts up to 24K tokens) are read once into shared memory and selected there, the picks
+// written in entry order by a block scan instead of a sort.
 #pragma once
 
 #include <cuda_runtime_api.h>

@@ -34,7 +34,7 @@ struct Tiling {
   static constexpr int kQBytes = kHeadsPadded * kD * 2;
   static constexpr int kKvBytes = 2 * kBlockN * kD * 2;  // double-buffered tile
   static constexpr int kPBytes = kHeadsPadded * kBlockN * 2;
-  static constexpr int kRowSrcBytes = 2 * kBlockN * 8;
+  static constexpr int kRowSrcBytes = 3 * kBlockN * 8;  // ring of three tiles' row sources
   static constexpr int kRedBytes = 2 * kQkWarpsN * kHeadsPadded * 4;
   static constexpr int kMBytes = 2 * kHeadsPadded * 4;
   static constexpr int kSmemBytes = kQBytes + kKvBytes + kPBytes + kRowSrcBytes + kRedBytes + kMBytes;
@@ -56,7 +56,7 @@ __global__ void __launch_bounds__(kThreads, 1) SparseAttentionKernel(const Spars
   __nv_bfloat16* kv_s = reinterpret_cast<__nv_bfloat16*>(smem + T::kQBytes);  // [2][kBlockN][kD]
   __nv_bfloat16* p_s = reinterpret_cast<__nv_bfloat16*>(smem + T::kQBytes + T::kKvBytes);  // [kHP][kBlockN]
   const __nv_bfloat16** row_src =
-      reinterpret_cast<const __nv_bfloat16**>(smem + T::kQBytes + T::kKvBytes + T::kPBytes);  // [2][kBlockN]
+      reinterpret_cast<const __nv_bfloat16**>(smem + T::kQBytes + T::kKvBytes + T::kPBytes);  // [3][kBlockN]
   float* red_max = reinterpret_cast<float*>(smem + T::kQBytes + T::kKvBytes + T::kPBytes + T::kRowSrcBytes);
   float* red_sum = red_max + T::kQkWarpsN * kHP;  // [kQkWarpsN][kHP]
   float* m_buf = red_sum + T::kQkWarpsN * kHP;    // [2][kHP]: running max, ping-pong per tile
@@ -102,40 +102,62 @@ __global__ void __launch_bounds__(kThreads, 1) SparseAttentionKernel(const Spars
     }
     for (int i = tid; i < kHP; i += kThreads) m_buf[i] = -INFINITY;
 
-    auto resolve = [&](int tile, int buf) {
-      if (tid < kBlockN) {
-        const int r = row_begin + tile * kBlockN + tid;
-        const __nv_bfloat16* src = nullptr;
-        if (r < row_end) {
-          if (r < wl) {
-            const int idx = p.window_indices[static_cast<int64_t>(b) * p.window_capacity + r];
-            if (idx >= 0 && idx < p.num_window_rows) src = p.window_kv + static_cast<int64_t>(idx) * kD;
-          } else {
-            const int c = r - wl;
-            const int e = p.compressed_indices != nullptr
+    // Row sources of tile t live in row_src[t % 3]. Tile t + 2's are resolved while tile t is
+    // computed, in three steps, so that the dependent global loads (index list, then page
+    // table) overlap the MMAs instead of stalling the CTA at a barrier.
+    int pending_value = -1;  // threads < kBlockN: window row or entry number, -1 when masked
+    bool pending_window = false;
+    int pending_page = -1;
+    auto resolve_begin = [&](int tile) {
+      pending_value = -1;
+      pending_window = false;
+      const int r = row_begin + tile * kBlockN + tid;
+      if (tid < kBlockN && tile < num_tiles && r < row_end) {
+        if (r < wl) {
+          pending_window = true;
+          pending_value = p.window_indices[static_cast<int64_t>(b) * p.window_capacity + r];
+        } else {
+          const int c = r - wl;
+          pending_value = p.compressed_indices != nullptr
                               ? p.compressed_indices[static_cast<int64_t>(b) * p.compressed_capacity + c]
                               : c;
-            if (e >= 0 && e / p.page_size < p.max_pages) {
-              const int page = p.page_table[static_cast<int64_t>(b) * p.max_pages + e / p.page_size];
-              const int64_t row = static_cast<int64_t>(page) * p.page_size + e % p.page_size;
-              if (page >= 0 && row < p.num_compressed_rows) src = p.compressed_kv + row * kD;
-            }
-          }
         }
-        row_src[buf * kBlockN + tid] = src;
       }
     };
-    auto issue = [&](int buf) {
-      __nv_bfloat16* dst = kv_s + buf * kBlockN * kD;
+    auto resolve_page = [&]() {
+      pending_page = -1;
+      if (tid < kBlockN && !pending_window && pending_value >= 0 && pending_value / p.page_size < p.max_pages)
+        pending_page = p.page_table[static_cast<int64_t>(b) * p.max_pages + pending_value / p.page_size];
+    };
+    auto resolve_end = [&](int ring) {
+      if (tid < kBlockN) {
+        const __nv_bfloat16* src = nullptr;
+        if (pending_window) {
+          if (pending_value >= 0 && pending_value < p.num_window_rows)
+            src = p.window_kv + static_cast<int64_t>(pending_value) * kD;
+        } else if (pending_page >= 0) {
+          const int64_t row = static_cast<int64_t>(pending_page) * p.page_size + pending_value % p.page_size;
+          if (row < p.num_compressed_rows) src = p.compressed_kv + row * kD;
+        }
+        row_src[ring * kBlockN + tid] = src;
+      }
+    };
+    auto issue = [&](int tile) {
+      __nv_bfloat16* dst = kv_s + (tile & 1) * kBlockN * kD;
+      const __nv_bfloat16* const* src_rows = row_src + (tile % 3) * kBlockN;
       for (int i = tid; i < kBlockN * T::kDChunks; i += kThreads) {
         const int r = i / T::kDChunks;
         const int c = i % T::kDChunks;
-        const __nv_bfloat16* src = row_src[buf * kBlockN + r];
+        const __nv_bfloat16* src = src_rows[r];
         CpAsync16(dst + SwizzledChunk<T::kDChunks>(r, c) * 8, src != nullptr ? src + c * 8 : q, src != nullptr);
       }
     };
 
-    if (num_tiles > 0) resolve(0, 0);
+    for (int first = 0; first < 2; ++first) {  // the first two tiles, synchronously
+      resolve_begin(first);
+      resolve_page();
+      resolve_end(first);
+    }
     __syncthreads();
     if (num_tiles > 0) issue(0);
     CpAsyncCommit();  // Q and the first tile
@@ -154,15 +176,15 @@ __global__ void __launch_bounds__(kThreads, 1) SparseAttentionKernel(const Spars
 
     for (int tile = 0; tile < num_tiles; ++tile) {
       const int buf = tile & 1;
-      if (tile + 1 < num_tiles) resolve(tile + 1, buf ^ 1);
-      __syncthreads();  // row_src of the next tile is visible; its buffer was released last tile
-      if (tile + 1 < num_tiles) issue(buf ^ 1);
+      __syncthreads();  // the next tile's rows are visible; its buffer was released last tile
+      if (tile + 1 < num_tiles) issue(tile + 1);
       CpAsyncCommit();
       CpAsyncWait<1>();
       __syncthreads();  // this tile (and Q) landed for every thread
+      resolve_begin(tile + 2);
 
       const __nv_bfloat16* kv_tile = kv_s + buf * kBlockN * kD;
-      const __nv_bfloat16* const* src_tile = row_src + buf * kBlockN;
+      const __nv_bfloat16* const* src_tile = row_src + (tile % 3) * kBlockN;
 
       // ---- S = Q K^T for 16 heads x kQkRows rows
       float s[T::kQkNTiles][4];
@@ -188,6 +210,8 @@ __global__ void __launch_bounds__(kThreads, 1) SparseAttentionKernel(const Spars
           MmaBF16(s[0], a, bk[0], bk[1]);
         }
       }
+
+      resolve_page();
 
       // ---- masked, scaled (log2 units) and the tile's row max per head
       float mx0 = -INFINITY;
@@ -300,6 +324,7 @@ __global__ void __launch_bounds__(kThreads, 1) SparseAttentionKernel(const Spars
           for (int mt = 0; mt < T::kMTiles; ++mt) MmaBF16(o[mt][0], a[mt], bv[0], bv[1]);
         }
       }
+      resolve_end((tile + 2) % 3);
       parity ^= 1;
     }
 
@@ -373,58 +398,50 @@ __global__ void __launch_bounds__(kThreads, 1) SparseAttentionKernel(const Spars
   }
 }
 
-// Merges the partials of split requests with the sink. A fixed grid walks the (request,
-// head) pairs listed in the schedule; per pair, thread groups take every kGroups-th partial
-// (several loads in flight each) and the groups are summed in shared memory.
-constexpr int kCombineThreads = 512;
+// Merges the partials of split requests with the sink. Work items are (split request, head,
+// 128-dim chunk); each warp takes items independently (no block barriers), so thousands of
+// two-partial items (B = 64, every request split in two) run in one wave, and a 130-partial
+// item (B = 1 at 1M context) keeps eight 16-byte loads in flight per lane.
+constexpr int kCombineThreads = 256;
+constexpr int kCombineWarps = kCombineThreads / kWarpSize;
 
 template <int kD>
 __global__ void __launch_bounds__(kCombineThreads) SparseAttentionCombineKernel(const SparseAttentionParams p) {
-  constexpr int kVec = kD / 4;  // float4s per head row
-  constexpr int kGroups = kCombineThreads / kVec;
-  static_assert(kCombineThreads % kVec == 0);
-  __shared__ float4 red[kGroups][kVec];
-  __shared__ float s_top;
-  __shared__ float s_inv;
-  const int tid = static_cast<int>(threadIdx.x);
-  const int warp = tid / kWarpSize;
-  const int lane = tid % kWarpSize;
-  const int group = tid / kVec;
-  const int v = tid % kVec;
+  constexpr int kVec = kD / 4;                                   // float4s per head row
+  constexpr int kChunks = (kVec + kWarpSize - 1) / kWarpSize;    // one float4 per lane per chunk
+  const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
   const int heads = p.heads;
   const int* list = p.schedule + p.layout.combine_offset();
-  const int num_items = list[0] * heads;
+  const int items_per_request = heads * kChunks;
+  const int num_items = list[0] * items_per_request;
   const int rope_begin = kD - p.rope_dim;
   const int rope_half = p.rope_dim / 2;
+  const int num_warps = static_cast<int>(gridDim.x) * kCombineWarps;
 
-  for (int item = static_cast<int>(blockIdx.x); item < num_items; item += static_cast<int>(gridDim.x)) {
-    const int b = list[1 + item / heads];
-    const int h = item % heads;
+  for (int item = static_cast<int>(blockIdx.x) * kCombineWarps + static_cast<int>(threadIdx.x) / kWarpSize;
+       item < num_items; item += num_warps) {
+    const int b = list[1 + item / items_per_request];
+    const int h = (item % items_per_request) / kChunks;
+    const int v = (item % kChunks) * kWarpSize + lane;  // this lane's float4 in the head row
     const int* info = p.schedule + p.layout.requests_offset() + 2 * b;
     const int first = info[0];
     const int count = info[1] < 0 ? 0 : info[1];
     const float* lse = p.partial_lse + static_cast<int64_t>(first) * heads + h;
-    if (warp == 0) {
-      const float sink2 = p.sink[h] * kLog2e;
-      float top = -INFINITY;
-      for (int j = lane; j < count; j += kWarpSize) top = fmaxf(top, lse[static_cast<int64_t>(j) * heads]);
-      top = fmaxf(WarpMax(top), sink2);
-      float denom = 0.0f;
-      for (int j = lane; j < count; j += kWarpSize) denom += exp2f(lse[static_cast<int64_t>(j) * heads] - top);
-      denom = WarpSum(denom) + exp2f(sink2 - top);
-      if (lane == 0) {
-        s_top = top;
-        s_inv = 1.0f / denom;
-      }
-    }
-    __syncthreads();
-    const float top = s_top;
-    const float inv = s_inv;
+
+    const float sink2 = p.sink[h] * kLog2e;
+    float top = -INFINITY;
+    for (int j = lane; j < count; j += kWarpSize) top = fmaxf(top, lse[static_cast<int64_t>(j) * heads]);
+    top = fmaxf(WarpMax(top), sink2);
+    float denom = 0.0f;
+    for (int j = lane; j < count; j += kWarpSize) denom += exp2f(lse[static_cast<int64_t>(j) * heads] - top);
+    const float inv = 1.0f / (WarpSum(denom) + exp2f(sink2 - top));
+    if (v >= kVec) continue;
+
     const float4* src = reinterpret_cast<const float4*>(p.partial_o + (static_cast<int64_t>(first) * heads + h) * kD) + v;
     const int64_t step = static_cast<int64_t>(heads) * kVec;  // float4s between consecutive partials
     float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll 4
-    for (int j = group; j < count; j += kGroups) {
+#pragma unroll 8
+    for (int j = 0; j < count; ++j) {
       const float w = exp2f(lse[static_cast<int64_t>(j) * heads] - top) * inv;
       const float4 x = src[j * step];
       acc.x += w * x.x;
@@ -432,36 +449,25 @@ __global__ void __launch_bounds__(kCombineThreads) SparseAttentionCombineKernel(
       acc.z += w * x.z;
       acc.w += w * x.w;
     }
-    red[group][v] = acc;
-    __syncthreads();
-    if (group == 0) {
-      float x[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll 4
-      for (int g = 0; g < kGroups; ++g) {
-        x[0] += red[g][v].x;
-        x[1] += red[g][v].y;
-        x[2] += red[g][v].z;
-        x[3] += red[g][v].w;
-      }
-      const int pos = p.positions[b];
-      const bool rotate = p.rope_cos != nullptr && pos >= 0 && pos < p.num_positions;
+
+    float x[4] = {acc.x, acc.y, acc.z, acc.w};
+    const int pos = p.positions[b];
+    const bool rotate = p.rope_cos != nullptr && pos >= 0 && pos < p.num_positions;
 #pragma unroll
-      for (int pair = 0; pair < 2; ++pair) {
-        const int d = 4 * v + 2 * pair;
-        if (rotate && d >= rope_begin) {
-          const int i = (d - rope_begin) / 2;
-          const float c = p.rope_cos[static_cast<int64_t>(pos) * rope_half + i];
-          const float sn = p.rope_sin[static_cast<int64_t>(pos) * rope_half + i];
-          const float x0 = x[2 * pair];
-          const float x1 = x[2 * pair + 1];
-          x[2 * pair] = x0 * c + x1 * sn;
-          x[2 * pair + 1] = x1 * c - x0 * sn;
-        }
+    for (int pair = 0; pair < 2; ++pair) {
+      const int d = 4 * v + 2 * pair;
+      if (rotate && d >= rope_begin) {
+        const int i = (d - rope_begin) / 2;
+        const float c = p.rope_cos[static_cast<int64_t>(pos) * rope_half + i];
+        const float sn = p.rope_sin[static_cast<int64_t>(pos) * rope_half + i];
+        const float x0 = x[2 * pair];
+        const float x1 = x[2 * pair + 1];
+        x[2 * pair] = x0 * c + x1 * sn;
+        x[2 * pair + 1] = x1 * c - x0 * sn;
       }
-      *reinterpret_cast<uint2*>(p.out + (static_cast<int64_t>(b) * heads + h) * kD + 4 * v) =
-          make_uint2(PackBF16x2(x[0], x[1]), PackBF16x2(x[2], x[3]));
     }
-    __syncthreads();  // red, s_top and s_inv are reused by the next item
+    *reinterpret_cast<uint2*>(p.out + (static_cast<int64_t>(b) * heads + h) * kD + 4 * v) =
+        make_uint2(PackBF16x2(x[0], x[1]), PackBF16x2(x[2], x[3]));
   }
 }
 
@@ -477,7 +483,7 @@ cudaError_t LaunchConfig(const SparseAttentionParams& p, cudaStream_t stream) {
   SparseAttentionKernel<kH, kD><<<static_cast<unsigned>(p.layout.num_ctas), kThreads, kSmem, stream>>>(p);
   cudaError_t error = cudaGetLastError();
   if (error != cudaSuccess) return error;
-  SparseAttentionCombineKernel<kD><<<static_cast<unsigned>(2 * p.layout.num_ctas), kCombineThreads, 0, stream>>>(p);
+  SparseAttentionCombineKernel<kD><<<static_cast<unsigned>(4 * p.layout.num_ctas), kCombineThreads, 0, stream>>>(p);
   return cudaGetLastError();
 }
 

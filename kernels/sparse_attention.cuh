@@ -96,7 +96,8 @@ int SparseAttentionSharedBytes(int heads, int head_dim);
 cudaError_t PrepareSparseAttention();
 
 // Launches the attention kernel (grid = layout.num_ctas) and then the combine kernel (a
-// fixed grid of 2 * layout.num_ctas CTAs over the (request, head) pairs it must finish).
+// fixed grid of 4 * layout.num_ctas CTAs whose warps take the (request, head, 128-dim chunk)
+// items it must finish).
 cudaError_t LaunchSparseAttention(const SparseAttentionParams& p, cudaStream_t stream);
 
 }  // namespace peregrine::kernels
