@@ -1,0 +1,199 @@
+// Routes, request ids, authentication and the metrics exposition.
+#include <map>
+#include <sstream>
+
+#include "server_fixture.h"
+
+namespace peregrine::server::testing {
+namespace {
+
+TEST_F(ServerTest, HealthReadyModels) {
+  ClientResponse health = Fetch(port_, "GET", "/health");
+  EXPECT_EQ(health.status, 200);
+  EXPECT_FALSE(health.Header("x-request-id").empty());
+
+  ClientResponse ready = Fetch(port_, "GET", "/ready");
+  EXPECT_EQ(ready.status, 200);
+  EXPECT_EQ(Body(ready)["status"], "ready");
+
+  ClientResponse models = Fetch(port_, "GET", "/v1/models");
+  ASSERT_EQ(models.status, 200);
+  Json body = Body(models);
+  EXPECT_EQ(body["object"], "list");
+  ASSERT_EQ(body["data"].size(), 1u);
+  EXPECT_EQ(body["data"][0]["id"], kModel);
+  EXPECT_EQ(body["data"][0]["max_model_len"], kMaxContext);
+}
+
+TEST_F(ServerTest, ReadyFollowsTheEngine) {
+  EngineStats stats;
+  stats.is_ready = false;
+  engine_->SetStats(stats);
+  EXPECT_EQ(Fetch(port_, "GET", "/ready").status, 503);
+  EXPECT_EQ(Fetch(port_, "GET", "/health").status, 200);  // liveness is not readiness
+  ClientResponse r = Chat({{"messages", {{{"role", "user"}, {"content", "hi"}}}}});
+  EXPECT_EQ(r.status, 503);
+  EXPECT_FALSE(r.Header("retry-after").empty());
+}
+
+TEST_F(ServerTest, UnknownRouteAndWrongMethod) {
+  ClientResponse r = Fetch(port_, "GET", "/v1/nothing");
+  EXPECT_EQ(r.status, 404);
+  EXPECT_TRUE(Body(r)["error"].is_object());
+  r = Fetch(port_, "POST", "/health", "{}");
+  EXPECT_EQ(r.status, 405);
+  r = Fetch(port_, "GET", "/v1/chat/completions");
+  EXPECT_EQ(r.status, 405);
+  EXPECT_EQ(r.Header("allow"), "POST");
+  ExpectAlive();
+}
+
+TEST_F(ServerTest, RequestIdIsEchoedWhenSafe) {
+  EXPECT_EQ(Fetch(port_, "GET", "/health", {}, {{"x-request-id", "abc-123_x.y:z"}})
+                .Header("x-request-id"),
+            "abc-123_x.y:z");
+  const std::string generated =
+      Fetch(port_, "GET", "/health", {}, {{"x-request-id", "bad id\twith\x01"}}).Header("x-request-id");
+  EXPECT_FALSE(generated.empty());
+  EXPECT_EQ(generated.find(' '), std::string::npos);
+}
+
+TEST_F(ServerTest, KeepAliveServesManyRequestsOnOneConnection) {
+  ScriptText("ok");
+  HttpClient client(port_);
+  for (int i = 0; i < 20; ++i) {
+    ClientResponse r = client.Send("POST", "/v1/chat/completions",
+                                   R"({"messages":[{"role":"user","content":"hi"}]})");
+    ASSERT_EQ(r.status, 200) << i;
+    EXPECT_EQ(Body(r)["choices"][0]["message"]["content"], "ok");
+  }
+  EXPECT_TRUE(client.is_open());
+}
+
+// Row 32: every route but /health and /ready needs the key; the scheme is case-insensitive.
+TEST_F(ServerTest, ApiKeyOnEveryRoute) {
+  ServerConfig config = TestConfig();
+  config.api_key = "sk-test-key";
+  Restart(config);
+  ScriptText("fine");
+  const std::string chat = R"({"messages":[{"role":"user","content":"hi"}]})";
+  const std::string completion = R"({"prompt":"hi","max_tokens":2})";
+  struct Route {
+    const char* method;
+    const char* path;
+    std::string body;
+  };
+  const Route protected_routes[] = {{"POST", "/v1/chat/completions", chat},
+                                    {"POST", "/v1/completions", completion},
+                                    {"GET", "/v1/models", ""},
+                                    {"GET", "/metrics", ""},
+                                    {"GET", "/v1/unknown", ""},
+                                    {"POST", "/tokenize", "{}"}};
+  for (const Route& route : protected_routes) {
+    for (const Headers& bad : {Headers{}, Headers{{"authorization", "Bearer wrong"}},
+                               Headers{{"authorization", "Basic sk-test-key"}},
+                               Headers{{"authorization", "Bearer  sk-test-key"}},
+                               Headers{{"authorization", "sk-test-key"}},
+                               Headers{{"authorization", "Bearer sk-test-ke"}},
+                               Headers{{"authorization", "Bearer sk-test-key2"}}}) {
+      ClientResponse r = Fetch(port_, route.method, route.path, route.body, bad);
+      EXPECT_EQ(r.status, 401) << route.path;
+      Json body = Body(r);
+      EXPECT_EQ(body["error"]["code"], "invalid_api_key") << route.path;
+      EXPECT_EQ(body["error"]["type"], "invalid_request_error") << route.path;
+      EXPECT_FALSE(r.Header("x-request-id").empty());
+    }
+  }
+  for (const char* scheme : {"Bearer", "bearer", "BEARER"}) {
+    const Headers good = {{"authorization", std::string(scheme) + " sk-test-key"}};
+    EXPECT_EQ(Fetch(port_, "POST", "/v1/chat/completions", chat, good).status, 200) << scheme;
+    EXPECT_EQ(Fetch(port_, "POST", "/v1/completions", completion, good).status, 200) << scheme;
+    EXPECT_EQ(Fetch(port_, "GET", "/v1/models", {}, good).status, 200) << scheme;
+    EXPECT_EQ(Fetch(port_, "GET", "/metrics", {}, good).status, 200) << scheme;
+  }
+  EXPECT_EQ(Fetch(port_, "GET", "/health").status, 200);
+  EXPECT_EQ(Fetch(port_, "GET", "/ready").status, 200);
+}
+
+// Parses a Prometheus text exposition: every sample line is `name{labels} value`.
+std::map<std::string, double> ParseExposition(const std::string& text, std::string* error) {
+  std::map<std::string, double> samples;
+  std::istringstream lines(text);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (line.empty()) continue;
+    if (line.rfind("# HELP ", 0) == 0 || line.rfind("# TYPE ", 0) == 0) continue;
+    const size_t space = line.rfind(' ');
+    if (space == std::string::npos || line.find('{') == std::string::npos ||
+        line[space - 1] != '}') {
+      *error = line;
+      return {};
+    }
+    const std::string value = line.substr(space + 1);
+    char* end = nullptr;
+    const double v = value == "+Inf" ? 1e308 : std::strtod(value.c_str(), &end);
+    if (value != "+Inf" && (end == nullptr || *end != '\0')) {
+      *error = line;
+      return {};
+    }
+    samples[line.substr(0, space)] = v;
+  }
+  return samples;
+}
+
+TEST_F(ServerTest, MetricsExpositionParsesWithVllmNames) {
+  ScriptText("one two three");
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_EQ(Chat({{"messages", {{{"role", "user"}, {"content", "hi"}}}}}).status, 200);
+  }
+  EngineStats stats;
+  stats.is_ready = true;
+  stats.num_waiting = 7;
+  stats.kv_usage = 0.25;
+  stats.kv_capacity_tokens = 123456;
+  stats.num_preemptions = 3;
+  stats.prefix_cache_queries = 100;
+  stats.prefix_cache_hits = 40;
+  engine_->SetStats(stats);
+  ClientResponse r = Fetch(port_, "GET", "/metrics");
+  ASSERT_EQ(r.status, 200);
+  EXPECT_NE(r.Header("content-type").find("text/plain"), std::string::npos);
+  std::string error;
+  const auto samples = ParseExposition(r.body, &error);
+  ASSERT_TRUE(error.empty()) << "bad line: " << error;
+  const std::string l = std::string("{model_name=\"") + kModel + "\"}";
+  auto value = [&](const std::string& series) {
+    auto it = samples.find(series);
+    EXPECT_NE(it, samples.end()) << series;
+    return it == samples.end() ? -1.0 : it->second;
+  };
+  EXPECT_EQ(value("peregrine:num_requests_waiting" + l), 7);
+  EXPECT_EQ(value("peregrine:kv_cache_usage_perc" + l), 0.25);
+  EXPECT_EQ(value("peregrine:gpu_cache_usage_perc" + l), 0.25);
+  EXPECT_EQ(value("peregrine:kv_cache_capacity_tokens" + l), 123456);
+  EXPECT_EQ(value("peregrine:num_preemptions_total" + l), 3);
+  EXPECT_EQ(value("peregrine:prefix_cache_queries_total" + l), 100);
+  EXPECT_EQ(value("peregrine:prefix_cache_hits_total" + l), 40);
+  EXPECT_GE(value("peregrine:num_requests_running" + l), 0);
+  const double generated = value("peregrine:generation_tokens_total" + l);
+  EXPECT_EQ(generated, 3.0 * static_cast<double>(Encode("one two three").size() + 1));
+  EXPECT_GT(value("peregrine:prompt_tokens_total" + l), 0);
+  EXPECT_EQ(value("peregrine:request_success_total{model_name=\"" + std::string(kModel) +
+                  "\",finished_reason=\"stop\"}"), 3);
+  for (const char* h : {"time_to_first_token_seconds", "inter_token_latency_seconds",
+                        "time_per_output_token_seconds", "e2e_request_latency_seconds",
+                        "request_queue_time_seconds"}) {
+    const std::string name = std::string("peregrine:") + h;
+    const std::string inf = name + "_bucket{model_name=\"" + kModel + "\",le=\"+Inf\"}";
+    EXPECT_EQ(value(inf), value(name + "_count" + l)) << h;
+    EXPECT_TRUE(samples.count(name + "_sum" + l)) << h;
+  }
+  EXPECT_EQ(value("peregrine:e2e_request_latency_seconds_count" + l), 3);
+  EXPECT_EQ(value("peregrine:time_to_first_token_seconds_count" + l), 3);
+  // vLLM's first TTFT bucket.
+  EXPECT_TRUE(samples.count("peregrine:time_to_first_token_seconds_bucket{model_name=\"" +
+                            std::string(kModel) + "\",le=\"0.001\"}"));
+}
+
+}  // namespace
+}  // namespace peregrine::server::testing
