@@ -1,0 +1,141 @@
+#include "cli/serve_command.h"
+
+#include <algorithm>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <thread>
+#include <utility>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
+
+#include "cli/demo_tokenizer.h"
+#include "server/server.h"
+#include "tokenizer/tokenizer.h"
+
+namespace peregrine::cli {
+
+namespace {
+
+std::string TokenizerPath(const ServeOptions& options) {
+  if (!options.tokenizer_path.empty()) return options.tokenizer_path;
+  if (options.model_path.empty() || options.model_path == "demo") return {};
+  return options.model_path;
+}
+
+}  // namespace
+
+int RunServe(const ServeOptions& options, const EngineFactory& factory) {
+  const std::string tokenizer_path = TokenizerPath(options);
+  if (tokenizer_path.empty() && DemoTokenizerJson().empty()) {
+    std::fprintf(stderr, "error: this build has no embedded tokenizer; pass --tokenizer\n");
+    return 1;
+  }
+  // The demo model uses the DeepSeek-V4 tokenizer embedded in the binary.
+  Result<tokenizer::Tokenizer> tokenizer = tokenizer_path.empty()
+                                               ? tokenizer::Tokenizer::FromJson(DemoTokenizerJson())
+                                               : tokenizer::Tokenizer::FromFile(tokenizer_path);
+  if (!tokenizer.ok()) {
+    std::fprintf(stderr, "error: tokenizer: %s\n", tokenizer.status().ToString().c_str());
+    return 1;
+  }
+  Result<std::unique_ptr<EngineClient>> engine = factory(options);
+  if (!engine.ok()) {
+    std::fprintf(stderr, "error: engine: %s\n", engine.status().ToString().c_str());
+    return 1;
+  }
+  server::Server server(options.server, **engine, *tokenizer);
+  if (Status s = server.Start(); !s.ok()) {
+    std::fprintf(stderr, "error: %s\n", s.ToString().c_str());
+    return 1;
+  }
+  std::fprintf(stderr, "peregrine: serving %s on http://%s:%u\n",
+               options.server.model_name.c_str(), options.server.host.c_str(),
+               static_cast<unsigned>(server.port()));
+
+  // The first SIGINT/SIGTERM drains (readiness false, in-flight requests finish or are
+  // aborted after the drain timeout); a second one stops at once.
+  boost::asio::io_context signals_io;
+  boost::asio::signal_set signals(signals_io, SIGINT, SIGTERM);
+  std::thread drainer;
+  signals.async_wait([&](const boost::system::error_code& ec, int) {
+    if (ec) return;
+    std::fprintf(stderr, "peregrine: draining (up to %lld ms)\n",
+                 static_cast<long long>(options.server.timeouts.drain.count()));
+    drainer = std::thread([&] {
+      server.Drain();
+      signals_io.stop();
+    });
+    signals.async_wait([&](const boost::system::error_code& again, int) {
+      if (!again) server.Stop();
+    });
+  });
+  signals_io.run();
+  if (drainer.joinable()) drainer.join();
+  std::fprintf(stderr, "peregrine: stopped\n");
+  return 0;
+}
+
+void AddServeCommand(CLI::App& app, EngineFactory factory) {
+  auto options = std::make_shared<ServeOptions>();
+  auto drain_seconds = std::make_shared<double>(30.0);
+  auto idle_seconds = std::make_shared<double>(60.0);
+  server::ServerConfig& s = options->server;
+  CLI::App* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server");
+  cmd->add_option("--model-path", options->model_path,
+                  "Model directory (config.json + safetensors); default: the embedded demo model");
+  cmd->add_option("--tokenizer", options->tokenizer_path,
+                  "tokenizer.json or its directory (default: the model directory)");
+  cmd->add_option("--host", s.host, "Address to listen on")->capture_default_str();
+  cmd->add_option("--port", s.port, "Port (0: any free port)")->capture_default_str();
+  cmd->add_option("--api-key", s.api_key,
+                  "Require 'Authorization: Bearer KEY' on every route but /health and /ready")
+      ->envname("PEREGRINE_API_KEY");
+  cmd->add_option("--served-model-name", s.model_name, "Model id in the API and metrics")
+      ->capture_default_str();
+  cmd->add_flag("--thinking", s.default_thinking,
+                "Thinking mode unless a request sets chat_template_kwargs.thinking");
+  cmd->add_option("--threads", options->threads, "CPU backend threads")->check(CLI::Range(1, 256));
+  cmd->add_option("--max-num-seqs", options->max_num_seqs, "Running sequences per step")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  cmd->add_option("--max-num-batched-tokens", options->max_num_batched_tokens,
+                  "Token budget per step")->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
+  cmd->add_option("--max-num-waiting", options->max_num_waiting,
+                  "Engine waiting queue; beyond it requests get 429")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
+  cmd->add_option("--kv-cache-tokens", options->kv_cache_tokens, "KV cache size in tokens")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
+  cmd->add_option("--io-threads", s.num_io_threads, "HTTP I/O threads")
+      ->check(CLI::Range(1, 256))->capture_default_str();
+  cmd->add_option("--worker-threads", s.num_worker_threads,
+                  "Threads parsing, rendering and tokenizing requests")
+      ->check(CLI::Range(1, 256))->capture_default_str();
+  cmd->add_option("--max-concurrent-requests", s.limits.max_concurrent_requests,
+                  "Generation requests in flight; beyond it 429")
+      ->check(CLI::Range(1, 1 << 24))->capture_default_str();
+  cmd->add_option("--max-body-bytes", s.limits.max_body_bytes, "Request body limit (413 beyond)")
+      ->check(CLI::Range(size_t{1024}, size_t{1} << 34))->capture_default_str();
+  cmd->add_option("--max-connections", s.limits.max_connections, "Open connections")
+      ->check(CLI::Range(1, 1 << 24))->capture_default_str();
+  cmd->add_option("--max-n", s.limits.max_n, "Largest n per request")
+      ->check(CLI::Range(1, 1024))->capture_default_str();
+  cmd->add_option("--drain-timeout", *drain_seconds,
+                  "Seconds in-flight requests may finish after SIGTERM")
+      ->check(CLI::Range(0.0, 86400.0))->capture_default_str();
+  cmd->add_option("--idle-timeout", *idle_seconds, "Seconds an idle keep-alive connection stays")
+      ->check(CLI::Range(0.1, 86400.0))->capture_default_str();
+  cmd->callback([options, drain_seconds, idle_seconds, factory = std::move(factory)] {
+    options->server.timeouts.drain =
+        std::chrono::milliseconds(static_cast<int64_t>(*drain_seconds * 1000));
+    options->server.timeouts.idle =
+        std::chrono::milliseconds(static_cast<int64_t>(*idle_seconds * 1000));
+    options->server.limits.max_choices =
+        std::max(options->server.limits.max_choices, options->server.limits.max_n);
+    const int rc = RunServe(*options, factory);
+    if (rc != 0) throw CLI::RuntimeError(rc);
+  });
+}
+
+}  // namespace peregrine::cli

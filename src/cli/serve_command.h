@@ -1,0 +1,40 @@
+// `peregrine serve`: the OpenAI-compatible HTTP server in front of an engine. The engine is
+// built by a factory the caller provides, so this command knows nothing about models.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "base/status.h"
+#include "engine/engine_client.h"
+#include "server/server_config.h"
+
+namespace peregrine::cli {
+
+struct ServeOptions {
+  std::string model_path;                 // checkpoint directory; "demo" or empty: the demo model
+  std::string tokenizer_path;             // tokenizer.json or its directory; default: model_path
+  // Engine knobs, read by the factory.
+  int threads = 2;                        // CPU backend threads
+  int64_t max_num_seqs = 256;             // running sequences per step
+  int64_t max_num_batched_tokens = 2048;  // token budget per step
+  int64_t max_num_waiting = 4096;         // bounded waiting queue (full: 429)
+  int64_t kv_cache_tokens = 1 << 22;      // tokens of context the KV pools hold in total
+  server::ServerConfig server;
+};
+
+// Builds a started engine for `options`, or says why it cannot.
+using EngineFactory =
+    std::function<Result<std::unique_ptr<EngineClient>>(const ServeOptions& options)>;
+
+void AddServeCommand(CLI::App& app, EngineFactory factory);
+
+// Serves until SIGINT or SIGTERM, then drains (a second signal stops at once). Returns the
+// process exit code: 0 after a clean drain, 1 when the engine, tokenizer or socket fails.
+int RunServe(const ServeOptions& options, const EngineFactory& factory);
+
+}  // namespace peregrine::cli
