@@ -1,16 +1,39 @@
 // The `peregrine` binary: one entry point, one subcommand per file.
 #include <CLI/CLI.hpp>
 
+#include "cli/bench_command.h"
+#include "cli/engine_factory.h"
 #include "cli/generate_command.h"
 #include "cli/render_chat_command.h"
+#include "cli/serve_command.h"
 #include "cli/tokenize_command.h"
+
+namespace {
+
+// `peregrine serve` on the CPU backend: the model from --model-path, or the embedded demo.
+peregrine::Result<std::unique_ptr<peregrine::EngineClient>> MakeServingEngine(
+    const peregrine::cli::ServeOptions& serve) {
+  peregrine::cli::EngineOptions o;
+  o.model_path = serve.model_path == "demo" ? "" : serve.model_path;
+  o.threads = serve.threads;
+  o.max_num_seqs = serve.max_num_seqs;
+  o.max_num_batched_tokens = serve.max_num_batched_tokens;
+  o.max_num_waiting = serve.max_num_waiting;
+  o.kv_cache_tokens = serve.kv_cache_tokens;
+  PG_ASSIGN_OR_RETURN(std::unique_ptr<peregrine::Engine> engine, peregrine::cli::MakeEngine(o));
+  return std::unique_ptr<peregrine::EngineClient>(std::move(engine));
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"Peregrine: DeepSeek-V4 inference server"};
   app.require_subcommand(1);
+  peregrine::cli::AddServeCommand(app, MakeServingEngine);
   peregrine::cli::AddGenerateCommand(app);
   peregrine::cli::AddTokenizerCommands(app);
   peregrine::cli::AddRenderChatCommand(app);
+  peregrine::cli::AddBenchCommand(app);
   CLI11_PARSE(app, argc, argv);
   return 0;
 }
