@@ -8,6 +8,7 @@
 // ratio, and appends one JSON line to --out (default bench/results/tokenizer.jsonl).
 //
 //   tokenizer_bench [--tokenizer PATH] [--corpus FILE] [--repeat 3] [--out FILE]
+//                   [--python PATH] [--source-dir DIR]   (to run away from the build tree)
 #include <time.h>
 
 #include <chrono>
@@ -69,8 +70,8 @@ std::vector<std::string> ReadDocs(const fs::path& path) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const std::string python = PEREGRINE_PYTHON;
-  const fs::path source = PEREGRINE_SOURCE_DIR;
+  std::string python = PEREGRINE_PYTHON;
+  fs::path source = PEREGRINE_SOURCE_DIR;
   std::string tokenizer_path, corpus_path;
   std::string out_path = std::string(PEREGRINE_BENCH_RESULTS) + "/tokenizer.jsonl";
   int repeat = 3;
@@ -80,6 +81,8 @@ int main(int argc, char** argv) {
     else if (flag == "--corpus") corpus_path = argv[i + 1];
     else if (flag == "--repeat") repeat = std::max(1, std::atoi(argv[i + 1]));
     else if (flag == "--out") out_path = argv[i + 1];
+    else if (flag == "--python") python = argv[i + 1];
+    else if (flag == "--source-dir") source = argv[i + 1];
     else {
       std::fprintf(stderr, "unknown flag %s\n", argv[i]);
       return 2;
