@@ -70,6 +70,74 @@ TEST_F(ServerTest, KeepAliveServesManyRequestsOnOneConnection) {
   EXPECT_TRUE(client.is_open());
 }
 
+TEST_F(ServerTest, PipelinedRequestsAreAnsweredInOrder) {
+  ScriptText("ok");
+  const std::string chat = R"({"messages":[{"role":"user","content":"hi"}]})";
+  RawConnection c(port_);
+  c.Write("GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
+          "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " +
+          std::to_string(chat.size()) + "\r\n\r\n" + chat +
+          "GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n");
+  const std::string all = c.ReadUntil("\"object\":\"list\"", std::chrono::milliseconds(3000));
+  const size_t first = all.find("HTTP/1.1 200");
+  const size_t second = all.find("chat.completion");
+  const size_t third = all.find("\"object\":\"list\"");
+  EXPECT_NE(first, std::string::npos);
+  EXPECT_NE(second, std::string::npos);
+  EXPECT_NE(third, std::string::npos);
+  EXPECT_LT(first, second);
+  EXPECT_LT(second, third);
+}
+
+TEST_F(ServerTest, Http10AndExpectContinue) {
+  {
+    RawConnection c(port_);
+    c.Write("GET /health HTTP/1.0\r\n\r\n");
+    const std::string r = c.ReadUntil("\r\n\r\n", std::chrono::milliseconds(2000));
+    EXPECT_EQ(r.rfind("HTTP/1.0 200", 0), 0u) << r;
+    EXPECT_TRUE(c.WaitClosed(std::chrono::milliseconds(2000)));
+  }
+  {
+    ScriptText("streamed over 1.0");
+    const std::string body = R"({"messages":[{"role":"user","content":"hi"}],"stream":true})";
+    RawConnection c(port_);
+    c.Write("POST /v1/chat/completions HTTP/1.0\r\nContent-Length: " + std::to_string(body.size()) +
+            "\r\n\r\n" + body);
+    const std::string r = c.ReadUntil("data: [DONE]", std::chrono::milliseconds(2000));
+    EXPECT_EQ(r.find("transfer-encoding"), std::string::npos);
+    EXPECT_EQ(StreamedField(r.substr(r.find("\r\n\r\n") + 4), "content"), "streamed over 1.0");
+    EXPECT_TRUE(c.WaitClosed(std::chrono::milliseconds(2000)));
+  }
+  {
+    ScriptText("ok");
+    const std::string body = R"({"messages":[{"role":"user","content":"hi"}]})";
+    RawConnection c(port_);
+    c.Write("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+            "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n");
+    EXPECT_EQ(c.ReadUntil("\r\n\r\n", std::chrono::milliseconds(2000)), "HTTP/1.1 100 Continue\r\n\r\n");
+    c.Write(body);
+    EXPECT_NE(c.ReadUntil("chat.completion", std::chrono::milliseconds(2000)).find("HTTP/1.1 200"),
+              std::string::npos);
+  }
+}
+
+TEST_F(ServerTest, SkipSpecialTokens) {
+  std::vector<int32_t> tokens = Encode("a");
+  tokens.push_back(0);  // BOS: special
+  const std::vector<int32_t> b = Encode("b");
+  tokens.insert(tokens.end(), b.begin(), b.end());
+  engine_->SetScript([tokens](const EngineRequest&) {
+    FakeScript s;
+    s.tokens = tokens;
+    return s;
+  });
+  const Json messages = Json::array({{{"role", "user"}, {"content", "hi"}}});
+  EXPECT_EQ(Body(Chat({{"messages", messages}}))["choices"][0]["message"]["content"], "ab");
+  EXPECT_EQ(Body(Chat({{"messages", messages}, {"skip_special_tokens", false}}))["choices"][0]
+                ["message"]["content"],
+            "a<｜begin▁of▁sentence｜>b");
+}
+
 // Row 32: every route but /health and /ready needs the key; the scheme is case-insensitive.
 TEST_F(ServerTest, ApiKeyOnEveryRoute) {
   ServerConfig config = TestConfig();
