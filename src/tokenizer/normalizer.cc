@@ -56,9 +56,9 @@ Result<Normalizer> Normalizer::FromJson(const Json& j) {
   PG_RETURN_IF_ERROR(AddSteps(j, n.steps_));
   for (const Step& step : n.steps_) {
     if (const auto* p = std::get_if<Prepend>(&step)) {
-      n.inserts_unicode_delta_ |= ContainsUnicodeDelta(p->prefix);
+      n.can_insert_unicode_delta_ |= ContainsUnicodeDelta(p->prefix);
     } else if (const auto* r = std::get_if<Replace>(&step)) {
-      n.inserts_unicode_delta_ |= ContainsUnicodeDelta(r->content);
+      n.can_insert_unicode_delta_ |= ContainsUnicodeDelta(r->content);
     }
   }
   return n;

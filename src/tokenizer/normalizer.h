@@ -22,7 +22,7 @@ class Normalizer {
   // True when Apply never changes text (no steps), so callers can skip it.
   bool is_identity() const { return steps_.empty(); }
   // True when Apply may insert characters of UnicodeDeltaRanges() (from its own strings).
-  bool inserts_unicode_delta() const { return inserts_unicode_delta_; }
+  bool can_insert_unicode_delta() const { return can_insert_unicode_delta_; }
 
   // Normalizes `text` (valid UTF-8) into `out` (cleared first).
   Status Apply(std::string_view text, MatchScratch& scratch, std::string& out) const;
@@ -44,7 +44,7 @@ class Normalizer {
   static Status AddSteps(const Json& j, std::vector<Step>& steps);
 
   std::vector<Step> steps_;
-  bool inserts_unicode_delta_ = false;
+  bool can_insert_unicode_delta_ = false;
 };
 
 }  // namespace peregrine::tokenizer

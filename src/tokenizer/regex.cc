@@ -118,7 +118,7 @@ Regex::~Regex() {
 Status Regex::FindAll(std::string_view text, MatchScratch& scratch,
                       FunctionRef<void(size_t, size_t)> on_match) const {
   const Code& chosen =
-      fast_.code != nullptr && scratch.text_lacks_unicode_delta_ ? fast_ : exact_;
+      fast_.code != nullptr && scratch.is_text_delta_free_ ? fast_ : exact_;
   auto* code = static_cast<const pcre2_code*>(chosen.code);
   const bool is_jit = chosen.is_jit;
   MatchScratch::Impl& s = *scratch.impl_;

@@ -27,13 +27,13 @@ class MatchScratch {
   // Promise that the texts matched from now on hold no character of UnicodeDeltaRanges()
   // (see ContainsUnicodeDelta), so the faster compilation of each pattern gives the same
   // matches. Off by default.
-  void set_text_lacks_unicode_delta(bool lacks) { text_lacks_unicode_delta_ = lacks; }
+  void set_is_text_delta_free(bool is_free) { is_text_delta_free_ = is_free; }
 
  private:
   friend class Regex;
   struct Impl;
   std::unique_ptr<Impl> impl_;
-  bool text_lacks_unicode_delta_ = false;
+  bool is_text_delta_free_ = false;
 };
 
 class Regex {

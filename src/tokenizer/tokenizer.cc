@@ -164,8 +164,8 @@ Result<std::vector<int32_t>> Tokenizer::Encode(std::string_view text, bool parse
   ids.reserve(text.size() / 3 + 8);
   MatchScratch& match = sc.pre.match;
   // Every span matched below is a piece of `text` or of its normalization.
-  match.set_text_lacks_unicode_delta(!ContainsUnicodeDelta(text) &&
-                                     !s.normalizer.inserts_unicode_delta());
+  match.set_is_text_delta_free(!ContainsUnicodeDelta(text) &&
+                                !s.normalizer.can_insert_unicode_delta());
 
   auto on_word = [&](std::string_view word) { return s.model.Tokenize(word, sc.bpe, ids); };
   auto on_normalized = [&](std::string_view normalized) {
@@ -195,7 +195,7 @@ Result<std::vector<int32_t>> Tokenizer::Encode(std::string_view text, bool parse
         return s.added.Split(span, AddedVocabulary::Pass::kNormalized, parse_special, match,
                              visit);
       });
-  match.set_text_lacks_unicode_delta(false);
+  match.set_is_text_delta_free(false);
   pool_->Release(std::move(scratch));
   if (!status.ok()) return status;
   if (add_special_tokens) s.post_processor.Apply(ids);
