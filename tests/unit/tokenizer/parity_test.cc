@@ -122,6 +122,31 @@ TEST(ParityTest, DeepSeekV4CorpusMatchesHuggingFace) {
   ExpectSameIds(*t, special_docs, got_plain, *want_plain, "encode with parse_special=false");
 }
 
+// Facts the reference reports about itself: vocabulary size, ids by name, and that a Python
+// str holding a lone surrogate cannot reach it at all (the binding rejects it), which is why
+// our contract for ill-formed input is Python's errors="replace" decoding.
+TEST(ParityTest, ReferenceFactsAgree) {
+  const auto dir = testing::DeepSeekTokenizerDir();
+  ASSERT_TRUE(dir.ok()) << dir.status().ToString();
+  auto run = testing::RunTool("tokenizer_reference.py",
+                              "info --tokenizer " + ShellQuote(dir->string()) +
+                                  " '<think>' '</think>' '<｜User｜>' '<｜begin▁of▁sentence｜>'");
+  ASSERT_TRUE(run.ok()) << run.status().ToString();
+  const nlohmann::json info = nlohmann::json::parse(*run, nullptr, false);
+  ASSERT_TRUE(info.is_object()) << *run;
+  auto t = Tokenizer::FromFile(*dir);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ(info["vocab_size"].get<size_t>(), t->vocab_size());
+  for (const char* name : {"<think>", "</think>", "<｜User｜>", "<｜begin▁of▁sentence｜>"}) {
+    EXPECT_EQ(info[name].get<int32_t>(), t->TokenToId(name).value_or(-1)) << name;
+  }
+  EXPECT_EQ(info["lone_surrogate"].get<std::string>().rfind("rejected", 0), 0u)
+      << info["lone_surrogate"];
+  // Our side: the UTF-8 form of a lone surrogate is three ill-formed bytes.
+  EXPECT_EQ(t->Encode("a\xED\xA0\x80" "b").value(),
+            t->Encode("a\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD" "b").value());
+}
+
 // Character classes and escapes over every scalar value: the Unicode tables, \s, \w, \d.
 TEST(ParityTest, RegexClassesMatchOnigurumaOnEveryCodePoint) {
   std::string all;
