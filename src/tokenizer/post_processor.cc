@@ -1,5 +1,6 @@
 #include "tokenizer/post_processor.h"
 
+#include <algorithm>
 #include <string>
 
 namespace peregrine::tokenizer {
@@ -82,6 +83,13 @@ Result<PostProcessor> PostProcessor::FromJson(const Json& j) {
   PostProcessor p;
   PG_RETURN_IF_ERROR(Add(j, p));
   return p;
+}
+
+int32_t PostProcessor::max_id() const {
+  int32_t m = -1;
+  for (const int32_t id : prefix_) m = std::max(m, id);
+  for (const int32_t id : suffix_) m = std::max(m, id);
+  return m;
 }
 
 void PostProcessor::Apply(std::vector<int32_t>& ids) const {

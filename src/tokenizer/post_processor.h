@@ -19,6 +19,9 @@ class PostProcessor {
   // Wraps `ids` with the template's special tokens.
   void Apply(std::vector<int32_t>& ids) const;
 
+  // The largest id the template adds, or -1 when it adds none.
+  int32_t max_id() const;
+
  private:
   static Status Add(const Json& j, PostProcessor& p);
 

@@ -1,5 +1,6 @@
 #include "tokenizer/tokenizer.h"
 
+#include <algorithm>
 #include <fstream>
 #include <mutex>
 #include <sstream>
@@ -131,6 +132,10 @@ Result<Tokenizer> Tokenizer::FromJson(std::string_view json) {
                                                            state->normalizer));
   PG_ASSIGN_OR_RETURN(state->post_processor, PostProcessor::FromJson(member("post_processor")));
 
+  if (state->post_processor.max_id() >= std::max(state->model.id_limit(), state->added.id_limit())) {
+    return InvalidArgument("post_processor template uses id " +
+                           std::to_string(state->post_processor.max_id()) + ", which has no token");
+  }
   // Decoder table: the ByteLevel decoder maps a token's characters back to bytes when all
   // of them are in the byte alphabet, and keeps the token's UTF-8 otherwise.
   const int32_t limit = std::max(state->model.id_limit(), state->added.id_limit());

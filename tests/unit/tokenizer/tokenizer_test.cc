@@ -167,6 +167,23 @@ TEST(TokenizerTest, RejectsMalformedFilesWithClearErrors) {
             StatusCode::kNotFound);
 }
 
+TEST(TokenizerTest, TemplateIdsMustHaveTokens) {
+  const std::string template_json =
+      R"("post_processor": {"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "B", "type_id": 0}},
+          {"Sequence": {"id": "A", "type_id": 0}}], "special_tokens": {"B": {"id": "B", "ids": [IDS], "tokens": ["B"]}}},)";
+  std::string ok = template_json;
+  ok.replace(ok.find("IDS"), 3, "700");
+  auto t = LoadEdited("\"post_processor\": {", ok + " \"unused\": {");
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ(t->Encode("x", true, /*add_special_tokens=*/true).value(), (Ids{700, 87}));
+  EXPECT_EQ(t->Encode("x").value(), Ids{87});
+  std::string bad = template_json;
+  bad.replace(bad.find("IDS"), 3, "711");
+  auto rejected = LoadEdited("\"post_processor\": {", bad + " \"unused\": {");
+  ASSERT_FALSE(rejected.ok());
+  EXPECT_EQ(rejected.status().code(), StatusCode::kInvalidArgument);
+}
+
 TEST(TokenizerTest, ByteLevelMustBeTheLastPreTokenizer) {
   auto t = LoadEdited("\"pretokenizers\": [",
                       "\"pretokenizers\": [{\"type\": \"ByteLevel\", \"add_prefix_space\": false, "
