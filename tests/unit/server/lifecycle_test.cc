@@ -238,6 +238,56 @@ TEST_F(LifecycleTest, StopWithLiveRequestsAbortsThem) {
   for (auto& c : streams) EXPECT_TRUE(c->WaitClosed(milliseconds(2000)));
 }
 
+TEST_F(LifecycleTest, RequestThenImmediateCloseStorm) {
+  ScriptSlow(2000, milliseconds(5));
+  for (int round = 0; round < 3; ++round) {
+    std::vector<std::unique_ptr<RawConnection>> conns;
+    for (int i = 0; i < 64; ++i) {
+      conns.push_back(std::make_unique<RawConnection>(port_));
+      conns.back()->Write(RawPost("/v1/completions",
+                                  R"({"prompt":"disconnect me","max_tokens":2000,"stream":true})"));
+    }
+    conns.clear();
+  }
+  EXPECT_TRUE(engine_->WaitFor([&] { return engine_->num_live() == 0; }, milliseconds(5000)));
+  EXPECT_TRUE(WaitNoJobs());
+  EXPECT_EQ(engine_->num_aborts(), engine_->num_submitted());
+  ExpectAlive();
+}
+
+TEST_F(LifecycleTest, UnrequestedEngineAbortIsAnError) {
+  const std::vector<int32_t> word = Encode(" word");
+  engine_->SetScript([=](const EngineRequest&) {
+    FakeScript s;
+    s.tokens.assign(3, word[0]);
+    s.end = FinishReason::kAbort;
+    return s;
+  });
+  EXPECT_EQ(PostJson(port_, "/v1/chat/completions", kChat).status, 500);
+  const auto events = SseData(PostJson(port_, "/v1/chat/completions", kStreamChat).body);
+  ASSERT_GE(events.size(), 2u);
+  EXPECT_NE(events[events.size() - 2].find("\"error\""), std::string::npos);
+}
+
+TEST_F(LifecycleTest, DrainWithNothingInFlightIsQuick) {
+  const auto t0 = std::chrono::steady_clock::now();
+  server_->Drain(milliseconds(5000));
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, milliseconds(1500));
+  EXPECT_EQ(Fetch(port_, "GET", "/health").status, 0);
+}
+
+TEST_F(LifecycleTest, SecondServerOnTheSamePortFailsCleanly) {
+  ServerConfig config = TestConfig();
+  config.port = port_;
+  Server other(config, *engine_, tok());
+  const Status s = other.Start();
+  EXPECT_EQ(s.code(), StatusCode::kUnavailable);
+  config.host = "not-an-address";
+  Server bad(config, *engine_, tok());
+  EXPECT_EQ(bad.Start().code(), StatusCode::kInvalidArgument);
+  ExpectAlive();
+}
+
 TEST_F(LifecycleTest, ManyConcurrentStreams) {
   const std::vector<int32_t> tokens = Encode(" 多 streams 🙂 at once");
   engine_->SetScript([=](const EngineRequest&) {
