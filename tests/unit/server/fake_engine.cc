@@ -143,8 +143,9 @@ void FakeEngine::Loop() {
       changed_.wait(lock);
       continue;
     }
-    if (due_.top().first > Clock::now()) {
-      changed_.wait_until(lock, due_.top().first);
+    const Clock::time_point next = due_.top().first;  // a copy: the queue changes while waiting
+    if (next > Clock::now()) {
+      changed_.wait_until(lock, next);
       continue;
     }
     const std::string id = due_.top().second;
