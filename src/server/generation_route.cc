@@ -1,6 +1,5 @@
 #include "server/generation_route.h"
 
-#include <exception>
 #include <utility>
 
 namespace peregrine::server {
@@ -74,7 +73,7 @@ void ServeGeneration(const std::shared_ptr<ServingContext>& context, HttpRequest
     auto prepared = std::make_shared<PreparedJob>();
     try {
       *prepared = prepare(std::move(body), *context);
-    } catch (const std::exception&) {
+    } catch (...) {
       prepared->error = InternalError("The server failed to prepare the request.");
     }
     home->Post([context, channel, prepared, ticket, request_id, arrival] {

@@ -1,7 +1,6 @@
 #include "server/router.h"
 
 #include <chrono>
-#include <exception>
 #include <utility>
 
 #include "server/api_error.h"
@@ -124,7 +123,7 @@ void Router::Handle(HttpRequest request, std::shared_ptr<ResponseChannel> channe
       return channel->Respond(Metrics());
     }
     channel->Respond(ErrorResponse(NotFound("Not found.", "not_found")));
-  } catch (const std::exception&) {
+  } catch (...) {  // nothing may escape into the connection's event loop
     channel->Respond(ErrorResponse(InternalError("The server failed to handle the request.")));
   }
 }
