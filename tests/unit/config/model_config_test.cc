@@ -361,5 +361,19 @@ TEST(ModelConfigTest, LoadFromDirectory) {
   std::filesystem::remove_all(dir);
 }
 
+// The config shipped for synthetic-weight runs parses to the same model as the published one.
+TEST(ModelConfigTest, ShippedFlashConfigFileMatches) {
+  const auto file = LoadModelConfig(std::filesystem::path(PEREGRINE_SOURCE_DIR) / "bench" / "configs" / "deepseek-v4-flash");
+  ASSERT_TRUE(file.ok()) << file.status().ToString();
+  const auto published = Parse(FlashConfig());
+  ASSERT_TRUE(published.ok());
+  EXPECT_EQ(file->layer_types, published->layer_types);
+  EXPECT_EQ(file->mlp_layer_types, published->mlp_layer_types);
+  EXPECT_EQ(file->rope_compress, published->rope_compress);
+  EXPECT_EQ(file->hidden_size, 4096);
+  EXPECT_EQ(file->index_topk, 512);
+  EXPECT_EQ(file->o_groups, 8);
+}
+
 }  // namespace
 }  // namespace peregrine
