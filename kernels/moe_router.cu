@@ -1,0 +1,233 @@
+#include "kernels/moe_router.cuh"
+
+#include <cuda_bf16.h>
+
+#include <cmath>
+
+#include "kernels/common/warp.cuh"
+
+namespace peregrine::kernels {
+
+namespace {
+
+constexpr unsigned kFullMask = 0xffffffffu;
+constexpr int kRouteWarps = 4;
+constexpr int kSlotsPerLane = kMoeMaxExperts / kWarpSize;
+constexpr int kAlignThreads = 256;
+constexpr int kAlignWarps = kAlignThreads / kWarpSize;
+constexpr int kCombineThreads = 256;
+
+// sqrt(softplus(x)) with torch's threshold of 20, as the CPU reference computes it.
+__device__ __forceinline__ float RouterScore(float logit) {
+  const float softplus = logit > 20.0f ? logit : log1pf(expf(logit));
+  return sqrtf(softplus);
+}
+
+// The selection order: higher key first, then the lower expert; -1 (no candidate) is last.
+__device__ __forceinline__ bool IsBetter(float key, int expert, float other_key, int other_expert) {
+  if (expert < 0) return false;
+  if (other_expert < 0) return true;
+  return key > other_key || (key == other_key && expert < other_expert);
+}
+
+__global__ void __launch_bounds__(kRouteWarps* kWarpSize) MoeRouteKernel(const MoeRouteParams p) {
+  const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
+  const int t = static_cast<int>(blockIdx.x) * kRouteWarps + static_cast<int>(threadIdx.x) / kWarpSize;
+  if (t >= p.num_tokens) return;  // the whole warp leaves together
+  const float* logits = p.logits + static_cast<int64_t>(t) * p.num_experts;
+  const int num_experts = p.num_experts;
+  const int top_k = p.top_k;
+  int my_expert = -1;  // lane k < K ends up holding the k-th choice
+  float my_score = 0.0f;
+
+  if (p.bias != nullptr) {
+    // Lane l holds experts l, l + 32, ...: ascending expert order within the lane.
+    float key[kSlotsPerLane], score[kSlotsPerLane];
+#pragma unroll
+    for (int j = 0; j < kSlotsPerLane; ++j) {
+      const int e = lane + j * kWarpSize;
+      score[j] = 0.0f;
+      key[j] = 0.0f;
+      if (e < num_experts) {
+        score[j] = RouterScore(logits[e]);
+        key[j] = score[j] + p.bias[e];
+      }
+    }
+    uint32_t taken = 0;  // bit j: expert lane + 32 j already chosen
+    for (int k = 0; k < top_k; ++k) {
+      float best_key = 0.0f, best_score = 0.0f;
+      int best = -1;
+#pragma unroll
+      for (int j = 0; j < kSlotsPerLane; ++j) {
+        const int e = lane + j * kWarpSize;
+        if (e < num_experts && ((taken >> j) & 1u) == 0 && (best < 0 || key[j] > best_key)) {
+          best_key = key[j];
+          best_score = score[j];
+          best = e;
+        }
+      }
+      // A strict total order, so every lane ends with the same winner.
+#pragma unroll
+      for (int offset = 16; offset > 0; offset >>= 1) {
+        const float other_key = __shfl_xor_sync(kFullMask, best_key, offset);
+        const float other_score = __shfl_xor_sync(kFullMask, best_score, offset);
+        const int other = __shfl_xor_sync(kFullMask, best, offset);
+        if (IsBetter(other_key, other, best_key, best)) {
+          best_key = other_key;
+          best_score = other_score;
+          best = other;
+        }
+      }
+      if (best >= 0 && best % kWarpSize == lane) taken |= 1u << (best / kWarpSize);
+      if (lane == k) {
+        my_expert = best;
+        my_score = best_score;
+      }
+    }
+  } else if (lane < top_k) {
+    const int32_t token = p.token_ids[t];
+    if (token >= 0 && token < p.vocab_size) {
+      const int32_t e = p.tid2eid[static_cast<int64_t>(token) * top_k + lane];
+      if (e >= 0 && e < num_experts) {
+        my_expert = e;
+        my_score = RouterScore(logits[e]);
+      }
+    }
+  }
+
+  float sum = 0.0f;  // in k order, as the reference adds
+  for (int k = 0; k < top_k; ++k) sum += __shfl_sync(kFullMask, my_score, k);
+  const float norm = p.routed_scaling_factor / (sum + 1e-20f);
+  if (lane < top_k) {
+    const int64_t a = static_cast<int64_t>(t) * top_k + lane;
+    p.topk_ids[a] = my_expert;
+    p.topk_weights[a] = my_expert >= 0 ? my_score * norm : 0.0f;
+  }
+}
+
+__device__ __forceinline__ int WarpSumInt(int v) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(kFullMask, v, offset);
+  return v;
+}
+
+__global__ void __launch_bounds__(kAlignThreads) MoeAlignKernel(const MoeAlignParams p) {
+  __shared__ int warp_counts[2][kAlignWarps];
+  const int e = static_cast<int>(blockIdx.x);
+  const int tid = static_cast<int>(threadIdx.x);
+  const int warp = tid / kWarpSize;
+  const int lane = tid % kWarpSize;
+  const int n = p.num_assignments;
+
+  // Pass 1: assignments of lower experts (this expert's offset) and of this expert.
+  int below = 0, mine = 0;
+  for (int a = tid; a < n; a += kAlignThreads) {
+    const int32_t id = p.topk_ids[a];
+    below += id >= 0 && id < e;
+    mine += id == e;
+  }
+  below = WarpSumInt(below);
+  mine = WarpSumInt(mine);
+  if (lane == 0) {
+    warp_counts[0][warp] = below;
+    warp_counts[1][warp] = mine;
+  }
+  __syncthreads();
+  int base = 0, count = 0;
+#pragma unroll
+  for (int w = 0; w < kAlignWarps; ++w) {
+    base += warp_counts[0][w];
+    count += warp_counts[1][w];
+  }
+  if (tid == 0) {
+    p.expert_offsets[e] = base;
+    if (e == p.num_experts - 1) p.expert_offsets[e + 1] = base + count;
+  }
+  if (count == 0) return;  // uniform over the block
+  __syncthreads();         // warp_counts is reused below
+
+  // Pass 2: ordered compaction of this expert's assignments.
+  const uint32_t lanes_below = (1u << lane) - 1u;
+  for (int a0 = 0; a0 < n; a0 += kAlignThreads) {
+    const int a = a0 + tid;
+    const bool match = a < n && p.topk_ids[a] == e;
+    const uint32_t ballot = __ballot_sync(kFullMask, match);
+    if (lane == 0) warp_counts[0][warp] = __popc(ballot);
+    __syncthreads();
+    int before = 0, total = 0;
+#pragma unroll
+    for (int w = 0; w < kAlignWarps; ++w) {
+      const int c = warp_counts[0][w];
+      total += c;
+      before += w < warp ? c : 0;
+    }
+    if (match) p.sorted_assignments[base + before + __popc(ballot & lanes_below)] = a;
+    base += total;
+    __syncthreads();
+  }
+}
+
+__global__ void __launch_bounds__(kCombineThreads) MoeCombineKernel(const MoeCombineParams p) {
+  const int chunks_per_row = p.dim / 8;
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * kCombineThreads + threadIdx.x;
+  if (i >= static_cast<int64_t>(p.num_tokens) * chunks_per_row) return;
+  const int64_t t = i / chunks_per_row;
+  const int c = static_cast<int>(i - t * chunks_per_row) * 8;
+  float acc[8] = {};
+  for (int k = 0; k < p.top_k; ++k) {
+    const int64_t a = t * p.top_k + k;
+    if (p.topk_ids[a] < 0) continue;
+    const float w = p.topk_weights[a];
+    const float4* y = reinterpret_cast<const float4*>(p.y + a * p.dim + c);
+    const float4 lo = y[0], hi = y[1];
+    acc[0] += w * lo.x, acc[1] += w * lo.y, acc[2] += w * lo.z, acc[3] += w * lo.w;
+    acc[4] += w * hi.x, acc[5] += w * hi.y, acc[6] += w * hi.z, acc[7] += w * hi.w;
+  }
+  const int64_t offset = t * p.dim + c;
+  if (p.shared != nullptr) {
+    const uint4 raw = *reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(p.shared) + offset);
+    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const float2 f = __bfloat1622float2(h[j]);
+      acc[2 * j] += f.x;
+      acc[2 * j + 1] += f.y;
+    }
+  }
+  uint4 out;
+  out.x = PackBF16x2(acc[0], acc[1]);
+  out.y = PackBF16x2(acc[2], acc[3]);
+  out.z = PackBF16x2(acc[4], acc[5]);
+  out.w = PackBF16x2(acc[6], acc[7]);
+  *reinterpret_cast<uint4*>(static_cast<__nv_bfloat16*>(p.out) + offset) = out;
+}
+
+}  // namespace
+
+cudaError_t LaunchMoeRoute(const MoeRouteParams& p, cudaStream_t stream) {
+  if (p.num_tokens <= 0) return cudaSuccess;
+  if (p.num_experts <= 0 || p.num_experts > kMoeMaxExperts || p.top_k <= 0 || p.top_k > kMoeMaxTopK ||
+      p.top_k > p.num_experts)
+    return cudaErrorInvalidValue;
+  if (p.bias == nullptr && (p.tid2eid == nullptr || p.token_ids == nullptr)) return cudaErrorInvalidValue;
+  const int blocks = (p.num_tokens + kRouteWarps - 1) / kRouteWarps;
+  MoeRouteKernel<<<blocks, kRouteWarps * kWarpSize, 0, stream>>>(p);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchMoeAlign(const MoeAlignParams& p, cudaStream_t stream) {
+  if (p.num_experts <= 0 || p.num_assignments < 0) return cudaErrorInvalidValue;
+  MoeAlignKernel<<<p.num_experts, kAlignThreads, 0, stream>>>(p);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchMoeCombine(const MoeCombineParams& p, cudaStream_t stream) {
+  if (p.num_tokens <= 0) return cudaSuccess;
+  if (p.dim <= 0 || p.dim % 8 != 0 || p.top_k <= 0) return cudaErrorInvalidValue;
+  const int64_t chunks = static_cast<int64_t>(p.num_tokens) * (p.dim / 8);
+  const int64_t blocks = (chunks + kCombineThreads - 1) / kCombineThreads;
+  MoeCombineKernel<<<static_cast<unsigned>(blocks), kCombineThreads, 0, stream>>>(p);
+  return cudaGetLastError();
+}
+
+}  // namespace peregrine::kernels
