@@ -1,0 +1,615 @@
+// MoE kernels vs CPU references: routing (exact ids, weights to 1e-6), the expert bookkeeping
+// (exact), gate-up, down and combine stage by stage (each stage fed the device's previous
+// output, so a failure names the stage), one end-to-end check against deepseek_v4::Moe, a
+// CUDA-graph replay with rewritten inputs, and the launchers' argument checks.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <numeric>
+
+#include "backend/cpu/cpu_ops.h"
+#include "backend/cpu/thread_pool.h"
+#include "backend/cuda/ops/moe.h"
+#include "config/model_config.h"
+#include "gpu_test_util.h"
+#include "model/deepseek_v4/layers.h"
+#include "model/dequant.h"
+
+namespace peregrine::testing {
+namespace {
+
+using cuda::MoeWeightFormat;
+
+// ---------------------------------------------------------------- CPU references
+
+struct Routing {
+  std::vector<int32_t> ids;     // [N, K]
+  std::vector<float> weights;   // [N, K]
+};
+
+// moe.cc's router on precomputed logits, with hash ids as i32 and out-of-range tokens -> -1.
+Routing RouteRef(const std::vector<float>& logits, const std::vector<float>* bias, const std::vector<int32_t>* tid2eid,
+                 const std::vector<int32_t>* token_ids, int64_t n, int64_t e_n, int64_t k_n, float scale) {
+  Routing r;
+  r.ids.assign(static_cast<size_t>(n * k_n), -1);
+  r.weights.assign(r.ids.size(), 0.0f);
+  std::vector<float> st(static_cast<size_t>(e_n));
+  std::vector<int64_t> order(static_cast<size_t>(e_n));
+  for (int64_t t = 0; t < n; ++t) {
+    for (int64_t e = 0; e < e_n; ++e) st[e] = std::sqrt(cpu::Softplus(logits[static_cast<size_t>(t * e_n + e)]));
+    int32_t* ids = r.ids.data() + t * k_n;
+    if (bias != nullptr) {
+      std::iota(order.begin(), order.end(), 0);
+      std::partial_sort(order.begin(), order.begin() + k_n, order.end(), [&](int64_t a, int64_t b) {
+        const float sa = st[a] + (*bias)[a], sb = st[b] + (*bias)[b];
+        return sa != sb ? sa > sb : a < b;
+      });
+      for (int64_t k = 0; k < k_n; ++k) ids[k] = static_cast<int32_t>(order[k]);
+    } else {
+      const int32_t tok = (*token_ids)[t];
+      const int64_t vocab = static_cast<int64_t>(tid2eid->size()) / k_n;
+      for (int64_t k = 0; k < k_n; ++k) {
+        const int32_t id = tok >= 0 && tok < vocab ? (*tid2eid)[tok * k_n + k] : -1;
+        ids[k] = id >= 0 && id < e_n ? id : -1;
+      }
+    }
+    float sum = 0.0f;
+    for (int64_t k = 0; k < k_n; ++k) sum += ids[k] >= 0 ? st[ids[k]] : 0.0f;
+    const float norm = scale / (sum + 1e-20f);
+    for (int64_t k = 0; k < k_n; ++k) r.weights[t * k_n + k] = ids[k] >= 0 ? st[ids[k]] * norm : 0.0f;
+  }
+  return r;
+}
+
+void AlignRef(const std::vector<int32_t>& ids, int64_t e_n, std::vector<int32_t>& offsets,
+              std::vector<int32_t>& sorted) {
+  offsets.assign(static_cast<size_t>(e_n + 1), 0);
+  for (int32_t id : ids)
+    if (id >= 0 && id < e_n) ++offsets[id + 1];
+  for (int64_t e = 0; e < e_n; ++e) offsets[e + 1] += offsets[e];
+  sorted.clear();
+  for (int64_t e = 0; e < e_n; ++e)
+    for (size_t a = 0; a < ids.size(); ++a)
+      if (ids[a] == e) sorted.push_back(static_cast<int32_t>(a));
+}
+
+double Dot(const float* a, const float* b, int64_t n) {
+  double s = 0.0;
+  for (int64_t i = 0; i < n; ++i) s += static_cast<double>(a[i]) * b[i];
+  return s;
+}
+
+float SwiGlu(float g, float u, float limit) {
+  if (limit > 0.0f) {
+    g = std::fmin(g, limit);
+    u = std::clamp(u, -limit, limit);
+  }
+  return cpu::Silu(g) * u;
+}
+
+// One stacked expert matrix on both sides: the device bytes and the f32 values they mean.
+struct Matrix {
+  std::vector<uint8_t> weight;  // bf16 or packed e2m1 bytes
+  std::vector<uint8_t> scale;   // ue8m0 (MXFP4)
+  std::vector<float> values;    // [E, R, C] what the device should compute with
+};
+
+uint32_t NextRandom(uint64_t& state) {
+  state = state * 6364136223846793005ull + 1442695040888963407ull;
+  return static_cast<uint32_t>(state >> 33);
+}
+
+Matrix MakeMatrix(uint64_t seed, int64_t e_n, int64_t rows, int64_t cols, MoeWeightFormat format) {
+  Matrix m;
+  const size_t count = static_cast<size_t>(e_n * rows * cols);
+  uint64_t state = seed * 2654435761ull + 1;
+  m.values.resize(count);
+  switch (format) {
+    case MoeWeightFormat::kBF16: {
+      // Uniform with the variance of N(0, 1/cols), cheap enough for the large shapes.
+      const float amp = std::sqrt(3.0f / static_cast<float>(cols));
+      m.weight.resize(count * 2);
+      for (size_t i = 0; i < count; ++i) {
+        const float v = (static_cast<float>(NextRandom(state)) * 0x1p-31f * 2.0f - 1.0f) * amp;
+        const uint16_t b = F32ToBF16(v);
+        m.values[i] = BF16ToF32(b);
+        std::memcpy(m.weight.data() + 2 * i, &b, 2);
+      }
+      break;
+    }
+    case MoeWeightFormat::kMxfp4: {
+      m.weight.resize(count / 2);
+      m.scale.resize(count / 32);
+      for (uint8_t& b : m.weight) b = static_cast<uint8_t>(NextRandom(state));
+      // e2m1 values reach 6: scales near 2^-2 / sqrt(cols) keep the products O(1).
+      const int base = 127 - 3 - static_cast<int>(std::log2(static_cast<double>(cols)) / 2);
+      for (uint8_t& s : m.scale) s = static_cast<uint8_t>(base + static_cast<int>(NextRandom(state) % 5) - 2);
+      DequantMxfp4(m.weight.data(), e_n * rows, cols, m.scale.data(), m.values.data());
+      break;
+    }
+  }
+  return m;
+}
+
+// ---------------------------------------------------------------- the case
+
+struct MoeCase {
+  int64_t n, e, k, d, i;
+  bool hash = false;
+  MoeWeightFormat format = MoeWeightFormat::kBF16;
+  float limit = 0.0f;
+  bool ties = false;        // logits on a coarse grid and no bias: many exact ties
+  bool hot_expert = false;  // one expert chosen by every token
+  bool shared = true;
+};
+
+std::string Name(const MoeCase& c) {
+  return "N=" + std::to_string(c.n) + " E=" + std::to_string(c.e) + " K=" + std::to_string(c.k) +
+         " D=" + std::to_string(c.d) + " I=" + std::to_string(c.i) + (c.hash ? " hash" : " learned") +
+         (c.format == MoeWeightFormat::kBF16 ? " bf16" : " mxfp4") + " limit=" + std::to_string(c.limit) +
+         (c.ties ? " ties" : "") + (c.hot_expert ? " hot-expert" : "") + (c.shared ? " shared" : "");
+}
+
+// Host inputs of one case.
+struct Inputs {
+  std::vector<float> x;       // [N, D] bf16-rounded
+  std::vector<float> logits;  // [N, E]
+  std::vector<float> bias;    // [E]
+  std::vector<int32_t> tid2eid, token_ids;
+  std::vector<float> shared;  // [N, D] bf16-rounded
+  Matrix w1, w3, w2;
+  int64_t vocab = 0;
+};
+
+Inputs MakeInputs(const MoeCase& c, uint32_t seed) {
+  std::mt19937 rng(seed);
+  Inputs in;
+  in.x = RoundedBF16(RandomNormal(rng, static_cast<size_t>(c.n * c.d)));
+  in.logits = RandomNormal(rng, static_cast<size_t>(c.n * c.e), 1.5f);
+  in.bias = RandomNormal(rng, static_cast<size_t>(c.e), 0.3f);
+  if (c.ties) {
+    for (float& l : in.logits) l = std::round(l);
+    std::fill(in.bias.begin(), in.bias.end(), 0.0f);
+    if (c.n > 0) std::fill(in.logits.begin(), in.logits.begin() + c.e, 0.25f);  // token 0: all equal
+  }
+  if (c.hot_expert) in.bias[static_cast<size_t>(c.e / 2)] = 100.0f;
+  in.vocab = 97;
+  in.tid2eid.resize(static_cast<size_t>(in.vocab * c.k));
+  for (int64_t v = 0; v < in.vocab; ++v) {
+    // Distinct experts per row, as the checkpoint's table has.
+    std::vector<int32_t> perm(static_cast<size_t>(c.e));
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), rng);
+    if (c.hot_expert) std::swap(perm[0], *std::find(perm.begin(), perm.end(), static_cast<int32_t>(c.e / 2)));
+    std::copy_n(perm.begin(), c.k, in.tid2eid.begin() + v * c.k);
+  }
+  std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(in.vocab - 1));
+  for (int64_t t = 0; t < c.n; ++t) in.token_ids.push_back(tok(rng));
+  if (c.n >= 3 && !c.hot_expert) in.token_ids[2] = -5;  // out of range: no experts, weight 0
+  in.shared = RoundedBF16(RandomNormal(rng, static_cast<size_t>(c.n * c.d), 0.5f));
+  in.w1 = MakeMatrix(seed * 3 + 0, c.e, c.i, c.d, c.format);
+  in.w3 = MakeMatrix(seed * 3 + 1, c.e, c.i, c.d, c.format);
+  in.w2 = MakeMatrix(seed * 3 + 2, c.e, c.d, c.i, c.format);
+  return in;
+}
+
+// Rows of `values` ([rows, width]) whose assignment has a valid expert.
+std::vector<float> ValidRows(const std::vector<float>& values, const std::vector<int32_t>& ids, int64_t width) {
+  std::vector<float> out;
+  for (size_t a = 0; a < ids.size(); ++a)
+    if (ids[a] >= 0) out.insert(out.end(), values.begin() + a * width, values.begin() + (a + 1) * width);
+  return out;
+}
+
+class MoeKernelsTest : public GpuTest {
+ protected:
+  // Device copies of a case's inputs and buffers for every stage's output.
+  struct Device {
+    cuda::DeviceBuffer x, logits, bias, tid2eid, token_ids, shared;
+    cuda::DeviceBuffer w1, w1s, w3, w3s, w2, w2s;
+    cuda::DeviceBuffer ids, weights, offsets, sorted, h, y, out;
+  };
+
+  cuda::DeviceBuffer UploadBytesOrEmpty(const std::vector<uint8_t>& v) {
+    return v.empty() ? cuda::DeviceBuffer{} : UploadBytes(v.data(), v.size());
+  }
+
+  Device UploadCase(const MoeCase& c, const Inputs& in) {
+    Device d;
+    d.x = Upload(ToBF16(in.x));
+    d.logits = Upload(in.logits);
+    d.bias = Upload(in.bias);
+    d.tid2eid = Upload(in.tid2eid);
+    d.token_ids = Upload(in.token_ids);
+    d.shared = Upload(ToBF16(in.shared));
+    d.w1 = UploadBytesOrEmpty(in.w1.weight);
+    d.w1s = UploadBytesOrEmpty(in.w1.scale);
+    d.w3 = UploadBytesOrEmpty(in.w3.weight);
+    d.w3s = UploadBytesOrEmpty(in.w3.scale);
+    d.w2 = UploadBytesOrEmpty(in.w2.weight);
+    d.w2s = UploadBytesOrEmpty(in.w2.scale);
+    const size_t nk = static_cast<size_t>(c.n * c.k);
+    d.ids = Poisoned(nk * 4, 0xab);
+    d.weights = Poisoned(nk * 4);
+    d.offsets = Poisoned(static_cast<size_t>(c.e + 1) * 4, 0xab);
+    d.sorted = Poisoned(nk * 4, 0xab);
+    d.h = Poisoned(nk * static_cast<size_t>(c.i) * 2);
+    d.y = Poisoned(nk * static_cast<size_t>(c.d) * 4);
+    d.out = Poisoned(static_cast<size_t>(c.n * c.d) * 2);
+    return d;
+  }
+
+  cuda::MoeExpertMatrix MatrixView(const MoeCase& c, const cuda::DeviceBuffer& w, const cuda::DeviceBuffer& s,
+                                   int64_t rows, int64_t cols) {
+    cuda::MoeExpertMatrix m;
+    if (c.format == MoeWeightFormat::kBF16) {
+      m.weight = View(w, DType::kBF16, {c.e, rows, cols});
+    } else {
+      m.weight = View(w, DType::kU8, {c.e, rows, cols / 2});
+      m.scale = View(s, DType::kUE8M0, {c.e, rows, cols / 32});
+    }
+    return m;
+  }
+
+  // The five launches, in the order the model runner issues them.
+  Status Enqueue(const MoeCase& c, const Device& d) {
+    const int64_t nk = c.n * c.k;
+    cuda::MoeRouteArgs route;
+    route.logits = View(d.logits, DType::kF32, {c.n, c.e});
+    if (c.hash) {
+      route.tid2eid = View(d.tid2eid, DType::kI32, {static_cast<int64_t>(97), c.k});
+      route.token_ids = View(d.token_ids, DType::kI32, {c.n});
+    } else {
+      route.bias = View(d.bias, DType::kF32, {c.e});
+    }
+    route.topk_ids = View(d.ids, DType::kI32, {c.n, c.k});
+    route.topk_weights = View(d.weights, DType::kF32, {c.n, c.k});
+    route.routed_scaling_factor = 1.5f;
+    PG_RETURN_IF_ERROR(cuda::MoeRoute(route, stream_.get()));
+
+    cuda::MoeAlignArgs align;
+    align.topk_ids = route.topk_ids;
+    align.expert_offsets = View(d.offsets, DType::kI32, {c.e + 1});
+    align.sorted_assignments = View(d.sorted, DType::kI32, {nk});
+    PG_RETURN_IF_ERROR(cuda::MoeAlign(align, stream_.get()));
+
+    cuda::MoeGateUpArgs gate_up;
+    gate_up.x = View(d.x, DType::kBF16, {c.n, c.d});
+    gate_up.sorted_assignments = align.sorted_assignments;
+    gate_up.expert_offsets = align.expert_offsets;
+    gate_up.format = c.format;
+    gate_up.w1 = MatrixView(c, d.w1, d.w1s, c.i, c.d);
+    gate_up.w3 = MatrixView(c, d.w3, d.w3s, c.i, c.d);
+    gate_up.h = View(d.h, DType::kBF16, {nk, c.i});
+    gate_up.swiglu_limit = c.limit;
+    PG_RETURN_IF_ERROR(cuda::MoeGateUp(gate_up, stream_.get()));
+
+    cuda::MoeDownArgs down;
+    down.h = gate_up.h;
+    down.sorted_assignments = align.sorted_assignments;
+    down.expert_offsets = align.expert_offsets;
+    down.format = c.format;
+    down.w2 = MatrixView(c, d.w2, d.w2s, c.d, c.i);
+    down.y = View(d.y, DType::kF32, {nk, c.d});
+    PG_RETURN_IF_ERROR(cuda::MoeDown(down, stream_.get()));
+
+    cuda::MoeCombineArgs combine;
+    combine.y = down.y;
+    combine.topk_ids = route.topk_ids;
+    combine.topk_weights = route.topk_weights;
+    if (c.shared) combine.shared = View(d.shared, DType::kBF16, {c.n, c.d});
+    combine.out = View(d.out, DType::kBF16, {c.n, c.d});
+    return cuda::MoeCombine(combine, stream_.get());
+  }
+
+  // Checks every stage's device output against the CPU reference fed the device's input.
+  void CheckStages(const MoeCase& c, const Inputs& in, const Device& d) {
+    const int64_t nk = c.n * c.k;
+    const Routing want =
+        RouteRef(in.logits, c.hash ? nullptr : &in.bias, &in.tid2eid, &in.token_ids, c.n, c.e, c.k, 1.5f);
+    const auto ids = Download<int32_t>(d.ids, static_cast<size_t>(nk));
+    const auto weights = Download<float>(d.weights, static_cast<size_t>(nk));
+    for (int64_t a = 0; a < nk; ++a) {
+      ASSERT_EQ(ids[a], want.ids[a]) << "topk_ids at token " << a / c.k << ", k " << a % c.k;
+    }
+    ASSERT_TRUE(AllClose(weights, want.weights, {0.0, 1e-6}, "topk_weights"));
+
+    std::vector<int32_t> offsets_want, sorted_want;
+    AlignRef(ids, c.e, offsets_want, sorted_want);
+    const auto offsets = Download<int32_t>(d.offsets, static_cast<size_t>(c.e + 1));
+    const auto sorted = Download<int32_t>(d.sorted, static_cast<size_t>(nk));
+    ASSERT_EQ(offsets, offsets_want) << "expert_offsets";
+    ASSERT_EQ(std::vector<int32_t>(sorted.begin(), sorted.begin() + offsets.back()), sorted_want)
+        << "sorted_assignments";
+
+    // Gate-up from x and the weights' values.
+    std::vector<float> h_want(static_cast<size_t>(nk * c.i), 0.0f);
+    for (int64_t a = 0; a < nk; ++a) {
+      if (ids[a] < 0) continue;
+      const float* x = in.x.data() + (a / c.k) * c.d;
+      for (int64_t r = 0; r < c.i; ++r) {
+        const int64_t row = (ids[a] * c.i + r) * c.d;
+        const float g = static_cast<float>(Dot(x, in.w1.values.data() + row, c.d));
+        const float u = static_cast<float>(Dot(x, in.w3.values.data() + row, c.d));
+        h_want[a * c.i + r] = SwiGlu(g, u, c.limit);
+      }
+    }
+    const std::vector<float> h = DownloadBF16(d.h, static_cast<size_t>(nk * c.i));
+    ASSERT_TRUE(AllClose(ValidRows(h, ids, c.i), ValidRows(h_want, ids, c.i), ToleranceFor(DType::kBF16), "h"));
+
+    // Down from the device's h (so this stage is checked to f32 precision).
+    std::vector<float> y_want(static_cast<size_t>(nk * c.d), 0.0f);
+    for (int64_t a = 0; a < nk; ++a) {
+      if (ids[a] < 0) continue;
+      for (int64_t j = 0; j < c.d; ++j)
+        y_want[a * c.d + j] = static_cast<float>(
+            Dot(h.data() + a * c.i, in.w2.values.data() + (ids[a] * c.d + j) * c.i, c.i));
+    }
+    const std::vector<float> y = Download<float>(d.y, static_cast<size_t>(nk * c.d));
+    ASSERT_TRUE(AllClose(ValidRows(y, ids, c.d), ValidRows(y_want, ids, c.d), ToleranceFor(DType::kF32), "y"));
+
+    // Combine from the device's y and weights.
+    std::vector<float> out_want(static_cast<size_t>(c.n * c.d));
+    for (int64_t t = 0; t < c.n; ++t) {
+      for (int64_t j = 0; j < c.d; ++j) {
+        float acc = 0.0f;
+        for (int64_t k = 0; k < c.k; ++k) {
+          const int64_t a = t * c.k + k;
+          if (ids[a] >= 0) acc += weights[a] * y[a * c.d + j];
+        }
+        out_want[t * c.d + j] = acc + (c.shared ? in.shared[t * c.d + j] : 0.0f);
+      }
+    }
+    const std::vector<float> out = DownloadBF16(d.out, static_cast<size_t>(c.n * c.d));
+    ASSERT_TRUE(AllClose(out, out_want, ToleranceFor(DType::kBF16), "out"));
+  }
+
+  void Run(const MoeCase& c, uint32_t seed) {
+    SCOPED_TRACE(Name(c));
+    const Inputs in = MakeInputs(c, seed);
+    const Device d = UploadCase(c, in);
+    PG_ASSERT_OK(Enqueue(c, d));
+    Sync();
+    CheckStages(c, in, d);
+  }
+};
+
+TEST_F(MoeKernelsTest, SmallShapeSweep) {
+  uint32_t seed = 1;
+  for (MoeWeightFormat format : {MoeWeightFormat::kBF16, MoeWeightFormat::kMxfp4})
+    for (bool hash : {false, true})
+      for (int64_t e : {8, 256})
+        for (int64_t k : {1, 2, 6})
+          for (int64_t n : {1, 3, 17, 64, 300}) {
+            MoeCase c{n, e, k, 64, 32};
+            c.hash = hash;
+            c.format = format;
+            c.limit = seed % 2 == 0 ? 0.0f : 1.5f;  // the clamp engages: |g|, |u| reach a few
+            c.shared = seed % 3 != 0;
+            Run(c, seed++);
+          }
+}
+
+TEST_F(MoeKernelsTest, AwkwardWidths) {
+  // Widths that leave lanes idle or loop more than once per lane, and token groups of 1..4+.
+  uint32_t seed = 500;
+  for (MoeWeightFormat format : {MoeWeightFormat::kBF16, MoeWeightFormat::kMxfp4})
+    for (auto [d, i] : {std::pair<int64_t, int64_t>{96, 160}, {1056, 288}, {288, 1056}, {2080, 64}}) {
+      MoeCase c{17, 8, 2, d, i};
+      c.format = format;
+      c.limit = 2.0f;
+      Run(c, seed++);
+    }
+}
+
+TEST_F(MoeKernelsTest, FlashShapes) {
+  // V4-Flash widths with few experts (the CPU reference is the cost).
+  uint32_t seed = 700;
+  for (MoeWeightFormat format : {MoeWeightFormat::kBF16, MoeWeightFormat::kMxfp4}) {
+    MoeCase c{3, 4, 2, 4096, 2048};
+    c.format = format;
+    c.limit = 10.0f;
+    Run(c, seed++);
+  }
+}
+
+TEST_F(MoeKernelsTest, TiesAndHotExpert) {
+  uint32_t seed = 900;
+  for (MoeWeightFormat format : {MoeWeightFormat::kBF16, MoeWeightFormat::kMxfp4})
+    for (int64_t e : {8, 256})
+      for (int64_t n : {1, 17, 300}) {
+        MoeCase ties{n, e, 6, 64, 64};
+        ties.ties = true;
+        ties.format = format;
+        Run(ties, seed++);
+        MoeCase hot{n, e, 6, 64, 64};  // every token's group for that expert: up to 300 assignments
+        hot.hot_expert = true;
+        hot.format = format;
+        Run(hot, seed++);
+        hot.hash = true;
+        Run(hot, seed++);
+      }
+}
+
+// End to end against the model's CPU MoE (weights rounded to bf16 or dequantised MXFP4, the
+// gate GEMM and the shared expert computed on the host as the model does).
+TEST_F(MoeKernelsTest, MatchesModelMoe) {
+  for (MoeWeightFormat format : {MoeWeightFormat::kBF16, MoeWeightFormat::kMxfp4})
+    for (bool hash : {false, true}) {
+      MoeCase c{17, 16, 4, 128, 64};
+      c.format = format;
+      c.hash = hash;
+      c.limit = 2.0f;
+      SCOPED_TRACE(Name(c));
+      std::mt19937 rng(1234 + static_cast<int>(hash) + 2 * static_cast<int>(format));
+      Inputs in = MakeInputs(c, 77 + static_cast<uint32_t>(hash));
+      in.token_ids[2] = 5;  // the model has no out-of-range tokens
+
+      ModelConfig config;
+      config.hidden_size = c.d;
+      config.num_experts = c.e;
+      config.num_experts_per_tok = c.k;
+      config.moe_intermediate_size = c.i;
+      config.routed_scaling_factor = 1.5;
+      config.swiglu_limit = c.limit;
+      auto host = [](std::vector<float> v, Shape shape) {
+        auto storage = std::make_shared<std::vector<float>>(std::move(v));
+        HostTensor t;
+        t.view = Tensor::Contiguous(storage->data(), DType::kF32, shape);
+        t.storage = storage;
+        return t;
+      };
+      deepseek_v4::MoeWeights w;
+      const std::vector<float> gate = RandomNormal(rng, static_cast<size_t>(c.e * c.d), 0.2f);
+      w.gate = host(gate, {c.e, c.d});
+      w.bias = host(in.bias, {c.e});
+      {
+        auto storage = std::make_shared<std::vector<int64_t>>(in.tid2eid.begin(), in.tid2eid.end());
+        w.tid2eid.view = Tensor::Contiguous(storage->data(), DType::kI64, {97, c.k});
+        w.tid2eid.storage = storage;
+      }
+      auto slice = [&](const Matrix& m, int64_t e, int64_t rows, int64_t cols) {
+        const auto* begin = m.values.data() + e * rows * cols;
+        return host(std::vector<float>(begin, begin + rows * cols), {rows, cols});
+      };
+      for (int64_t e = 0; e < c.e; ++e)
+        w.experts.push_back({slice(in.w1, e, c.i, c.d), slice(in.w2, e, c.d, c.i), slice(in.w3, e, c.i, c.d)});
+      const Matrix s1 = MakeMatrix(901, 1, c.i, c.d, MoeWeightFormat::kBF16);
+      const Matrix s2 = MakeMatrix(902, 1, c.d, c.i, MoeWeightFormat::kBF16);
+      const Matrix s3 = MakeMatrix(903, 1, c.i, c.d, MoeWeightFormat::kBF16);
+      w.shared = {slice(s1, 0, c.i, c.d), slice(s2, 0, c.d, c.i), slice(s3, 0, c.i, c.d)};
+
+      cpu::ThreadPool pool(1);
+      std::vector<float> want(static_cast<size_t>(c.n * c.d));
+      deepseek_v4::Moe(config, pool, w, c.hash ? MoeType::kHash : MoeType::kLearned, in.token_ids, in.x.data(),
+                       want.data());
+
+      // What the runner computes around these ops: the gate GEMM and the shared expert.
+      in.logits.assign(static_cast<size_t>(c.n * c.e), 0.0f);
+      cpu::Linear(pool, in.x.data(), gate.data(), in.logits.data(), c.n, c.d, c.e);
+      std::vector<float> g(static_cast<size_t>(c.n * c.i)), u(g.size());
+      cpu::Linear(pool, in.x.data(), s1.values.data(), g.data(), c.n, c.d, c.i);
+      cpu::Linear(pool, in.x.data(), s3.values.data(), u.data(), c.n, c.d, c.i);
+      for (size_t j = 0; j < g.size(); ++j) g[j] = SwiGlu(g[j], u[j], c.limit);
+      in.shared.assign(static_cast<size_t>(c.n * c.d), 0.0f);
+      cpu::Linear(pool, g.data(), s2.values.data(), in.shared.data(), c.n, c.i, c.d);
+      in.shared = RoundedBF16(in.shared);
+
+      const Device d = UploadCase(c, in);
+      PG_ASSERT_OK(Enqueue(c, d));
+      Sync();
+      const std::vector<float> got = DownloadBF16(d.out, static_cast<size_t>(c.n * c.d));
+      // bf16 h and the bf16 shared output on the device vs f32 throughout on the host.
+      EXPECT_TRUE(AllClose(got, want, {1e-2, 3e-2}, "moe out vs deepseek_v4::Moe"));
+    }
+}
+
+// The whole chain recorded once; inputs rewritten in place; every replay matches.
+TEST_F(MoeKernelsTest, GraphReplayWithNewInputs) {
+  for (bool hash : {false, true}) {
+    MoeCase c{64, 256, 6, 128, 64};
+    c.hash = hash;
+    c.format = hash ? MoeWeightFormat::kMxfp4 : MoeWeightFormat::kBF16;
+    c.limit = 2.0f;
+    SCOPED_TRACE(Name(c));
+    Inputs in = MakeInputs(c, 31);
+    const Device d = UploadCase(c, in);
+    PG_ASSERT_OK(Enqueue(c, d));  // warm-up outside the capture
+    Sync();
+    ASSERT_TRUE(cuda::Graph::BeginCapture(stream_.get()).ok());
+    const Status enqueued = Enqueue(c, d);
+    auto graph = cuda::Graph::EndCapture(stream_.get());
+    PG_ASSERT_OK(enqueued);
+    ASSERT_TRUE(graph.ok()) << graph.status().ToString();
+    std::mt19937 rng(5);
+    for (int replay = 0; replay < 3; ++replay) {
+      SCOPED_TRACE("replay " + std::to_string(replay));
+      in.logits = RandomNormal(rng, in.logits.size(), 1.5f);
+      if (replay == 2) std::fill(in.logits.begin(), in.logits.end(), 0.0f);  // all ties
+      for (int32_t& t : in.token_ids) t = static_cast<int32_t>(rng() % 97);
+      CopyIn(d.logits, in.logits);
+      CopyIn(d.token_ids, in.token_ids);
+      for (const cuda::DeviceBuffer* b : {&d.ids, &d.weights, &d.offsets, &d.sorted, &d.h, &d.y, &d.out}) Poison(*b);
+      PG_ASSERT_OK(graph->Launch(stream_.get()));
+      Sync();
+      CheckStages(c, in, d);
+    }
+  }
+}
+
+// Bad arguments are refused before anything reaches the device, so this runs without a GPU.
+TEST(MoeLauncherChecks, RejectNamingTheTensor) {
+  auto fake = [](uintptr_t address, DType dtype, Shape shape) {
+    return Tensor::Contiguous(reinterpret_cast<void*>(address), dtype, shape, Device::kCuda);
+  };
+  const auto expect_invalid = [](const Status& s, const std::string& name) {
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
+    EXPECT_NE(s.ToString().find(name), std::string::npos) << s.ToString() << " should name " << name;
+  };
+  const int64_t n = 3, e = 8, k = 2, d = 64, i = 32;
+
+  cuda::MoeRouteArgs route;
+  route.logits = fake(0x10000, DType::kF32, {n, e});
+  route.bias = fake(0x20000, DType::kF32, {e + 1});
+  route.topk_ids = fake(0x30000, DType::kI32, {n, k});
+  route.topk_weights = fake(0x40000, DType::kF32, {n, k});
+  expect_invalid(cuda::MoeRoute(route, nullptr), "bias");
+  route.bias = fake(0x20000, DType::kF32, {e});
+  route.topk_weights = fake(0x40000, DType::kBF16, {n, k});
+  expect_invalid(cuda::MoeRoute(route, nullptr), "topk_weights");
+  route.topk_weights = fake(0x40000, DType::kF32, {n, k});
+  route.tid2eid = fake(0x50000, DType::kI32, {97, k});  // both modes at once
+  EXPECT_EQ(cuda::MoeRoute(route, nullptr).code(), StatusCode::kInvalidArgument);
+
+  cuda::MoeAlignArgs align;
+  align.topk_ids = fake(0x10000, DType::kI32, {n, k});
+  align.expert_offsets = fake(0x20000, DType::kI32, {e + 1});
+  align.sorted_assignments = fake(0x30000, DType::kI32, {n * k + 1});
+  expect_invalid(cuda::MoeAlign(align, nullptr), "sorted_assignments");
+
+  cuda::MoeGateUpArgs gate_up;
+  gate_up.x = fake(0x10000, DType::kBF16, {n, d});
+  gate_up.sorted_assignments = fake(0x20000, DType::kI32, {n * k});
+  gate_up.expert_offsets = fake(0x30000, DType::kI32, {e + 1});
+  gate_up.w1.weight = fake(0x40000, DType::kBF16, {e, i, d});
+  gate_up.w3.weight = fake(0x50000, DType::kBF16, {e, i + 32, d});
+  gate_up.h = fake(0x60000, DType::kBF16, {n * k, i});
+  expect_invalid(cuda::MoeGateUp(gate_up, nullptr), "w3");
+  gate_up.w3.weight = fake(0x50000, DType::kBF16, {e, i, d});
+  gate_up.h = fake(0x60000, DType::kF32, {n * k, i});
+  expect_invalid(cuda::MoeGateUp(gate_up, nullptr), "h");
+  gate_up.h = fake(0x60000, DType::kBF16, {n * k, i});
+  gate_up.format = MoeWeightFormat::kMxfp4;  // bf16-shaped weights for the MXFP4 format
+  expect_invalid(cuda::MoeGateUp(gate_up, nullptr), "w1");
+  gate_up.w1.weight = fake(0x40000, DType::kU8, {e, i, d / 2});
+  gate_up.w1.scale = fake(0x70000, DType::kU8, {e, i, d / 16});
+  expect_invalid(cuda::MoeGateUp(gate_up, nullptr), "w1.scale");
+  gate_up.x = fake(0x10000, DType::kBF16, {n, 48});  // D not a multiple of 32
+  EXPECT_EQ(cuda::MoeGateUp(gate_up, nullptr).code(), StatusCode::kInvalidArgument);
+
+  cuda::MoeDownArgs down;
+  down.h = fake(0x10000, DType::kBF16, {n * k, i});
+  down.sorted_assignments = fake(0x20000, DType::kI32, {n * k});
+  down.expert_offsets = fake(0x30000, DType::kI32, {e + 1});
+  down.w2.weight = fake(0x40000, DType::kBF16, {e, d, i});
+  down.y = fake(0x50000, DType::kBF16, {n * k, d});
+  expect_invalid(cuda::MoeDown(down, nullptr), "y");
+  down.y = fake(0x50000, DType::kF32, {n * k, d});
+  down.expert_offsets = fake(0x30000, DType::kI32, {e + 2});
+  expect_invalid(cuda::MoeDown(down, nullptr), "expert_offsets");
+
+  cuda::MoeCombineArgs combine;
+  combine.y = fake(0x10000, DType::kF32, {n * k, d});
+  combine.topk_ids = fake(0x20000, DType::kI32, {n, k});
+  combine.topk_weights = fake(0x30000, DType::kF32, {n, k});
+  combine.shared = fake(0x40000, DType::kBF16, {n, d + 8});
+  combine.out = fake(0x50000, DType::kBF16, {n, d});
+  expect_invalid(cuda::MoeCombine(combine, nullptr), "shared");
+  combine.shared = Tensor{};
+  combine.out = fake(0x50008, DType::kBF16, {n, d});  // misaligned
+  expect_invalid(cuda::MoeCombine(combine, nullptr), "out");
+}
+
+}  // namespace
+}  // namespace peregrine::testing
