@@ -1,0 +1,252 @@
+// peregrine_moe_bench: the routed experts' gate-up and down GEMMs at V4-Flash decode shapes
+// (E=256, K=6, D=4096, I=2048), bf16 and MXFP4 weights, batch 1/16/64/128 with uniform random
+// top-6 routing. Times each op and the pair with CUDA events (median of 25 runs after warm-up,
+// L2 flushed before every run) and a peer in the same process: one cublasGemmEx per touched
+// expert and matrix, looped on the host (bf16 weights for both dtypes: the peer's MXFP4 path
+// would add a dequantisation pass on top). Prints and writes JSON lines.
+//
+//   peregrine_moe_bench [--out FILE.jsonl]
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/allocator.h"
+#include "backend/cuda/blas.h"
+#include "backend/cuda/ops/moe.h"
+#include "backend/cuda/stream.h"
+
+namespace peregrine {
+namespace {
+
+using cuda::MoeWeightFormat;
+
+constexpr int64_t kExperts = 256, kTopK = 6, kDim = 4096, kInter = 2048;
+constexpr double kRooflineTBs = 4.3;
+constexpr int kWarmup = 3, kRuns = 25;
+constexpr size_t kFlushBytes = size_t{256} << 20;
+
+void Must(const Status& s, const char* what) {
+  if (s.ok()) return;
+  std::fprintf(stderr, "%s: %s\n", what, s.ToString().c_str());
+  std::exit(1);
+}
+void MustCuda(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return;
+  std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(e));
+  std::exit(1);
+}
+void MustBlas(cublasStatus_t s, const char* what) {
+  if (s == CUBLAS_STATUS_SUCCESS) return;
+  std::fprintf(stderr, "%s: cuBLAS status %d\n", what, static_cast<int>(s));
+  std::exit(1);
+}
+
+template <typename T>
+T MustValue(Result<T> r, const char* what) {
+  Must(r.status(), what);
+  return std::move(r).value();
+}
+
+struct Timer {
+  cuda::Event start, end;
+  cuda::DeviceBuffer flush;
+  cudaStream_t stream;
+
+  // Median milliseconds of `run` over kRuns, L2 flushed before each.
+  double Median(const std::function<void()>& run) {
+    for (int i = 0; i < kWarmup; ++i) run();
+    std::vector<double> ms;
+    for (int i = 0; i < kRuns; ++i) {
+      MustCuda(cudaMemsetAsync(flush.data(), i & 0xff, kFlushBytes, stream), "flush L2");
+      Must(start.Record(stream), "record");
+      run();
+      Must(end.Record(stream), "record");
+      Must(end.Synchronize(), "sync");
+      ms.push_back(MustValue(cuda::Event::ElapsedMs(start, end), "elapsed"));
+    }
+    std::sort(ms.begin(), ms.end());
+    return ms[ms.size() / 2];
+  }
+};
+
+struct Row {
+  std::string op, dtype;
+  int64_t batch = 0, touched = 0;
+  double bytes = 0, flops = 0, us = 0, peer_us = 0;
+};
+
+void Emit(const Row& r, FILE* out) {
+  const double tbs = r.bytes / (r.us * 1e-6) / 1e12;
+  const double tflops = r.flops / (r.us * 1e-6) / 1e12;
+  char line[512];
+  std::snprintf(line, sizeof(line),
+                "{\"op\":\"%s\",\"dtype\":\"%s\",\"batch\":%lld,\"experts_touched\":%lld,\"bytes\":%.0f,"
+                "\"flops\":%.0f,\"time_us\":%.2f,\"tb_s\":%.3f,\"tflop_s\":%.3f,\"roofline_fraction\":%.3f,"
+                "\"peer\":\"cublas_loop_bf16\",\"peer_time_us\":%.2f,\"speedup_vs_peer\":%.2f}",
+                r.op.c_str(), r.dtype.c_str(), static_cast<long long>(r.batch), static_cast<long long>(r.touched),
+                r.bytes, r.flops, r.us, tbs, tflops, tbs / kRooflineTBs, r.peer_us, r.peer_us / r.us);
+  std::printf("%s\n", line);
+  if (out != nullptr) std::fprintf(out, "%s\n", line);
+}
+
+int Main(int argc, char** argv) {
+  std::string out_path;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--out" && i + 1 < argc) {
+      out_path = argv[++i];
+    } else {
+      std::fprintf(stderr, "usage: %s [--out FILE.jsonl]\n", argv[0]);
+      return 2;
+    }
+  }
+  FILE* out = out_path.empty() ? nullptr : std::fopen(out_path.c_str(), "a");
+  if (!out_path.empty() && out == nullptr) {
+    std::fprintf(stderr, "cannot open %s\n", out_path.c_str());
+    return 1;
+  }
+
+  cuda::CudaRawAllocator raw;
+  cuda::CachingAllocator allocator(raw);
+  cuda::Stream stream = MustValue(cuda::Stream::Create(), "stream");
+  cuda::Blas blas = MustValue(cuda::Blas::Create(allocator), "cublas");
+  cublasHandle_t handle = MustValue(blas.On(stream.get()), "cublas stream");
+  auto alloc = [&](size_t bytes, int fill) {
+    cuda::DeviceBuffer b = MustValue(allocator.Allocate(bytes), "allocate");
+    MustCuda(cudaMemsetAsync(b.data(), fill, bytes, stream.get()), "fill");
+    return b;
+  };
+  // Weight values do not change the timing; fills give finite bf16 (0x3b3b ~ 0.0029), e2m1
+  // and 2^-4 scales.
+  const size_t matrix = static_cast<size_t>(kExperts * kInter * kDim);
+  cuda::DeviceBuffer w1 = alloc(matrix * 2, 0x3b), w3 = alloc(matrix * 2, 0x3b), w2 = alloc(matrix * 2, 0x3b);
+  cuda::DeviceBuffer q1 = alloc(matrix / 2, 0x5a), q3 = alloc(matrix / 2, 0x5a), q2 = alloc(matrix / 2, 0x5a);
+  cuda::DeviceBuffer s1 = alloc(matrix / 32, 0x7b), s3 = alloc(matrix / 32, 0x7b), s2 = alloc(matrix / 32, 0x7b);
+  const int64_t max_batch = 128, max_nk = max_batch * kTopK;
+  cuda::DeviceBuffer x = alloc(static_cast<size_t>(max_batch * kDim) * 2, 0x3c);
+  cuda::DeviceBuffer h = alloc(static_cast<size_t>(max_nk * kInter) * 2, 0);
+  cuda::DeviceBuffer y = alloc(static_cast<size_t>(max_nk * kDim) * 4, 0);
+  cuda::DeviceBuffer peer_out = alloc(static_cast<size_t>(max_nk * kInter) * 4, 0);
+  cuda::DeviceBuffer ids = alloc(static_cast<size_t>(max_nk) * 4, 0);
+  cuda::DeviceBuffer offsets = alloc(static_cast<size_t>(kExperts + 1) * 4, 0);
+  cuda::DeviceBuffer sorted = alloc(static_cast<size_t>(max_nk) * 4, 0);
+  Timer timer{MustValue(cuda::Event::Create(true), "event"), MustValue(cuda::Event::Create(true), "event"),
+              alloc(kFlushBytes, 0), stream.get()};
+  auto view = [](const cuda::DeviceBuffer& b, DType dtype, Shape shape) {
+    return Tensor::Contiguous(b.data(), dtype, shape, Device::kCuda);
+  };
+
+  std::mt19937 rng(42);
+  for (int64_t batch : {1, 16, 64, 128}) {
+    const int64_t nk = batch * kTopK;
+    std::vector<int32_t> topk(static_cast<size_t>(nk));
+    std::vector<int64_t> per_expert(kExperts, 0);
+    std::vector<int32_t> perm(kExperts);
+    for (int64_t t = 0; t < batch; ++t) {
+      for (int e = 0; e < kExperts; ++e) perm[static_cast<size_t>(e)] = e;
+      std::shuffle(perm.begin(), perm.end(), rng);
+      for (int64_t k = 0; k < kTopK; ++k) {
+        topk[static_cast<size_t>(t * kTopK + k)] = perm[static_cast<size_t>(k)];
+        ++per_expert[static_cast<size_t>(perm[static_cast<size_t>(k)])];
+      }
+    }
+    const int64_t touched = std::count_if(per_expert.begin(), per_expert.end(), [](int64_t c) { return c > 0; });
+    MustCuda(cudaMemcpyAsync(ids.data(), topk.data(), topk.size() * 4, cudaMemcpyHostToDevice, stream.get()), "ids");
+    cuda::MoeAlignArgs align;
+    align.topk_ids = view(ids, DType::kI32, {batch, kTopK});
+    align.expert_offsets = view(offsets, DType::kI32, {kExperts + 1});
+    align.sorted_assignments = view(sorted, DType::kI32, {nk});
+    Must(cuda::MoeAlign(align, stream.get()), "align");
+
+    // The peer: per touched expert, C[n, out] = X[n, in] W[out, in]^T for each matrix.
+    auto peer = [&](bool gate_up) {
+      const float alpha = 1.0f, beta = 0.0f;
+      for (int64_t e = 0; e < kExperts; ++e) {
+        const int n = static_cast<int>(per_expert[static_cast<size_t>(e)]);
+        if (n == 0) continue;
+        const int64_t rows = gate_up ? kInter : kDim, cols = gate_up ? kDim : kInter;
+        const size_t offset = static_cast<size_t>(e * rows * cols) * 2;
+        for (const cuda::DeviceBuffer* w : gate_up ? std::vector<const cuda::DeviceBuffer*>{&w1, &w3}
+                                                   : std::vector<const cuda::DeviceBuffer*>{&w2}) {
+          MustBlas(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(rows), n, static_cast<int>(cols),
+                                &alpha, static_cast<const char*>(w->data()) + offset, CUDA_R_16BF,
+                                static_cast<int>(cols), gate_up ? x.data() : h.data(), CUDA_R_16BF,
+                                static_cast<int>(cols), &beta, peer_out.data(), CUDA_R_16BF, static_cast<int>(rows),
+                                CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                   "cublasGemmEx");
+        }
+      }
+    };
+    const double peer_gate_up = timer.Median([&] { peer(true); });
+    const double peer_down = timer.Median([&] { peer(false); });
+
+    for (MoeWeightFormat format : {MoeWeightFormat::kBF16, MoeWeightFormat::kMxfp4}) {
+      const bool fp4 = format == MoeWeightFormat::kMxfp4;
+      auto matrix_view = [&](const cuda::DeviceBuffer& bf16, const cuda::DeviceBuffer& packed,
+                             const cuda::DeviceBuffer& scale, int64_t rows, int64_t cols) {
+        cuda::MoeExpertMatrix m;
+        if (fp4) {
+          m.weight = view(packed, DType::kU8, {kExperts, rows, cols / 2});
+          m.scale = view(scale, DType::kU8, {kExperts, rows, cols / 32});
+        } else {
+          m.weight = view(bf16, DType::kBF16, {kExperts, rows, cols});
+        }
+        return m;
+      };
+      cuda::MoeGateUpArgs gate_up;
+      gate_up.x = view(x, DType::kBF16, {batch, kDim});
+      gate_up.sorted_assignments = align.sorted_assignments;
+      gate_up.expert_offsets = align.expert_offsets;
+      gate_up.format = format;
+      gate_up.w1 = matrix_view(w1, q1, s1, kInter, kDim);
+      gate_up.w3 = matrix_view(w3, q3, s3, kInter, kDim);
+      gate_up.h = view(h, DType::kBF16, {nk, kInter});
+      gate_up.swiglu_limit = 10.0f;
+      cuda::MoeDownArgs down;
+      down.h = gate_up.h;
+      down.sorted_assignments = align.sorted_assignments;
+      down.expert_offsets = align.expert_offsets;
+      down.format = format;
+      down.w2 = matrix_view(w2, q2, s2, kDim, kInter);
+      down.y = view(y, DType::kF32, {nk, kDim});
+
+      // Bytes from the shapes: the touched experts' weights (+ scales) and the activations.
+      const double per_weight = fp4 ? 0.5 + 1.0 / 32 : 2.0;
+      const double expert_matrix = static_cast<double>(kInter * kDim) * per_weight;
+      const double gu_bytes = touched * 2 * expert_matrix + batch * kDim * 2.0 + nk * kInter * 2.0;
+      const double down_bytes = touched * expert_matrix + nk * kInter * 2.0 + nk * kDim * 4.0;
+      const double gu_flops = 2.0 * 2 * nk * kInter * kDim, down_flops = 2.0 * nk * kDim * kInter;
+      const char* dtype = fp4 ? "mxfp4" : "bf16";
+
+      Row r{"gate_up", dtype, batch, touched, gu_bytes, gu_flops};
+      r.us = 1e3 * timer.Median([&] { Must(cuda::MoeGateUp(gate_up, stream.get()), "gate_up"); });
+      r.peer_us = 1e3 * peer_gate_up;
+      Emit(r, out);
+      Row d{"down", dtype, batch, touched, down_bytes, down_flops};
+      d.us = 1e3 * timer.Median([&] { Must(cuda::MoeDown(down, stream.get()), "down"); });
+      d.peer_us = 1e3 * peer_down;
+      Emit(d, out);
+      Row both{"gate_up+down", dtype, batch, touched, gu_bytes + down_bytes, gu_flops + down_flops};
+      both.us = 1e3 * timer.Median([&] {
+        Must(cuda::MoeGateUp(gate_up, stream.get()), "gate_up");
+        Must(cuda::MoeDown(down, stream.get()), "down");
+      });
+      both.peer_us = 1e3 * (peer_gate_up + peer_down);
+      Emit(both, out);
+    }
+  }
+  if (out != nullptr) std::fclose(out);
+  return 0;
+}
+
+}  // namespace
+}  // namespace peregrine
+
+int main(int argc, char** argv) { return peregrine::Main(argc, argv); }
