@@ -1,7 +1,11 @@
-// One decode step of the DeepSeek-V4 KV compressor for a batch of requests.
+// The DeepSeek-V4 KV compressor for a batch of requests, each appending one or more
+// consecutive tokens: the same kernel serves decode (one token per request) and prefill
+// chunks (a run of tokens per request).
 //
-// Each request appends its token's projections to its state ring; when the token completes
-// a block ((pos + 1) % ratio == 0) the block is pooled into compressed entry
+// Request b's tokens are rows [token_offsets[b], token_offsets[b + 1]) of kv and gate (row b
+// alone when token_offsets is null), at positions positions[b], positions[b] + 1, ... Each
+// token in turn is appended to the request's state ring; when a token completes a block
+// ((pos + 1) % ratio == 0) the block is pooled into compressed entry
 // k = (pos + 1) / ratio - 1: a per-channel softmax over the block's gate rows weights its kv
 // rows (with overlap, coff = 2, the 2*ratio slots are the previous block's first-half
 // channels and this block's second-half channels; block 0 has no previous slots), then
@@ -13,7 +17,8 @@
 //   coff = 1: row = pos % ratio
 //   coff = 2: row = ((pos / ratio) % 2) * ratio + pos % ratio   (blocks alternate halves, so the
 //             previous block is still there when the current one completes)
-// gate rows are stored with `ape[pos % ratio]` already added.
+// gate rows are stored with `ape[pos % ratio]` already added. Feeding a request's tokens in
+// one launch or one per launch leaves the same state and cache.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -26,19 +31,21 @@
 namespace peregrine::kernels {
 
 struct CompressorStepParams {
-  const void* kv;             // [B, coff*dim] input_type
-  const void* gate;           // [B, coff*dim] input_type (without ape)
-  const float* ape;           // [ratio, coff*dim]
-  float* kv_state;            // [num_state_slots, coff*ratio, coff*dim]
-  float* gate_state;          // [num_state_slots, coff*ratio, coff*dim]
-  const int32_t* state_slots; // [B]; a negative slot skips the request
-  const int32_t* positions;   // [B]; a negative position skips the request
-  const float* norm_weight;   // [dim]
-  const float* rope_cos;      // [num_positions, rope_dim / 2]
-  const float* rope_sin;      // [num_positions, rope_dim / 2]
-  __nv_bfloat16* cache;       // [num_cache_rows, dim]  (pages * page_size rows)
-  const int32_t* page_table;  // [B, max_pages]
+  const void* kv;               // [num_tokens, coff*dim] input_type
+  const void* gate;             // [num_tokens, coff*dim] input_type (without ape)
+  const int32_t* token_offsets; // [B + 1] request b's rows of kv/gate, or null for row b alone
+  const float* ape;             // [ratio, coff*dim]
+  float* kv_state;              // [num_state_slots, coff*ratio, coff*dim]
+  float* gate_state;            // [num_state_slots, coff*ratio, coff*dim]
+  const int32_t* state_slots;   // [B]; a negative slot skips the request
+  const int32_t* positions;     // [B] position of the request's first token; negative skips it
+  const float* norm_weight;     // [dim]
+  const float* rope_cos;        // [num_positions, rope_dim / 2]
+  const float* rope_sin;        // [num_positions, rope_dim / 2]
+  __nv_bfloat16* cache;         // [num_cache_rows, dim]  (pages * page_size rows)
+  const int32_t* page_table;    // [B, max_pages]
   int batch = 0;
+  int num_tokens = 0;  // rows of kv and gate (token offsets are clamped to it)
   int dim = 0;
   int ratio = 0;
   int coff = 1;
@@ -52,10 +59,10 @@ struct CompressorStepParams {
   ElementType input_type = ElementType::kF32;
 };
 
-// The entry widths the kernel is built for (the attention's 512 and the indexer's 128 in
-// DeepSeek-V4, 64 for small test models).
-inline constexpr int kCompressorDims[] = {512, 128, 64};
+// Largest entry width (the pooled entry is staged in shared memory).
+inline constexpr int kCompressorMaxDim = 8192;
 
+// One CTA per request (grid = batch), its tokens in order. Any dim in [1, kCompressorMaxDim].
 cudaError_t LaunchCompressorStep(const CompressorStepParams& p, cudaStream_t stream);
 
 }  // namespace peregrine::kernels

@@ -1,6 +1,9 @@
-// Compressor decode step vs cpu::CompressorStep: entry widths x (ratio, overlap) x batch x
-// input dtype, several steps per request from start positions chosen around block
-// boundaries (state rings start with the same random contents on both sides).
+// Compressor vs cpu::CompressorStep: entry widths (built for DeepSeek-V4 and the small test
+// models' odd ones) x (ratio, overlap) x batch x input dtype, several decode steps per request
+// from start positions chosen around block boundaries (state rings start with the same random
+// contents on both sides), with and without token offsets. Multi-token calls (prefill
+// chunks, several consecutive tokens per request) must leave exactly the state and cache of
+// the same tokens fed one call at a time, and match the reference.
 #include <algorithm>
 #include <numeric>
 
@@ -17,134 +20,313 @@ struct CompressorCase {
   int64_t coff;
   int64_t batch;
   DType input;
-  int steps;
 };
+
+std::string CaseName(const CompressorCase& c) {
+  return "dim=" + std::to_string(c.dim) + " ratio=" + std::to_string(c.ratio) + " coff=" + std::to_string(c.coff) +
+         " B=" + std::to_string(c.batch) + " " + std::string(DTypeName(c.input));
+}
+
+// Host state of one problem: the rings, the cache and the tables the CPU reference updates.
+struct HostState {
+  CompressorCase c;
+  int64_t width = 0, rows_per_slot = 0, num_slots = 0, rope_dim = 0, page_size = 16, max_pages = 8, num_pages = 0;
+  int64_t num_positions = 0;
+  std::vector<float> cos, sin, ape, norm, kv_state, gate_state, cache;
+  std::vector<int32_t> slots, page_table;
+
+  // The reference fed token rows kv/gate [num_tokens, width]: step t takes each request's
+  // t-th token (rows offsets[b] + t, at position positions[b] + t); one CPU call per step.
+  void Feed(const std::vector<int32_t>& offsets, const std::vector<int32_t>& positions, const std::vector<float>& kv,
+            const std::vector<float>& gate) {
+    int32_t max_count = 0;
+    for (int64_t b = 0; b < c.batch; ++b)
+      max_count = std::max(max_count, offsets[static_cast<size_t>(b + 1)] - offsets[static_cast<size_t>(b)]);
+    std::vector<float> kv_step(static_cast<size_t>(c.batch * width)), gate_step(kv_step.size());
+    std::vector<int32_t> pos_step(static_cast<size_t>(c.batch));
+    for (int32_t t = 0; t < max_count; ++t) {
+      for (int64_t b = 0; b < c.batch; ++b) {
+        const auto i = static_cast<size_t>(b);
+        const bool has_token = offsets[i] + t < offsets[i + 1] && positions[i] >= 0;
+        pos_step[i] = has_token ? positions[i] + t : -1;
+        const int64_t row = has_token ? offsets[i] + t : 0;
+        std::copy_n(kv.begin() + row * width, width, kv_step.begin() + b * width);
+        std::copy_n(gate.begin() + row * width, width, gate_step.begin() + b * width);
+      }
+      cpu::CompressorStepInputs ref;
+      ref.kv = kv_step.data();
+      ref.gate = gate_step.data();
+      ref.ape = ape.data();
+      ref.kv_state = kv_state.data();
+      ref.gate_state = gate_state.data();
+      ref.state_slots = slots.data();
+      ref.positions = pos_step.data();
+      ref.norm_weight = norm.data();
+      ref.rope_cos = cos.data();
+      ref.rope_sin = sin.data();
+      ref.cache = cache.data();
+      ref.page_table = page_table.data();
+      ref.batch = c.batch;
+      ref.dim = c.dim;
+      ref.ratio = c.ratio;
+      ref.coff = c.coff;
+      ref.rope_dim = rope_dim;
+      ref.num_positions = num_positions;
+      ref.num_state_slots = num_slots;
+      ref.page_size = page_size;
+      ref.max_pages = max_pages;
+      ref.num_cache_rows = num_pages * page_size;
+      cpu::CompressorStep(ref);
+    }
+  }
+};
+
+HostState MakeState(const CompressorCase& c, std::mt19937& rng) {
+  HostState s;
+  s.c = c;
+  s.width = c.coff * c.dim;
+  s.rows_per_slot = c.coff * c.ratio;
+  s.num_slots = c.batch + 2;
+  s.rope_dim = c.dim >= 128 ? 64 : (c.dim >= 32 ? 16 : 8);
+  s.num_pages = c.batch * s.max_pages + 3;  // up to 128 entries per request
+  s.num_positions = 128 * c.ratio + 64;
+  MakeRopeTables(s.num_positions, s.rope_dim, 10000.0, s.cos, s.sin);
+  s.ape = RandomNormal(rng, static_cast<size_t>(c.ratio * s.width), 0.5f);
+  s.norm = RandomUniform(rng, static_cast<size_t>(c.dim), 0.5f, 1.5f);
+  s.kv_state = RandomNormal(rng, static_cast<size_t>(s.num_slots * s.rows_per_slot * s.width));
+  s.gate_state = RandomNormal(rng, s.kv_state.size());
+  s.cache = RoundedBF16(RandomNormal(rng, static_cast<size_t>(s.num_pages * s.page_size * c.dim)));
+  // Slots and pages shuffled so that no request's data sits where its index would put it.
+  s.slots.resize(static_cast<size_t>(c.batch));
+  for (int64_t b = 0; b < c.batch; ++b) s.slots[static_cast<size_t>(b)] = static_cast<int32_t>((b * 7 + 1) % s.num_slots);
+  std::vector<int32_t> pages(static_cast<size_t>(s.num_pages));
+  std::iota(pages.begin(), pages.end(), 0);
+  std::shuffle(pages.begin(), pages.end(), rng);
+  s.page_table.assign(pages.begin(), pages.begin() + c.batch * s.max_pages);
+  return s;
+}
+
+// Random token rows [num_tokens, width], rounded through bf16 for bf16 inputs.
+void MakeTokens(const CompressorCase& c, int64_t num_tokens, std::mt19937& rng, std::vector<float>& kv,
+                std::vector<float>& gate) {
+  kv = RandomNormal(rng, static_cast<size_t>(num_tokens * c.coff * c.dim));
+  gate = RandomNormal(rng, kv.size(), 1.5f);
+  if (c.input == DType::kBF16) {
+    kv = RoundedBF16(kv);
+    gate = RoundedBF16(gate);
+  }
+}
 
 class CompressorStepTest : public GpuTest {
  protected:
-  void Run(const CompressorCase& c, uint32_t seed) {
-    SCOPED_TRACE("dim=" + std::to_string(c.dim) + " ratio=" + std::to_string(c.ratio) + " coff=" +
-                 std::to_string(c.coff) + " B=" + std::to_string(c.batch) + " " + std::string(DTypeName(c.input)));
-    std::mt19937 rng(seed);
-    const int64_t width = c.coff * c.dim;
-    const int64_t rows_per_slot = c.coff * c.ratio;
-    const int64_t num_slots = c.batch + 2;
-    const int64_t rope_dim = c.dim >= 128 ? 64 : 16;
-    const int64_t page_size = 16;
-    const int64_t max_pages = 8;  // up to 128 entries per request
-    const int64_t num_pages = c.batch * max_pages + 3;
-    const int64_t num_positions = 128 * c.ratio + 64;
-    std::vector<float> cos, sin;
-    MakeRopeTables(num_positions, rope_dim, 10000.0, cos, sin);
+  // Device copy of a HostState's mutable parts and tables.
+  struct DeviceState {
+    cuda::DeviceBuffer ape, norm, cos, sin, kv_state, gate_state, cache, slots, page_table;
+  };
 
-    std::vector<float> ape = RandomNormal(rng, static_cast<size_t>(c.ratio * width), 0.5f);
-    std::vector<float> norm = RandomUniform(rng, static_cast<size_t>(c.dim), 0.5f, 1.5f);
-    std::vector<float> kv_state = RandomNormal(rng, static_cast<size_t>(num_slots * rows_per_slot * width));
-    std::vector<float> gate_state = RandomNormal(rng, kv_state.size());
-    std::vector<float> cache = RoundedBF16(RandomNormal(rng, static_cast<size_t>(num_pages * page_size * c.dim)));
-    // Slots and pages shuffled so that no request's data sits where its index would put it.
-    std::vector<int32_t> slots(static_cast<size_t>(c.batch));
-    for (int64_t b = 0; b < c.batch; ++b) slots[static_cast<size_t>(b)] = static_cast<int32_t>((b * 7 + 1) % num_slots);
-    std::vector<int32_t> pages(static_cast<size_t>(num_pages));
-    std::iota(pages.begin(), pages.end(), 0);
-    std::shuffle(pages.begin(), pages.end(), rng);
-    std::vector<int32_t> page_table(static_cast<size_t>(c.batch * max_pages));
-    for (size_t i = 0; i < page_table.size(); ++i) page_table[i] = pages[i];
-    // Start positions around block boundaries: first block, just before and after a
-    // boundary, deep in the sequence; one request skipped (negative position).
+  DeviceState UploadState(const HostState& s) {
+    DeviceState d;
+    d.ape = Upload(s.ape);
+    d.norm = Upload(s.norm);
+    d.cos = Upload(s.cos);
+    d.sin = Upload(s.sin);
+    d.kv_state = Upload(s.kv_state);
+    d.gate_state = Upload(s.gate_state);
+    d.cache = Upload(ToBF16(s.cache));
+    d.slots = Upload(s.slots);
+    d.page_table = Upload(s.page_table);
+    return d;
+  }
+
+  // Arguments over `d` for token rows kv/gate [num_tokens, width] and, when `offsets` is
+  // given, their per-request ranges.
+  cuda::CompressorStepArgs Args(const HostState& s, const DeviceState& d, const cuda::DeviceBuffer& kv,
+                                const cuda::DeviceBuffer& gate, int64_t num_tokens, const cuda::DeviceBuffer& positions,
+                                const cuda::DeviceBuffer* offsets) {
+    const CompressorCase& c = s.c;
+    cuda::CompressorStepArgs a;
+    a.kv = View(kv, c.input, {num_tokens, s.width});
+    a.gate = View(gate, c.input, {num_tokens, s.width});
+    if (offsets != nullptr) a.token_offsets = View(*offsets, DType::kI32, {c.batch + 1});
+    a.ape = View(d.ape, DType::kF32, {c.ratio, s.width});
+    a.kv_state = View(d.kv_state, DType::kF32, {s.num_slots, s.rows_per_slot, s.width});
+    a.gate_state = View(d.gate_state, DType::kF32, {s.num_slots, s.rows_per_slot, s.width});
+    a.state_slots = View(d.slots, DType::kI32, {c.batch});
+    a.positions = View(positions, DType::kI32, {c.batch});
+    a.norm_weight = View(d.norm, DType::kF32, {c.dim});
+    a.rope_cos = View(d.cos, DType::kF32, {s.num_positions, s.rope_dim / 2});
+    a.rope_sin = View(d.sin, DType::kF32, {s.num_positions, s.rope_dim / 2});
+    a.cache = View(d.cache, DType::kBF16, {s.num_pages, s.page_size, c.dim});
+    a.page_table = View(d.page_table, DType::kI32, {c.batch, s.max_pages});
+    a.ratio = c.ratio;
+    a.coff = c.coff;
+    a.rope_dim = s.rope_dim;
+    return a;
+  }
+
+  cuda::DeviceBuffer UploadTokens(const CompressorCase& c, const std::vector<float>& v) {
+    if (v.empty()) return Poisoned(16);
+    return c.input == DType::kBF16 ? Upload(ToBF16(v)) : Upload(v);
+  }
+
+  // One call for all the tokens: request b's are rows [offsets[b], offsets[b + 1]).
+  void FeedChunk(const HostState& s, const DeviceState& d, const std::vector<int32_t>& offsets,
+                 const std::vector<int32_t>& positions, const std::vector<float>& kv, const std::vector<float>& gate) {
+    const int64_t num_tokens = offsets.back();
+    cuda::DeviceBuffer kv_d = UploadTokens(s.c, kv), gate_d = UploadTokens(s.c, gate);
+    cuda::DeviceBuffer offsets_d = Upload(offsets), pos_d = Upload(positions);
+    PG_ASSERT_OK(cuda::CompressorStep(Args(s, d, kv_d, gate_d, num_tokens, pos_d, &offsets_d), stream_.get()));
+    Sync();
+  }
+
+  // The same tokens one decode call per step (no offsets), as FeedChunk's reference.
+  void FeedOneByOne(const HostState& s, const DeviceState& d, const std::vector<int32_t>& offsets,
+                    const std::vector<int32_t>& positions, const std::vector<float>& kv,
+                    const std::vector<float>& gate) {
+    const CompressorCase& c = s.c;
+    int32_t max_count = 0;
+    for (int64_t b = 0; b < c.batch; ++b)
+      max_count = std::max(max_count, offsets[static_cast<size_t>(b + 1)] - offsets[static_cast<size_t>(b)]);
+    std::vector<float> kv_step(static_cast<size_t>(c.batch * s.width)), gate_step(kv_step.size());
+    std::vector<int32_t> pos_step(static_cast<size_t>(c.batch));
+    for (int32_t t = 0; t < max_count; ++t) {
+      for (int64_t b = 0; b < c.batch; ++b) {
+        const auto i = static_cast<size_t>(b);
+        const bool has_token = offsets[i] + t < offsets[i + 1] && positions[i] >= 0;
+        pos_step[i] = has_token ? positions[i] + t : -1;
+        const int64_t row = has_token ? offsets[i] + t : 0;
+        std::copy_n(kv.begin() + row * s.width, s.width, kv_step.begin() + b * s.width);
+        std::copy_n(gate.begin() + row * s.width, s.width, gate_step.begin() + b * s.width);
+      }
+      cuda::DeviceBuffer kv_d = UploadTokens(c, kv_step), gate_d = UploadTokens(c, gate_step);
+      cuda::DeviceBuffer pos_d = Upload(pos_step);
+      PG_ASSERT_OK(cuda::CompressorStep(Args(s, d, kv_d, gate_d, c.batch, pos_d, nullptr), stream_.get()));
+      Sync();
+    }
+  }
+
+  void ExpectMatches(const HostState& s, const DeviceState& d, const std::string& what) {
+    EXPECT_TRUE(AllClose(Download<float>(d.kv_state, s.kv_state.size()), s.kv_state, ToleranceFor(DType::kF32),
+                         what + " kv_state"));
+    EXPECT_TRUE(AllClose(Download<float>(d.gate_state, s.gate_state.size()), s.gate_state, ToleranceFor(DType::kF32),
+                         what + " gate_state"));
+    EXPECT_TRUE(AllClose(DownloadBF16(d.cache, s.cache.size()), s.cache, ToleranceFor(DType::kBF16), what + " cache"));
+  }
+
+  // Bit-for-bit equal state and cache on two device copies.
+  void ExpectIdentical(const HostState& s, const DeviceState& x, const DeviceState& y) {
+    EXPECT_TRUE(AllClose(Download<float>(x.kv_state, s.kv_state.size()), Download<float>(y.kv_state, s.kv_state.size()),
+                         {0.0, 0.0}, "chunk vs one-by-one kv_state"));
+    EXPECT_TRUE(AllClose(Download<float>(x.gate_state, s.gate_state.size()),
+                         Download<float>(y.gate_state, s.gate_state.size()), {0.0, 0.0},
+                         "chunk vs one-by-one gate_state"));
+    EXPECT_TRUE(AllClose(DownloadBF16(x.cache, s.cache.size()), DownloadBF16(y.cache, s.cache.size()), {0.0, 0.0},
+                         "chunk vs one-by-one cache"));
+  }
+
+  // Decode: `steps` single-token calls per request from start positions chosen around block
+  // boundaries (first block, just before and after a boundary, deep in the sequence; one
+  // request skipped by a negative position). With `with_offsets`, each call passes
+  // token_offsets = 0, 1, ..., B (one token per request), which must change nothing.
+  void RunDecode(const CompressorCase& c, int steps, bool with_offsets, uint32_t seed) {
+    SCOPED_TRACE(CaseName(c) + (with_offsets ? " offsets" : ""));
+    std::mt19937 rng(seed);
+    HostState s = MakeState(c, rng);
+    DeviceState d = UploadState(s);
     std::vector<int32_t> positions(static_cast<size_t>(c.batch));
     const int64_t r = c.ratio;
     const int64_t starts[] = {0, r - 2, 2 * r - 1, r + 1, 5 * r - 3, 9 * r, r * 3 - 1};
     for (int64_t b = 0; b < c.batch; ++b) positions[static_cast<size_t>(b)] = static_cast<int32_t>(starts[b % 7]);
     if (c.batch > 2) positions[2] = -1;
-
-    cuda::DeviceBuffer ape_d = Upload(ape), norm_d = Upload(norm), cos_d = Upload(cos), sin_d = Upload(sin);
-    cuda::DeviceBuffer kv_state_d = Upload(kv_state), gate_state_d = Upload(gate_state);
-    cuda::DeviceBuffer cache_d = Upload(ToBF16(cache));
-    cuda::DeviceBuffer slots_d = Upload(slots), table_d = Upload(page_table);
-    cuda::DeviceBuffer pos_d = Upload(positions);
-    const size_t in_bytes = static_cast<size_t>(c.batch * width) * (c.input == DType::kBF16 ? 2 : 4);
-    cuda::DeviceBuffer kv_d = Poisoned(in_bytes), gate_d = Poisoned(in_bytes);
-
-    cuda::CompressorStepArgs args;
-    args.kv = View(kv_d, c.input, {c.batch, width});
-    args.gate = View(gate_d, c.input, {c.batch, width});
-    args.ape = View(ape_d, DType::kF32, {c.ratio, width});
-    args.kv_state = View(kv_state_d, DType::kF32, {num_slots, rows_per_slot, width});
-    args.gate_state = View(gate_state_d, DType::kF32, {num_slots, rows_per_slot, width});
-    args.state_slots = View(slots_d, DType::kI32, {c.batch});
-    args.positions = View(pos_d, DType::kI32, {c.batch});
-    args.norm_weight = View(norm_d, DType::kF32, {c.dim});
-    args.rope_cos = View(cos_d, DType::kF32, {num_positions, rope_dim / 2});
-    args.rope_sin = View(sin_d, DType::kF32, {num_positions, rope_dim / 2});
-    args.cache = View(cache_d, DType::kBF16, {num_pages, page_size, c.dim});
-    args.page_table = View(table_d, DType::kI32, {c.batch, max_pages});
-    args.ratio = c.ratio;
-    args.coff = c.coff;
-    args.rope_dim = rope_dim;
-
-    cpu::CompressorStepInputs ref;
-    ref.ape = ape.data();
-    ref.kv_state = kv_state.data();
-    ref.gate_state = gate_state.data();
-    ref.state_slots = slots.data();
-    ref.positions = positions.data();
-    ref.norm_weight = norm.data();
-    ref.rope_cos = cos.data();
-    ref.rope_sin = sin.data();
-    ref.cache = cache.data();
-    ref.page_table = page_table.data();
-    ref.batch = c.batch;
-    ref.dim = c.dim;
-    ref.ratio = c.ratio;
-    ref.coff = c.coff;
-    ref.rope_dim = rope_dim;
-    ref.num_positions = num_positions;
-    ref.num_state_slots = num_slots;
-    ref.page_size = page_size;
-    ref.max_pages = max_pages;
-    ref.num_cache_rows = num_pages * page_size;
-
-    for (int step = 0; step < c.steps; ++step) {
-      std::vector<float> kv = RandomNormal(rng, static_cast<size_t>(c.batch * width));
-      std::vector<float> gate = RandomNormal(rng, kv.size(), 1.5f);
-      if (c.input == DType::kBF16) {
-        kv = RoundedBF16(kv);
-        gate = RoundedBF16(gate);
-        CopyIn(kv_d, ToBF16(kv));
-        CopyIn(gate_d, ToBF16(gate));
-      } else {
-        CopyIn(kv_d, kv);
-        CopyIn(gate_d, gate);
-      }
-      CopyIn(pos_d, positions);
-      ref.kv = kv.data();
-      ref.gate = gate.data();
-      cpu::CompressorStep(ref);
-      PG_ASSERT_OK(cuda::CompressorStep(args, stream_.get()));
+    std::vector<int32_t> offsets(static_cast<size_t>(c.batch + 1));
+    std::iota(offsets.begin(), offsets.end(), 0);
+    cuda::DeviceBuffer offsets_d = Upload(offsets);
+    for (int step = 0; step < steps; ++step) {
+      std::vector<float> kv, gate;
+      MakeTokens(c, c.batch, rng, kv, gate);
+      s.Feed(offsets, positions, kv, gate);
+      cuda::DeviceBuffer kv_d = UploadTokens(c, kv), gate_d = UploadTokens(c, gate), pos_d = Upload(positions);
+      PG_ASSERT_OK(cuda::CompressorStep(Args(s, d, kv_d, gate_d, c.batch, pos_d, with_offsets ? &offsets_d : nullptr),
+                                        stream_.get()));
+      Sync();
       for (int32_t& p : positions)
         if (p >= 0) ++p;
     }
-    EXPECT_TRUE(AllClose(Download<float>(kv_state_d, kv_state.size()), kv_state, ToleranceFor(DType::kF32), "kv_state"));
-    EXPECT_TRUE(
-        AllClose(Download<float>(gate_state_d, gate_state.size()), gate_state, ToleranceFor(DType::kF32), "gate_state"));
-    EXPECT_TRUE(AllClose(DownloadBF16(cache_d, cache.size()), cache, ToleranceFor(DType::kBF16), "cache"));
+    ExpectMatches(s, d, "decode");
+  }
+
+  // Prefill: two chunk calls, each request with its own token count (none, one, up to a few
+  // blocks), vs the reference and vs the same tokens fed one call at a time on the device.
+  void RunChunks(const CompressorCase& c, uint32_t seed) {
+    SCOPED_TRACE(CaseName(c) + " chunks");
+    std::mt19937 rng(seed);
+    HostState s = MakeState(c, rng);
+    DeviceState chunked = UploadState(s);
+    DeviceState single = UploadState(s);
+    const int32_t r = static_cast<int32_t>(c.ratio);
+    // Token counts per request, per chunk; positions continue from one chunk to the next.
+    const int32_t counts[2][8] = {{0, 1, r - 1, r, 2 * r + 3, 3 * r + 5, 7, 2 * r},
+                                  {r + 1, 3, 1, 2 * r - 1, 0, r, 5 * r + 2, 2}};
+    const int32_t starts[8] = {0, r - 1, 3, 2 * r, r + 2, 0, 11 * r - 1, 4 * r + 1};
+    std::vector<int32_t> positions(static_cast<size_t>(c.batch));
+    for (int64_t b = 0; b < c.batch; ++b) positions[static_cast<size_t>(b)] = starts[b % 8];
+    if (c.batch > 3) positions[3] = -1;                   // skipped request
+    if (c.batch > 5) s.slots[5] = -1;                     // request without a ring: skipped
+    if (c.batch > 5) {
+      CopyIn(chunked.slots, s.slots);
+      CopyIn(single.slots, s.slots);
+    }
+    for (int chunk = 0; chunk < 2; ++chunk) {
+      SCOPED_TRACE("chunk " + std::to_string(chunk));
+      std::vector<int32_t> offsets(static_cast<size_t>(c.batch + 1), 0);
+      for (int64_t b = 0; b < c.batch; ++b)
+        offsets[static_cast<size_t>(b + 1)] = offsets[static_cast<size_t>(b)] + counts[chunk][(b + chunk) % 8];
+      std::vector<float> kv, gate;
+      MakeTokens(c, offsets.back(), rng, kv, gate);
+      s.Feed(offsets, positions, kv, gate);
+      FeedChunk(s, chunked, offsets, positions, kv, gate);
+      FeedOneByOne(s, single, offsets, positions, kv, gate);
+      ExpectMatches(s, chunked, "chunked");
+      ExpectIdentical(s, chunked, single);
+      for (int64_t b = 0; b < c.batch; ++b) {
+        int32_t& p = positions[static_cast<size_t>(b)];
+        if (p >= 0) p += offsets[static_cast<size_t>(b + 1)] - offsets[static_cast<size_t>(b)];
+      }
+    }
   }
 };
 
-TEST_F(CompressorStepTest, Sweep) {
+TEST_F(CompressorStepTest, DecodeSweep) {
   uint32_t seed = 1;
-  for (int64_t dim : {64, 128, 512})
+  for (int64_t dim : {24, 32, 64, 128, 512})
     for (auto [ratio, coff] : {std::pair<int64_t, int64_t>{4, 2}, {128, 1}, {8, 1}, {2, 2}})
       for (int64_t batch : {1, 3, 17})
         for (DType input : {DType::kF32, DType::kBF16}) {
           // Enough steps to complete at least one block from every start position.
           const int steps = static_cast<int>(ratio <= 8 ? 3 * ratio + 2 : ratio + 3);
-          Run({dim, ratio, coff, batch, input, steps}, seed++);
+          RunDecode({dim, ratio, coff, batch, input}, steps, /*with_offsets=*/false, seed++);
         }
 }
 
-TEST_F(CompressorStepTest, RejectsUnbuiltWidth) {
+TEST_F(CompressorStepTest, DecodeWithOneTokenOffsets) {
+  uint32_t seed = 500;
+  for (int64_t dim : {24, 512})
+    for (auto [ratio, coff] : {std::pair<int64_t, int64_t>{4, 2}, {8, 1}})
+      RunDecode({dim, ratio, coff, 17, DType::kBF16}, static_cast<int>(3 * ratio + 2), /*with_offsets=*/true, seed++);
+}
+
+TEST_F(CompressorStepTest, MultiTokenChunks) {
+  uint32_t seed = 700;
+  for (int64_t dim : {24, 32, 128, 512})
+    for (auto [ratio, coff] : {std::pair<int64_t, int64_t>{4, 2}, {128, 1}, {8, 1}, {2, 2}, {1, 1}})
+      for (int64_t batch : {1, 8, 17})
+        for (DType input : {DType::kF32, DType::kBF16}) {
+          if (ratio == 128 && (batch != 8 || dim == 24)) continue;  // long runs: one case each
+          RunChunks({dim, ratio, coff, batch, input}, seed++);
+        }
+}
+
+TEST_F(CompressorStepTest, RejectsBadArguments) {
   cuda::DeviceBuffer buf = Poisoned(1 << 20);
   cuda::CompressorStepArgs args;
   args.norm_weight = View(buf, DType::kF32, {96});
@@ -162,7 +344,19 @@ TEST_F(CompressorStepTest, RejectsUnbuiltWidth) {
   args.ratio = 4;
   args.coff = 1;
   args.rope_dim = 16;
-  EXPECT_EQ(cuda::CompressorStep(args, stream_.get()).code(), StatusCode::kInvalidArgument);
+  cuda::CompressorStepArgs a = args;
+  a.token_offsets = View(buf, DType::kI32, {1});  // must be [B + 1]
+  EXPECT_EQ(cuda::CompressorStep(a, stream_.get()).code(), StatusCode::kInvalidArgument);
+  a = args;
+  a.kv = View(buf, DType::kF32, {2, 96});  // without offsets, one row per request
+  a.gate = a.kv;
+  EXPECT_EQ(cuda::CompressorStep(a, stream_.get()).code(), StatusCode::kInvalidArgument);
+  a = args;
+  a.coff = 3;
+  EXPECT_EQ(cuda::CompressorStep(a, stream_.get()).code(), StatusCode::kInvalidArgument);
+  a = args;
+  a.rope_dim = 15;
+  EXPECT_EQ(cuda::CompressorStep(a, stream_.get()).code(), StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -1,8 +1,5 @@
 #include "backend/cuda/ops/compressor_step.h"
 
-#include <algorithm>
-#include <iterator>
-
 #include "backend/cuda/cuda_status.h"
 #include "backend/cuda/ops/element_type.h"
 #include "backend/cuda/ops/tensor_check.h"
@@ -14,38 +11,45 @@ Status CompressorStep(const CompressorStepArgs& a, cudaStream_t stream) {
   TensorChecker check("compressor_step");
   PG_RETURN_IF_ERROR(check.Require(a.coff == 1 || a.coff == 2, "coff must be 1 or 2"));
   PG_RETURN_IF_ERROR(check.Require(a.ratio >= 1 && a.ratio <= 4096, "ratio must be in [1, 4096]"));
-  Dim batch("B"), dim("Dc"), width("coff*Dc"), ratio("ratio", a.ratio), rows("coff*ratio", a.coff * a.ratio);
+  const bool has_offsets = a.token_offsets.data != nullptr;
+  Dim batch("B"), tokens("N"), dim("Dc"), width("coff*Dc");
+  Dim ratio("ratio", a.ratio), rows("coff*ratio", a.coff * a.ratio);
   Dim slots("S"), num_positions("num_positions"), half("rope_dim/2", a.rope_dim / 2);
   Dim pages("pages"), page_size("P"), max_pages("max_pages");
   const auto input_type = ToElementType(a.kv.dtype);
   PG_RETURN_IF_ERROR(check.Require(input_type.has_value(), "kv must be bf16 or f32"));
   PG_RETURN_IF_ERROR(check.Check("norm_weight", a.norm_weight, DType::kF32, {&dim}));
   width.Bind(a.coff * dim.value());
-  PG_RETURN_IF_ERROR(check.Check("kv", a.kv, a.kv.dtype, {&batch, &width}));
-  PG_RETURN_IF_ERROR(check.Check("gate", a.gate, a.kv.dtype, {&batch, &width}));
+  PG_RETURN_IF_ERROR(check.Check("state_slots", a.state_slots, DType::kI32, {&batch}, Device::kCuda, 4));
+  Dim* rows_in = has_offsets ? &tokens : &batch;  // without offsets, row b is request b's token
+  PG_RETURN_IF_ERROR(check.Check("kv", a.kv, a.kv.dtype, {rows_in, &width}));
+  PG_RETURN_IF_ERROR(check.Check("gate", a.gate, a.kv.dtype, {rows_in, &width}));
+  if (has_offsets) {
+    Dim offsets("B+1", batch.value() + 1);
+    PG_RETURN_IF_ERROR(check.Check("token_offsets", a.token_offsets, DType::kI32, {&offsets}, Device::kCuda, 4));
+  }
   PG_RETURN_IF_ERROR(check.Check("ape", a.ape, DType::kF32, {&ratio, &width}));
   PG_RETURN_IF_ERROR(check.Check("kv_state", a.kv_state, DType::kF32, {&slots, &rows, &width}));
   PG_RETURN_IF_ERROR(check.Check("gate_state", a.gate_state, DType::kF32, {&slots, &rows, &width}));
-  PG_RETURN_IF_ERROR(check.Check("state_slots", a.state_slots, DType::kI32, {&batch}, Device::kCuda, 4));
   PG_RETURN_IF_ERROR(check.Check("positions", a.positions, DType::kI32, {&batch}, Device::kCuda, 4));
   PG_RETURN_IF_ERROR(check.Check("rope_cos", a.rope_cos, DType::kF32, {&num_positions, &half}, Device::kCuda, 4));
   PG_RETURN_IF_ERROR(check.Check("rope_sin", a.rope_sin, DType::kF32, {&num_positions, &half}, Device::kCuda, 4));
   PG_RETURN_IF_ERROR(check.Check("cache", a.cache, DType::kBF16, {&pages, &page_size, &dim}));
   PG_RETURN_IF_ERROR(check.Check("page_table", a.page_table, DType::kI32, {&batch, &max_pages}, Device::kCuda, 4));
-  PG_RETURN_IF_ERROR(check.Require(
-      std::find(std::begin(kernels::kCompressorDims), std::end(kernels::kCompressorDims), dim.value()) !=
-          std::end(kernels::kCompressorDims),
-      "Dc " + std::to_string(dim.value()) + " is not one the kernel is built for (512, 128, 64)"));
+  PG_RETURN_IF_ERROR(check.Require(dim.value() >= 1 && dim.value() <= kernels::kCompressorMaxDim,
+                                   "Dc must be in [1, " + std::to_string(kernels::kCompressorMaxDim) + "]"));
   PG_RETURN_IF_ERROR(check.Require(a.rope_dim >= 0 && a.rope_dim % 2 == 0 && a.rope_dim <= dim.value(),
                                    "rope_dim must be even and at most Dc"));
   PG_RETURN_IF_ERROR(check.Require(page_size.value() > 0, "P must be positive"));
-  PG_RETURN_IF_ERROR(check.Require(batch.value() <= INT32_MAX && slots.value() <= INT32_MAX &&
-                                       num_positions.value() <= INT32_MAX && max_pages.value() <= INT32_MAX,
+  PG_RETURN_IF_ERROR(check.Require(batch.value() < INT32_MAX && rows_in->value() <= INT32_MAX &&
+                                       slots.value() <= INT32_MAX && num_positions.value() <= INT32_MAX &&
+                                       max_pages.value() <= INT32_MAX,
                                    "sizes overflow int32"));
 
   kernels::CompressorStepParams p;
   p.kv = a.kv.data;
   p.gate = a.gate.data;
+  p.token_offsets = a.token_offsets.as<const int32_t>();
   p.ape = a.ape.as<const float>();
   p.kv_state = a.kv_state.as<float>();
   p.gate_state = a.gate_state.as<float>();
@@ -57,6 +61,7 @@ Status CompressorStep(const CompressorStepArgs& a, cudaStream_t stream) {
   p.cache = a.cache.as<__nv_bfloat16>();
   p.page_table = a.page_table.as<const int32_t>();
   p.batch = static_cast<int>(batch.value());
+  p.num_tokens = static_cast<int>(rows_in->value());
   p.dim = static_cast<int>(dim.value());
   p.ratio = static_cast<int>(a.ratio);
   p.coff = static_cast<int>(a.coff);

@@ -1,5 +1,6 @@
-// The DeepSeek-V4 KV compressor's decode step on the device (see
-// kernels/compressor_step.cuh for the exact semantics and the state ring layout).
+// The DeepSeek-V4 KV compressor on the device (see kernels/compressor_step.cuh for the exact
+// semantics and the state ring layout). One function serves decode (one token per request,
+// token_offsets absent) and prefill chunks (a run of consecutive tokens per request).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -10,26 +11,32 @@
 namespace peregrine::cuda {
 
 struct CompressorStepArgs {
-  Tensor kv;           // [B, coff*Dc] bf16 or f32: this token's wkv projection
-  Tensor gate;         // [B, coff*Dc] same dtype: its wgate projection (without ape)
-  Tensor ape;          // [ratio, coff*Dc] f32
-  Tensor kv_state;     // [S, coff*ratio, coff*Dc] f32, per-request rings (S state slots)
-  Tensor gate_state;   // [S, coff*ratio, coff*Dc] f32
-  Tensor state_slots;  // [B] i32, each request's ring; negative = skip
-  Tensor positions;    // [B] i32, the token's position; negative = skip
-  Tensor norm_weight;  // [Dc] f32
-  Tensor rope_cos;     // [num_positions, rope_dim / 2] f32
-  Tensor rope_sin;     // [num_positions, rope_dim / 2] f32
-  Tensor cache;        // [num_pages, P, Dc] bf16, the compressed entries
-  Tensor page_table;   // [B, max_pages] i32, entry k lives at page_table[b, k / P], slot k % P
+  Tensor kv;             // [N, coff*Dc] bf16 or f32: the tokens' wkv projections
+  Tensor gate;           // [N, coff*Dc] same dtype: their wgate projections (without ape)
+  Tensor token_offsets;  // [B + 1] i32: request b's tokens are rows [token_offsets[b],
+                         //   token_offsets[b + 1]) of kv/gate, consecutive positions from
+                         //   positions[b]; absent = one token per request, row b (N = B)
+  Tensor ape;            // [ratio, coff*Dc] f32
+  Tensor kv_state;       // [S, coff*ratio, coff*Dc] f32, per-request rings (S state slots)
+  Tensor gate_state;     // [S, coff*ratio, coff*Dc] f32
+  Tensor state_slots;    // [B] i32, each request's ring; negative = skip
+  Tensor positions;      // [B] i32, the position of the request's first token; negative = skip
+  Tensor norm_weight;    // [Dc] f32
+  Tensor rope_cos;       // [num_positions, rope_dim / 2] f32
+  Tensor rope_sin;       // [num_positions, rope_dim / 2] f32
+  Tensor cache;          // [num_pages, P, Dc] bf16, the compressed entries
+  Tensor page_table;     // [B, max_pages] i32, entry k lives at page_table[b, k / P], slot k % P
   int64_t ratio = 0;
-  int64_t coff = 1;    // 2: overlapping blocks (CSA), 1: plain (HCA)
+  int64_t coff = 1;      // 2: overlapping blocks (CSA), 1: plain (HCA)
   int64_t rope_dim = 0;
   float eps = 1e-6f;
 };
 
-// Appends every request's token and writes the entries of the blocks it completes.
-// InvalidArgument for bad tensors or an unsupported Dc (see kCompressorDims).
+// Appends every request's tokens, in order, and writes the entries of the blocks they
+// complete: the same state and cache as feeding the tokens one call at a time.
+// InvalidArgument for bad tensors or a Dc above kernels::kCompressorMaxDim; Internal when the
+// launch fails. Asynchronous on `stream`; capture-safe (the grid is B, every offset and
+// position is read on the device).
 Status CompressorStep(const CompressorStepArgs& args, cudaStream_t stream);
 
 }  // namespace peregrine::cuda
