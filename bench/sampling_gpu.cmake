@@ -1,0 +1,10 @@
+# peregrine_sampling_bench: the sampling kernel at V4's vocabulary vs the host sampler.
+if(PEREGRINE_HAVE_CUDA)
+  add_executable(peregrine_sampling_bench ${CMAKE_CURRENT_LIST_DIR}/sampling_gpu/sampling_gpu_bench.cc)
+  target_compile_options(peregrine_sampling_bench PRIVATE ${PEREGRINE_WARNINGS})
+  target_link_libraries(peregrine_sampling_bench PRIVATE peregrine_backend_cuda peregrine_sampling)
+  set_target_properties(peregrine_sampling_bench PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/gpu-bin)
+  if(PEREGRINE_STATIC)
+    target_link_options(peregrine_sampling_bench PRIVATE -Wl,--as-needed)
+  endif()
+endif()

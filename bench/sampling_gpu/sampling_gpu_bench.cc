@@ -1,0 +1,180 @@
+// peregrine_sampling_bench: the sampling kernel at V4's vocabulary (129,280) for batch 1, 16, 64,
+// 128 and each setting (greedy, temperature, top-p 0.9, top-k 50, min-p 0.05). Times the launch
+// with CUDA events (median of 25 runs after warm-up; the logits are restored before each run,
+// since the edits work in place, and that copy is outside the timed region) and a peer in the
+// same process: what the server does today, a device-to-host copy of the logits and
+// peregrine::Sample() on every row, timed on the host including the copy.
+//
+//   peregrine_sampling_bench [--out FILE.jsonl]
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/allocator.h"
+#include "backend/cuda/ops/sampling.h"
+#include "backend/cuda/stream.h"
+#include "kernels/sampling.cuh"
+#include "sampling/device_rows.h"
+#include "sampling/sampler.h"
+
+namespace peregrine {
+namespace {
+
+constexpr int64_t kVocab = 129280;
+constexpr double kRooflineTBs = 4.3;
+constexpr int kWarmup = 3, kRuns = 25, kHostRuns = 5;
+
+void Must(const Status& s, const char* what) {
+  if (s.ok()) return;
+  std::fprintf(stderr, "%s: %s\n", what, s.ToString().c_str());
+  std::exit(1);
+}
+void MustCuda(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return;
+  std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(e));
+  std::exit(1);
+}
+template <typename T>
+T MustValue(Result<T> r, const char* what) {
+  Must(r.status(), what);
+  return std::move(r).value();
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+struct Setting {
+  const char* name;
+  SamplingParams params;
+};
+
+std::vector<Setting> Settings() {
+  std::vector<Setting> s(5);
+  s[0].name = "greedy";
+  s[0].params.temperature = 0.0f;
+  s[1].name = "temperature";
+  s[1].params.temperature = 0.8f;
+  s[2].name = "top_p=0.9";
+  s[2].params.top_p = 0.9f;
+  s[3].name = "top_k=50";
+  s[3].params.top_k = 50;
+  s[4].name = "min_p=0.05";
+  s[4].params.min_p = 0.05f;
+  return s;
+}
+
+}  // namespace
+}  // namespace peregrine
+
+int main(int argc, char** argv) {
+  using namespace peregrine;
+  const char* out_path = nullptr;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--out") == 0 && i + 1 < argc) out_path = argv[++i];
+  }
+  FILE* out = out_path != nullptr ? std::fopen(out_path, "w") : nullptr;
+  if (out_path != nullptr && out == nullptr) {
+    std::fprintf(stderr, "cannot open %s\n", out_path);
+    return 1;
+  }
+  cuda::CudaRawAllocator raw;
+  cuda::CachingAllocator alloc(raw);
+  cuda::Stream stream = MustValue(cuda::Stream::Create(), "stream");
+  cuda::Event start = MustValue(cuda::Event::Create(true), "event");
+  cuda::Event end = MustValue(cuda::Event::Create(true), "event");
+  auto buffer = [&](size_t bytes) { return MustValue(alloc.Allocate(bytes), "allocate"); };
+
+  constexpr int64_t kMaxBatch = 128;
+  // LM-like logits: a normal bulk and a few strong candidates per row.
+  std::mt19937 rng(1);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  std::vector<float> logits(static_cast<size_t>(kMaxBatch * kVocab));
+  for (float& v : logits) v = normal(rng);
+  for (int64_t b = 0; b < kMaxBatch; ++b) {
+    for (int j = 0; j < 8; ++j) logits[static_cast<size_t>(b * kVocab + (b * 977 + j * 4099) % kVocab)] += 10.0f + static_cast<float>(j);
+  }
+  cuda::DeviceBuffer pristine = buffer(logits.size() * 4), work = buffer(logits.size() * 4);
+  MustCuda(cudaMemcpy(pristine.data(), logits.data(), logits.size() * 4, cudaMemcpyHostToDevice), "upload");
+  cuda::DeviceBuffer rows = buffer(kMaxBatch * 32), offsets = buffer((kMaxBatch + 1) * 4), tokens = buffer(kMaxBatch * 4),
+                     logprobs = buffer(kMaxBatch * 4), top_tokens = buffer(kMaxBatch * 80), top_logprobs = buffer(kMaxBatch * 80),
+                     status = buffer(kMaxBatch * 4);
+  std::vector<float> host_logits(logits.size());
+
+  std::printf("%-12s %5s %10s %10s %8s %8s %12s %9s %s\n", "setting", "batch", "time_us", "MB_read", "TB/s", "roofline",
+              "host_us", "speedup", "overflow");
+  for (const Setting& setting : Settings()) {
+    for (int64_t batch : {1, 16, 64, 128}) {
+      std::vector<std::unique_ptr<SequenceSamplingState>> states;
+      DeviceSamplingBatch rows_host;
+      for (int64_t b = 0; b < batch; ++b) {
+        SamplingParams p = setting.params;
+        p.seed = static_cast<uint64_t>(b);
+        states.push_back(std::make_unique<SequenceSamplingState>(p, std::span<const int32_t>()));
+        AppendDeviceRow(p, *states.back(), kVocab, rows_host);
+      }
+      MustCuda(cudaMemcpy(rows.data(), rows_host.rows.data(), rows_host.rows.size() * 32, cudaMemcpyHostToDevice), "rows");
+      MustCuda(cudaMemcpy(offsets.data(), rows_host.edit_offsets.data(), rows_host.edit_offsets.size() * 4,
+                          cudaMemcpyHostToDevice), "offsets");
+      cuda::SamplingArgs a;
+      a.logits = Tensor::Contiguous(work.data(), DType::kF32, {batch, kVocab}, Device::kCuda);
+      a.rows = Tensor::Contiguous(rows.data(), DType::kU8, {batch, 32}, Device::kCuda);
+      a.edit_offsets = Tensor::Contiguous(offsets.data(), DType::kI32, {batch + 1}, Device::kCuda);
+      a.tokens = Tensor::Contiguous(tokens.data(), DType::kI32, {batch}, Device::kCuda);
+      a.logprobs = Tensor::Contiguous(logprobs.data(), DType::kF32, {batch}, Device::kCuda);
+      a.top_tokens = Tensor::Contiguous(top_tokens.data(), DType::kI32, {batch, 20}, Device::kCuda);
+      a.top_logprobs = Tensor::Contiguous(top_logprobs.data(), DType::kF32, {batch, 20}, Device::kCuda);
+      a.status = Tensor::Contiguous(status.data(), DType::kI32, {batch}, Device::kCuda);
+      const size_t bytes = static_cast<size_t>(batch * kVocab * 4);
+      std::vector<double> ms;
+      for (int i = 0; i < kWarmup + kRuns; ++i) {
+        MustCuda(cudaMemcpyAsync(work.data(), pristine.data(), bytes, cudaMemcpyDeviceToDevice, stream.get()), "restore");
+        Must(start.Record(stream.get()), "record");
+        Must(cuda::Sample(a, stream.get()), "sample");
+        Must(end.Record(stream.get()), "record");
+        Must(end.Synchronize(), "sync");
+        if (i >= kWarmup) ms.push_back(MustValue(cuda::Event::ElapsedMs(start, end), "elapsed"));
+      }
+      const double us = Median(ms) * 1e3;
+      std::vector<int32_t> st(static_cast<size_t>(batch));
+      MustCuda(cudaMemcpy(st.data(), status.data(), st.size() * 4, cudaMemcpyDeviceToHost), "status");
+      const int64_t overflow = std::count(st.begin(), st.end(), kernels::kSamplingOverflow);
+      // The peer: copy to the host, then Sample() row by row (one thread).
+      std::vector<double> host_us;
+      for (int i = 0; i < kHostRuns; ++i) {
+        const auto t0 = std::chrono::steady_clock::now();
+        MustCuda(cudaMemcpyAsync(host_logits.data(), pristine.data(), bytes, cudaMemcpyDeviceToHost, stream.get()), "d2h");
+        Must(stream.Synchronize(), "sync");
+        for (int64_t b = 0; b < batch; ++b) {
+          Sample(std::span<float>(host_logits.data() + b * kVocab, static_cast<size_t>(kVocab)), setting.params,
+                 *states[static_cast<size_t>(b)]);
+        }
+        host_us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+      }
+      const double host = Median(host_us);
+      const double tbs = static_cast<double>(bytes) / (us * 1e-6) / 1e12;
+      std::printf("%-12s %5lld %10.2f %10.2f %8.3f %8.3f %12.1f %9.1f %lld\n", setting.name, static_cast<long long>(batch), us,
+                  static_cast<double>(bytes) / 1e6, tbs, tbs / kRooflineTBs, host, host / us, static_cast<long long>(overflow));
+      if (out != nullptr) {
+        std::fprintf(out,
+                     "{\"op\":\"sampling\",\"setting\":\"%s\",\"batch\":%lld,\"vocab\":%lld,\"time_us\":%.3f,"
+                     "\"bytes\":%zu,\"tb_s\":%.4f,\"roofline_fraction\":%.4f,\"peer\":\"host Sample incl. d2h copy\","
+                     "\"peer_us\":%.2f,\"speedup\":%.2f,\"overflow_rows\":%lld}\n",
+                     setting.name, static_cast<long long>(batch), static_cast<long long>(kVocab), us, bytes, tbs,
+                     tbs / kRooflineTBs, host, host / us, static_cast<long long>(overflow));
+      }
+    }
+  }
+  if (out != nullptr) std::fclose(out);
+  return 0;
+}

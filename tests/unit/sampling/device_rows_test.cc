@@ -1,0 +1,126 @@
+// AppendDeviceRow: the RNG is consumed exactly as Sample() consumes it, edits come out sorted by
+// token in Sample()'s order and reproduce Sample()'s processed logits, and SampleOverflowRow
+// returns what Sample() returns.
+#include "sampling/device_rows.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "sampling/cdf_walk.h"
+#include "sampling/logits_processors.h"
+#include "sampling/weights.h"
+
+namespace peregrine {
+namespace {
+
+// The device's edit arithmetic, on the host (the kernel spells the same operations).
+float ApplyEdit(float v, const DeviceLogitEdit& e) {
+  switch (static_cast<DeviceEditOp>(e.op)) {
+    case DeviceEditOp::kAdd: return v + static_cast<float>(e.value);
+    case DeviceEditOp::kRepetition: return v > 0.0f ? v / static_cast<float>(e.value) : v * static_cast<float>(e.value);
+    case DeviceEditOp::kSubtract: return static_cast<float>(static_cast<double>(v) - e.value);
+  }
+  return v;
+}
+
+TEST(DeviceRowsTest, DrawsLikeSample) {
+  SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  greedy.seed = 3;
+  SamplingParams sampled;
+  sampled.temperature = 0.8f;
+  sampled.top_p = 0.9f;
+  sampled.seed = 3;
+  for (const SamplingParams& p : {greedy, sampled}) {
+    SequenceSamplingState host(p, {}), device(p, {});
+    DeviceSamplingBatch batch;
+    std::vector<float> logits = {0.5f, 2.0f, -1.0f, 1.5f};
+    for (int step = 0; step < 4; ++step) {
+      std::mt19937_64 before;
+      AppendDeviceRow(p, device, 4, batch, &before);
+      std::mt19937_64 probe = before;
+      const DeviceSamplingRow& row = batch.rows.back();
+      if (p.temperature > 0.0f) {
+        EXPECT_EQ(row.u, UnitIntervalFromBits(probe()));
+        EXPECT_EQ(row.inv_temperature, InverseTemperature(p.temperature));
+      } else {
+        EXPECT_EQ(row.u, 0.0);
+      }
+      std::vector<float> scratch = logits;
+      const SampleResult r = Sample(scratch, p, host);
+      device.Append(r.token);
+      EXPECT_TRUE(host.rng() == device.rng()) << "step " << step;
+    }
+    EXPECT_EQ(batch.num_rows(), 4u);
+    EXPECT_EQ(batch.edit_offsets.size(), 5u);
+  }
+}
+
+TEST(DeviceRowsTest, EditsReproduceTheProcessors) {
+  constexpr int64_t kVocab = 50;
+  SamplingParams p;
+  p.repetition_penalty = 1.4f;
+  p.presence_penalty = 0.6f;
+  p.frequency_penalty = -0.9f;
+  p.logit_bias = {{7, 3.5f}, {3, -20.0f}, {49, 1.0f}, {60, 5.0f}};  // 60: outside, dropped
+  const std::vector<int32_t> prompt = {3, 4, 4, 9, 12, 77};
+  SequenceSamplingState state(p, prompt);
+  for (int32_t t : {4, 7, 7, 7, 20, 49, -1}) state.Append(t);
+
+  std::vector<float> logits(kVocab);
+  for (int64_t i = 0; i < kVocab; ++i) logits[static_cast<size_t>(i)] = 0.37f * static_cast<float>(i % 11) - 1.7f;
+  std::vector<float> want = logits;
+  ApplyLogitBias(want, p.logit_bias, nullptr);
+  ApplyRepetitionPenalty(want, p.repetition_penalty, state.prompt_counts(), state.generated_counts(), nullptr);
+  ApplyPresenceFrequencyPenalties(want, p.presence_penalty, p.frequency_penalty, state.generated_counts(), nullptr);
+
+  DeviceSamplingBatch batch;
+  AppendDeviceRow(p, state, kVocab, batch);
+  ASSERT_EQ(batch.edit_offsets.back(), static_cast<int32_t>(batch.edits.size()));
+  EXPECT_TRUE(std::is_sorted(batch.edits.begin(), batch.edits.end(),
+                             [](const DeviceLogitEdit& a, const DeviceLogitEdit& b) { return a.token < b.token; }));
+  std::vector<float> got = logits;
+  for (const DeviceLogitEdit& e : batch.edits) {
+    ASSERT_TRUE(e.token >= 0 && e.token < kVocab);
+    got[static_cast<size_t>(e.token)] = ApplyEdit(got[static_cast<size_t>(e.token)], e);
+  }
+  for (int64_t i = 0; i < kVocab; ++i) EXPECT_EQ(got[static_cast<size_t>(i)], want[static_cast<size_t>(i)]) << "token " << i;
+}
+
+TEST(DeviceRowsTest, OverflowRowMatchesSample) {
+  constexpr int64_t kVocab = 64;
+  SamplingParams p;
+  p.top_p = 0.5f;
+  p.logit_bias = {{5, 2.0f}};
+  p.frequency_penalty = 0.4f;
+  p.seed = 11;
+  p.logprobs = 3;
+  SequenceSamplingState host(p, {}), device(p, {});
+  for (int32_t t : {5, 6, 6}) {
+    host.Append(t);
+    device.Append(t);
+  }
+  std::vector<float> logits(kVocab);
+  for (int64_t i = 0; i < kVocab; ++i) logits[static_cast<size_t>(i)] = 0.01f * static_cast<float>(i);
+  DeviceSamplingBatch batch;
+  std::mt19937_64 before;
+  AppendDeviceRow(p, device, kVocab, batch, &before);
+  // What the device leaves behind: edited logits and the raw values of the edited tokens.
+  std::vector<float> edited = logits;
+  std::vector<float> raw;
+  for (const DeviceLogitEdit& e : batch.edits) raw.push_back(logits[static_cast<size_t>(e.token)]);
+  for (const DeviceLogitEdit& e : batch.edits) edited[static_cast<size_t>(e.token)] = ApplyEdit(edited[static_cast<size_t>(e.token)], e);
+  const SampleResult got = SampleOverflowRow(edited, batch.edits, raw, p, device, before);
+  std::vector<float> scratch = logits;
+  const SampleResult want = Sample(scratch, p, host);
+  EXPECT_EQ(got.token, want.token);
+  EXPECT_EQ(got.logprob, want.logprob);
+  ASSERT_EQ(got.top_logprobs.size(), want.top_logprobs.size());
+  EXPECT_TRUE(host.rng() == device.rng());
+  EXPECT_EQ(host.generated_counts(), device.generated_counts());
+}
+
+}  // namespace
+}  // namespace peregrine
