@@ -1,0 +1,338 @@
+// The sub-layers of one DeepSeek-V4 layer on the CUDA backend, in the order of the CPU
+// reference (model.cc, attention.cc, moe.cc), for `rows` tokens of a step.
+#include <cmath>
+
+#include "backend/cuda/ops/compressor_step.h"
+#include "backend/cuda/ops/copy_rows.h"
+#include "backend/cuda/ops/generic_attention.h"
+#include "backend/cuda/ops/hyper_connection.h"
+#include "backend/cuda/ops/indexer.h"
+#include "backend/cuda/ops/linear.h"
+#include "backend/cuda/ops/moe.h"
+#include "backend/cuda/ops/output_projection.h"
+#include "backend/cuda/ops/rms_norm.h"
+#include "backend/cuda/ops/rope.h"
+#include "backend/cuda/ops/sparse_attention.h"
+#include "backend/cuda/ops/swiglu.h"
+#include "model/deepseek_v4/cuda/cuda_model_impl.h"
+
+namespace peregrine::deepseek_v4::cuda {
+
+namespace {
+
+int64_t Index(AttentionType t) {
+  switch (t) {
+    case AttentionType::kSliding: return 0;
+    case AttentionType::kCompressedSparse: return 1;
+    case AttentionType::kHeavilyCompressed: return 2;
+  }
+  return 0;
+}
+
+}  // namespace
+
+Status CudaModel::Impl::EnqueueLayer(int64_t i, int64_t rows, int64_t chunks) {
+  const ModelConfig& c = config;
+  const DeviceLayer& lw = weights.layers[static_cast<size_t>(i)];
+  const int64_t d = c.hidden_size;
+  const int64_t hc = c.hc_mult;
+  const Tensor streams = View(ws.streams, DType::kF32, {rows, hc, d});
+  const Tensor x = View(ws.x, DType::kBF16, {rows, d});
+  const Tensor f = View(ws.f, DType::kBF16, {rows, d});
+  const Tensor post = View(ws.post, DType::kF32, {rows, hc});
+  const Tensor comb = View(ws.comb, DType::kF32, {rows, hc, hc});
+  auto pre = [&](const DeviceHyperConnection& w, const DeviceTensor& norm) {
+    return Op(OpKind::kMhc, [&] {
+      pc::HcPreArgs a;
+      a.streams = streams;
+      a.fn = w.fn.view;
+      a.base = w.base.view;
+      a.scale = w.scale.view;
+      a.norm_weight = norm.view;
+      a.x = x;
+      a.post = post;
+      a.comb = comb;
+      a.workspace = ws.hc_workspace.view;
+      a.hc_eps = static_cast<float>(c.hc_eps);
+      a.rms_norm_eps = static_cast<float>(c.rms_norm_eps);
+      a.sinkhorn_iters = static_cast<int>(c.hc_sinkhorn_iters);
+      return pc::HyperConnectionPre(a, stream.get());
+    });
+  };
+  auto post_mix = [&] {
+    return Op(OpKind::kMhc, [&] {
+      pc::HcPostArgs a;
+      a.streams = streams;
+      a.f = f;
+      a.post = post;
+      a.comb = comb;
+      return pc::HyperConnectionPost(a, stream.get());
+    });
+  };
+  PG_RETURN_IF_ERROR(pre(lw.hc_attn, lw.attn_norm));
+  PG_RETURN_IF_ERROR(EnqueueAttention(i, rows, chunks));
+  PG_RETURN_IF_ERROR(post_mix());
+  PG_RETURN_IF_ERROR(pre(lw.hc_ffn, lw.ffn_norm));
+  PG_RETURN_IF_ERROR(EnqueueMoe(i, rows));
+  return post_mix();
+}
+
+Status CudaModel::Impl::EnqueueAttention(int64_t i, int64_t rows, int64_t chunks) {
+  const ModelConfig& c = config;
+  const DeviceLayer& lw = weights.layers[static_cast<size_t>(i)];
+  LayerState& st = state[static_cast<size_t>(i)];
+  const AttentionType type = c.layer_types[static_cast<size_t>(i)];
+  const bool sliding = type == AttentionType::kSliding;
+  const bool csa = type == AttentionType::kCompressedSparse;
+  const int64_t d = c.hidden_size;
+  const int64_t h = c.num_heads;
+  const int64_t hd = c.head_dim;
+  const int64_t w = c.sliding_window;
+  const int64_t ih = c.index_n_heads;
+  const int64_t id = c.index_head_dim;
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  const cudaStream_t s = stream.get();
+  const DeviceTensor& cos = sliding ? main_cos : compress_cos;
+  const DeviceTensor& sin = sliding ? main_sin : compress_sin;
+  const Tensor x = View(ws.x, DType::kBF16, {rows, d});
+  const Tensor positions = MetaView(layout.positions, {rows});
+  const int64_t scratch_row = options.num_slots * w;
+  const int64_t window_rows = scratch_row + options.max_tokens;
+  const Tensor window = View(st.window, DType::kBF16, {window_rows, hd});
+  const Tensor new_kv = ViewAt(st.window, scratch_row * hd * 2, DType::kBF16, {rows, hd});
+  auto linear = [&](const Tensor& in, const Tensor& wt, const Tensor& out) {
+    return Op(OpKind::kProjection, [&] { return pc::Linear(blas, {in, wt, out}, s); });
+  };
+  auto norm = [&](const Tensor& in, const Tensor& weight, const Tensor& out) {
+    return Op(OpKind::kNorm, [&] { return pc::RmsNorm({in, weight, out, eps}, s); });
+  };
+  auto rope = [&](const Tensor& t, bool inverse) {
+    return Op(OpKind::kRope, [&] {
+      pc::RopeArgs a;
+      a.x = t;
+      a.positions = positions;
+      a.cos = cos.view;
+      a.sin = sin.view;
+      a.rope_dim = c.rope_head_dim;
+      a.inverse = inverse;
+      return pc::Rope(a, s);
+    });
+  };
+
+  // q: low-rank, normed, per-head normed, rotated. kv: one shared row, normed and rotated,
+  // written straight into the step's rows of the window buffer.
+  const Tensor qr = View(ws.qr, DType::kF32, {rows, c.q_lora_rank});
+  const Tensor qr_n = View(ws.qr_n, DType::kBF16, {rows, c.q_lora_rank});
+  PG_RETURN_IF_ERROR(linear(x, lw.wq_a.view, qr));
+  PG_RETURN_IF_ERROR(norm(qr, lw.q_norm.view, qr_n));
+  const Tensor q = View(ws.q, DType::kF32, {rows, h * hd});
+  PG_RETURN_IF_ERROR(linear(qr_n, lw.wq_b.view, q));
+  const Tensor q_n = View(ws.q_n, DType::kBF16, {rows, h, hd});
+  PG_RETURN_IF_ERROR(norm(View(ws.q, DType::kF32, {rows * h, hd}), Tensor{}, View(ws.q_n, DType::kBF16, {rows * h, hd})));
+  PG_RETURN_IF_ERROR(rope(View(ws.q_n, DType::kBF16, {rows * h, hd}), false));
+  const Tensor kv = View(ws.kv, DType::kF32, {rows, hd});
+  PG_RETURN_IF_ERROR(linear(x, lw.wkv.view, kv));
+  PG_RETURN_IF_ERROR(norm(kv, lw.kv_norm.view, new_kv));
+  PG_RETURN_IF_ERROR(rope(new_kv, false));
+
+  // Compressors: append this step's tokens, emit the entries of completed blocks.
+  auto compress = [&](const DeviceCompressor& cw, const DeviceTensor& kv_state, const DeviceTensor& gate_state,
+                      const Tensor& cache, const DeviceTensor& kv_buf, const DeviceTensor& gate_buf) -> Status {
+    const int64_t width = cw.coff * cw.dim;
+    const Tensor ckv = View(kv_buf, DType::kF32, {rows, width});
+    const Tensor cgate = View(gate_buf, DType::kF32, {rows, width});
+    PG_RETURN_IF_ERROR(linear(x, cw.wkv.view, ckv));
+    PG_RETURN_IF_ERROR(linear(x, cw.wgate.view, cgate));
+    return Op(OpKind::kCompressor, [&] {
+      pc::CompressorStepArgs a;
+      a.kv = ckv;
+      a.gate = cgate;
+      a.ape = cw.ape.view;
+      a.kv_state = kv_state.view;
+      a.gate_state = gate_state.view;
+      a.token_offsets = MetaView(layout.chunk_offsets, {chunks + 1});
+      a.state_slots = MetaView(layout.chunk_slots, {chunks});
+      a.positions = MetaView(layout.chunk_positions, {chunks});
+      a.norm_weight = cw.norm.view;
+      a.rope_cos = compress_cos.view;
+      a.rope_sin = compress_sin.view;
+      a.cache = cache;
+      a.page_table = MetaView(layout.chunk_slots, {chunks, 1});
+      a.ratio = cw.ratio;
+      a.coff = cw.coff;
+      a.rope_dim = c.rope_head_dim;
+      a.eps = eps;
+      return pc::CompressorStep(a, s);
+    });
+  };
+  if (lw.compressor)
+    PG_RETURN_IF_ERROR(compress(*lw.compressor, st.kv_state, st.gate_state, st.cache.view, ws.ckv, ws.cgate));
+
+  // Indexer (CSA): its own compressor, then scores over the visible keys and the top-k.
+  const Tensor topk = View(ws.topk, DType::kI32, {rows, c.index_topk});
+  const Tensor topk_counts = View(ws.topk_counts, DType::kI32, {rows});
+  if (csa) {
+    PG_RETURN_IF_ERROR(compress(*lw.index_compressor, st.index_kv_state, st.index_gate_state, st.index_keys.view,
+                                ws.ikv, ws.igate));
+    const Tensor iq = View(ws.iq, DType::kBF16, {rows, ih * id});
+    PG_RETURN_IF_ERROR(linear(qr_n, lw.index_wq_b.view, iq));
+    PG_RETURN_IF_ERROR(rope(View(ws.iq, DType::kBF16, {rows * ih, id}), false));
+    const Tensor iw = View(ws.iw, DType::kF32, {rows, ih});
+    PG_RETURN_IF_ERROR(linear(x, lw.index_weights_proj.view, iw));
+    for (int64_t r0 = 0; r0 < rows; r0 += index_batch) {
+      const int64_t nb = std::min(index_batch, rows - r0);
+      pc::IndexerScoresArgs a;
+      a.q = ViewAt(ws.iq, r0 * ih * id * 2, DType::kBF16, {nb, ih, id});
+      a.weights = ViewAt(ws.iw, r0 * ih * 4, DType::kF32, {nb, ih});
+      a.keys = st.index_keys.view;
+      a.page_table = MetaView(layout.token_slots + r0, {nb, 1});
+      a.num_entries = MetaView(layout.csa_entries + r0, {nb});
+      a.scores = View(ws.scores, DType::kF32, {nb, score_stride});
+      a.scale = 1.0f / std::sqrt(static_cast<float>(id));
+      a.num_ctas = 4 * num_sms;
+      PG_RETURN_IF_ERROR(Op(OpKind::kIndexer, [&] {
+        return fast_indexer ? pc::IndexerScores(a, s) : pc::IndexerScoresGeneric(a, s);
+      }));
+      PG_RETURN_IF_ERROR(Op(OpKind::kTopK, [&] {
+        pc::IndexerTopKArgs t;
+        t.scores = a.scores;
+        t.num_entries = a.num_entries;
+        t.indices = ViewAt(ws.topk, r0 * c.index_topk * 4, DType::kI32, {nb, c.index_topk});
+        t.counts = ViewAt(ws.topk_counts, r0 * 4, DType::kI32, {nb});
+        return pc::IndexerTopK(t, s);
+      }));
+    }
+  }
+
+  // Sparse attention over the window rows plus the selected (CSA) or all (HCA) entries.
+  PG_RETURN_IF_ERROR(Op(OpKind::kAttention, [&] {
+    pc::SparseAttentionArgs a;
+    a.q = q_n;
+    a.window_kv = window;
+    a.window_indices = MetaView(layout.window_indices, {rows, w});
+    a.window_lengths = MetaView(layout.window_lengths, {rows});
+    if (!sliding) {
+      a.compressed_kv = st.cache.view;
+      a.page_table = MetaView(layout.token_slots, {rows, 1});
+      if (csa) {
+        a.compressed_indices = topk;
+        a.compressed_lengths = topk_counts;
+      } else {
+        a.compressed_lengths = MetaView(layout.hca_entries, {rows});
+      }
+    }
+    a.sink = lw.sink.view;
+    a.positions = positions;
+    a.rope_cos = cos.view;
+    a.rope_sin = sin.view;
+    a.rope_dim = c.rope_head_dim;
+    a.scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    a.out = View(ws.o, DType::kBF16, {rows, h, hd});
+    if (!fast_attention) return pc::SparseAttentionGeneric(a, s);
+    a.schedule = MetaView(layout.schedules[static_cast<size_t>(Index(type))], {attention_layout.num_ints()});
+    a.layout = attention_layout;
+    a.partial_o = View(ws.partial_o, DType::kF32, {attention_layout.max_segments, h, hd});
+    a.partial_lse = View(ws.partial_lse, DType::kF32, {attention_layout.max_segments, h});
+    return pc::SparseAttentionDecode(a, s);
+  }));
+
+  // The chunk's last W rows become the ring's.
+  PG_RETURN_IF_ERROR(Op(OpKind::kWindowUpdate, [&] {
+    return pc::CopyRows({window, window, MetaView(layout.ring_src, {rows}), MetaView(layout.ring_dst, {rows})}, s);
+  }));
+
+  return Op(OpKind::kOutputProjection, [&] {
+    pc::OutputProjectionArgs a;
+    a.o = View(ws.o, DType::kBF16, {rows, h, hd});
+    a.wo_a = lw.wo_a.view;
+    a.wo_b = lw.wo_b.view;
+    a.mid = View(ws.mid, DType::kBF16, {rows, c.o_groups, c.o_lora_rank});
+    a.out = View(ws.f, DType::kBF16, {rows, d});
+    return pc::GroupedOutputProjection(blas, a, s);
+  });
+}
+
+Status CudaModel::Impl::EnqueueMoe(int64_t i, int64_t rows) {
+  const ModelConfig& c = config;
+  const DeviceLayer& lw = weights.layers[static_cast<size_t>(i)];
+  const int64_t d = c.hidden_size;
+  const int64_t e = c.num_experts;
+  const int64_t k = c.num_experts_per_tok;
+  const int64_t inter = c.moe_intermediate_size;
+  const int64_t shared = inter * c.num_shared_experts;
+  const float limit = static_cast<float>(c.swiglu_limit);
+  const cudaStream_t s = stream.get();
+  const Tensor x = View(ws.x, DType::kBF16, {rows, d});
+  const bool hash = c.mlp_layer_types[static_cast<size_t>(i)] == MoeType::kHash;
+  const bool mxfp4 = lw.experts.format == ExpertFormat::kMXFP4;
+
+  PG_RETURN_IF_ERROR(Op(OpKind::kRouter, [&]() -> Status {
+    const Tensor logits = View(ws.router_logits, DType::kF32, {rows, e});
+    PG_RETURN_IF_ERROR(pc::Linear(blas, {x, lw.gate.view, logits}, s));
+    pc::MoeRouteArgs a;
+    a.logits = logits;
+    if (hash) {
+      a.tid2eid = lw.tid2eid.view;
+      a.token_ids = MetaView(layout.token_ids, {rows});
+    } else {
+      a.bias = lw.bias.view;
+    }
+    a.routed_scaling_factor = static_cast<float>(c.routed_scaling_factor);
+    a.topk_ids = View(ws.topk_ids, DType::kI32, {rows, k});
+    a.topk_weights = View(ws.topk_weights, DType::kF32, {rows, k});
+    PG_RETURN_IF_ERROR(pc::MoeRoute(a, s));
+    pc::MoeAlignArgs al;
+    al.topk_ids = a.topk_ids;
+    al.expert_offsets = View(ws.expert_offsets, DType::kI32, {e + 1});
+    al.sorted_assignments = View(ws.sorted_assignments, DType::kI32, {rows * k});
+    return pc::MoeAlign(al, s);
+  }));
+
+  const Tensor h = View(ws.expert_h, DType::kBF16, {rows * k, inter});
+  const Tensor y = View(ws.expert_y, DType::kF32, {rows * k, d});
+  PG_RETURN_IF_ERROR(Op(OpKind::kMoeExperts, [&]() -> Status {
+    pc::MoeGateUpArgs g;
+    g.x = x;
+    g.sorted_assignments = View(ws.sorted_assignments, DType::kI32, {rows * k});
+    g.expert_offsets = View(ws.expert_offsets, DType::kI32, {e + 1});
+    g.format = mxfp4 ? pc::MoeWeightFormat::kMxfp4 : pc::MoeWeightFormat::kBF16;
+    g.w1 = {lw.experts.w1.view, lw.experts.w1_scale.view};
+    g.w3 = {lw.experts.w3.view, lw.experts.w3_scale.view};
+    g.swiglu_limit = limit;
+    g.h = h;
+    PG_RETURN_IF_ERROR(pc::MoeGateUp(g, s));
+    pc::MoeDownArgs dn;
+    dn.h = h;
+    dn.sorted_assignments = g.sorted_assignments;
+    dn.expert_offsets = g.expert_offsets;
+    dn.format = g.format;
+    dn.w2 = {lw.experts.w2.view, lw.experts.w2_scale.view};
+    dn.y = y;
+    return pc::MoeDown(dn, s);
+  }));
+
+  const Tensor sgu = View(ws.shared_gate_up, DType::kBF16, {rows, 2 * shared});
+  const Tensor sh = View(ws.shared_h, DType::kBF16, {rows, shared});
+  const Tensor sy = View(ws.shared_y, DType::kBF16, {rows, d});
+  PG_RETURN_IF_ERROR(Op(OpKind::kSharedExpert, [&]() -> Status {
+    PG_RETURN_IF_ERROR(pc::Linear(blas, {x, lw.shared_w13.view, sgu}, s));
+    pc::SwigluArgs a;
+    a.gate_up = sgu;
+    a.h = sh;
+    a.limit = limit;
+    PG_RETURN_IF_ERROR(pc::SwigluClamp(a, s));
+    return pc::Linear(blas, {sh, lw.shared_w2.view, sy}, s);
+  }));
+
+  return Op(OpKind::kMoeExperts, [&] {
+    pc::MoeCombineArgs a;
+    a.y = y;
+    a.topk_ids = View(ws.topk_ids, DType::kI32, {rows, k});
+    a.topk_weights = View(ws.topk_weights, DType::kF32, {rows, k});
+    a.shared = sy;
+    a.out = View(ws.f, DType::kBF16, {rows, d});
+    return pc::MoeCombine(a, s);
+  });
+}
+
+}  // namespace peregrine::deepseek_v4::cuda

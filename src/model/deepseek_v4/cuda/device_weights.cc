@@ -1,0 +1,223 @@
+#include "model/deepseek_v4/cuda/device_weights.h"
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/cuda_status.h"
+#include "backend/cuda/ops/random_fill.h"
+
+namespace peregrine::deepseek_v4::cuda {
+
+namespace {
+
+using peregrine::cuda::CachingAllocator;
+
+uint64_t HashName(const std::string& name, uint64_t seed) {
+  uint64_t h = 1469598103934665603ull ^ seed;  // FNV-1a
+  for (unsigned char ch : name) h = (h ^ ch) * 1099511628211ull;
+  return h;
+}
+
+class Loader {
+ public:
+  Loader(const Checkpoint& checkpoint, const WeightLoadOptions& options, CachingAllocator& allocator,
+         cudaStream_t stream)
+      : checkpoint_(checkpoint), options_(options), allocator_(allocator), stream_(stream) {}
+
+  uint64_t bytes() const { return bytes_; }
+
+  Result<DeviceTensor> Allocate(DType dtype, const Shape& shape) {
+    const size_t bytes = DTypeBytes(dtype, static_cast<size_t>(shape.numel()));
+    auto buffer = allocator_.Allocate(bytes);
+    if (!buffer.ok()) return buffer.status();
+    DeviceTensor t;
+    t.buffer = std::move(buffer).value();
+    t.view = Tensor::Contiguous(t.buffer.data(), dtype, shape, Device::kCuda);
+    bytes_ += bytes;
+    return t;
+  }
+
+  // A vector or table: always read from the checkpoint, kept in f32. `scale` multiplies it.
+  Status F32(const std::string& name, const Shape& shape, DeviceTensor* out, float scale = 1.0f) {
+    PG_ASSIGN_OR_RETURN(HostTensor host, checkpoint_.ReadF32(name, shape));
+    PG_ASSIGN_OR_RETURN(*out, Allocate(DType::kF32, shape));
+    std::vector<float> scaled;
+    const void* src = host.view.data;
+    if (scale != 1.0f) {
+      scaled.assign(host.f32(), host.f32() + shape.numel());
+      for (float& v : scaled) v *= scale;
+      src = scaled.data();
+    }
+    PG_CUDA_RETURN_IF_ERROR(cudaMemcpy(out->view.data, src, static_cast<size_t>(shape.numel()) * 4, cudaMemcpyHostToDevice));
+    return Status::Ok();
+  }
+
+  // A projection matrix [rows, cols] in bf16 (written at `row_offset` rows into `dst` when
+  // stacking experts). Synthetic: uniform with variance 1/cols (times `scale`; `positive`
+  // folds it to [0, spread)).
+  Status Matrix(const std::string& name, const Shape& shape, DeviceTensor* out, float scale = 1.0f,
+                bool positive = false) {
+    PG_ASSIGN_OR_RETURN(*out, Allocate(DType::kBF16, shape));
+    return MatrixInto(name, shape, out->view.data, scale, positive);
+  }
+
+  Status MatrixInto(const std::string& name, const Shape& shape, void* dst, float scale = 1.0f, bool positive = false) {
+    if (options_.synthetic_matrices) {
+      const float spread = scale * std::sqrt(3.0f / static_cast<float>(shape[-1]));
+      const Tensor t = Tensor::Contiguous(dst, DType::kBF16, shape, Device::kCuda);
+      return peregrine::cuda::RandomUniform(t, HashName(name, options_.seed), positive ? 0.0f : -spread, spread,
+                                            stream_);
+    }
+    PG_ASSIGN_OR_RETURN(HostTensor host, checkpoint_.ReadF32(name, shape));
+    std::vector<uint16_t> bf(static_cast<size_t>(shape.numel()));
+    for (size_t i = 0; i < bf.size(); ++i) bf[i] = F32ToBF16(host.f32()[i] * scale);
+    PG_CUDA_RETURN_IF_ERROR(cudaMemcpy(dst, bf.data(), bf.size() * 2, cudaMemcpyHostToDevice));
+    return Status::Ok();
+  }
+
+  // Routed experts of layer prefix `fp` stacked into [E, rows, cols].
+  Status Experts(const std::string& fp, const char* which, int64_t e_n, int64_t rows, int64_t cols, DeviceTensor* out,
+                 DeviceTensor* scale_out) {
+    const std::string stacked = fp + "experts." + which;
+    if (options_.expert_format == ExpertFormat::kMXFP4) {
+      if (!options_.synthetic_matrices)
+        return Unimplemented("MXFP4 routed experts are only generated (synthetic weights); loading them from a "
+                             "checkpoint keeps them in bf16");
+      if (cols % 32 != 0) return InvalidArgument(stacked + ": MXFP4 needs the input width to be a multiple of 32");
+      PG_ASSIGN_OR_RETURN(*out, Allocate(DType::kU8, {e_n, rows, cols / 2}));
+      PG_ASSIGN_OR_RETURN(*scale_out, Allocate(DType::kU8, {e_n, rows, cols / 32}));
+      PG_RETURN_IF_ERROR(peregrine::cuda::RandomBytes(out->view, HashName(stacked, options_.seed), 0, 255, stream_));
+      // e2m1 codes drawn uniformly have an rms of ~2.93: pick the power of two nearest to
+      // 1 / (2.93 sqrt(cols)) so outputs keep unit scale, and jitter it by one binade.
+      const int center = 127 + static_cast<int>(std::lround(std::log2(1.0 / (2.93 * std::sqrt(static_cast<double>(cols))))));
+      return peregrine::cuda::RandomBytes(scale_out->view, HashName(stacked + ".scale", options_.seed), center - 1,
+                                          center + 1, stream_);
+    }
+    PG_ASSIGN_OR_RETURN(*out, Allocate(DType::kBF16, {e_n, rows, cols}));
+    if (options_.synthetic_matrices) return MatrixInto(stacked, {e_n, rows, cols}, out->view.data);
+    for (int64_t x = 0; x < e_n; ++x) {
+      char* dst = static_cast<char*>(out->view.data) + x * rows * cols * 2;
+      PG_RETURN_IF_ERROR(MatrixInto(fp + "experts." + std::to_string(x) + "." + which + ".weight", {rows, cols}, dst));
+    }
+    return Status::Ok();
+  }
+
+  Status HashTable(const std::string& name, const Shape& shape, int64_t num_experts, DeviceTensor* out) {
+    PG_ASSIGN_OR_RETURN(HostTensor host, checkpoint_.ReadI64(name, shape));
+    std::vector<int32_t> ids(static_cast<size_t>(shape.numel()));
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const int64_t id = host.i64()[i];
+      if (id < 0 || id >= num_experts) return InvalidArgument(name + " holds an expert id out of range");
+      ids[i] = static_cast<int32_t>(id);
+    }
+    PG_ASSIGN_OR_RETURN(*out, Allocate(DType::kI32, shape));
+    PG_CUDA_RETURN_IF_ERROR(cudaMemcpy(out->view.data, ids.data(), ids.size() * 4, cudaMemcpyHostToDevice));
+    return Status::Ok();
+  }
+
+  Status Hc(const std::string& prefix, int64_t mixes, int64_t flat, int64_t scales, DeviceHyperConnection* hc) {
+    PG_RETURN_IF_ERROR(F32(prefix + "fn", {mixes, flat}, &hc->fn));
+    PG_RETURN_IF_ERROR(F32(prefix + "base", {mixes}, &hc->base));
+    return F32(prefix + "scale", {scales}, &hc->scale);
+  }
+
+  Status Compressor(const std::string& prefix, int64_t ratio, bool overlap, int64_t dim, int64_t hidden,
+                    DeviceCompressor* c) {
+    c->ratio = ratio;
+    c->dim = dim;
+    c->coff = overlap ? 2 : 1;
+    const int64_t width = c->coff * dim;
+    PG_RETURN_IF_ERROR(Matrix(prefix + "wkv.weight", {width, hidden}, &c->wkv));
+    PG_RETURN_IF_ERROR(Matrix(prefix + "wgate.weight", {width, hidden}, &c->wgate));
+    PG_RETURN_IF_ERROR(F32(prefix + "ape", {ratio, width}, &c->ape));
+    return F32(prefix + "norm.weight", {dim}, &c->norm);
+  }
+
+  Status Layer(const ModelConfig& c, int64_t i, DeviceLayer* l) {
+    const std::string p = "layers." + std::to_string(i) + ".";
+    const int64_t d = c.hidden_size;
+    const int64_t hc = c.hc_mult;
+    const int64_t hd = c.head_dim;
+    PG_RETURN_IF_ERROR(F32(p + "attn_norm.weight", {d}, &l->attn_norm));
+    PG_RETURN_IF_ERROR(F32(p + "ffn_norm.weight", {d}, &l->ffn_norm));
+    PG_RETURN_IF_ERROR(Hc(p + "hc_attn_", (2 + hc) * hc, hc * d, 3, &l->hc_attn));
+    PG_RETURN_IF_ERROR(Hc(p + "hc_ffn_", (2 + hc) * hc, hc * d, 3, &l->hc_ffn));
+
+    const std::string ap = p + "attn.";
+    PG_RETURN_IF_ERROR(Matrix(ap + "wq_a.weight", {c.q_lora_rank, d}, &l->wq_a));
+    PG_RETURN_IF_ERROR(F32(ap + "q_norm.weight", {c.q_lora_rank}, &l->q_norm));
+    PG_RETURN_IF_ERROR(Matrix(ap + "wq_b.weight", {c.num_heads * hd, c.q_lora_rank}, &l->wq_b));
+    PG_RETURN_IF_ERROR(Matrix(ap + "wkv.weight", {hd, d}, &l->wkv));
+    PG_RETURN_IF_ERROR(F32(ap + "kv_norm.weight", {hd}, &l->kv_norm));
+    const int64_t group_in = c.num_heads * hd / c.o_groups;
+    PG_RETURN_IF_ERROR(Matrix(ap + "wo_a.weight", {c.o_groups * c.o_lora_rank, group_in}, &l->wo_a));
+    l->wo_a.view = Tensor::Contiguous(l->wo_a.view.data, DType::kBF16, {c.o_groups, c.o_lora_rank, group_in},
+                                      Device::kCuda);
+    PG_RETURN_IF_ERROR(Matrix(ap + "wo_b.weight", {d, c.o_groups * c.o_lora_rank}, &l->wo_b));
+    PG_RETURN_IF_ERROR(F32(ap + "attn_sink", {c.num_heads}, &l->sink));
+    const int64_t ratio = c.CompressRatio(i);
+    const bool is_csa = c.layer_types[static_cast<size_t>(i)] == AttentionType::kCompressedSparse;
+    if (ratio > 0) {
+      l->compressor.emplace();
+      PG_RETURN_IF_ERROR(Compressor(ap + "compressor.", ratio, is_csa, hd, d, &*l->compressor));
+    }
+    if (is_csa) {
+      PG_RETURN_IF_ERROR(
+          Matrix(ap + "indexer.wq_b.weight", {c.index_n_heads * c.index_head_dim, c.q_lora_rank}, &l->index_wq_b));
+      const float weight_scale = 1.0f / std::sqrt(static_cast<float>(c.index_n_heads));
+      PG_RETURN_IF_ERROR(Matrix(ap + "indexer.weights_proj.weight", {c.index_n_heads, d}, &l->index_weights_proj,
+                                weight_scale, /*positive=*/true));
+      l->index_compressor.emplace();
+      PG_RETURN_IF_ERROR(
+          Compressor(ap + "indexer.compressor.", ratio, true, c.index_head_dim, d, &*l->index_compressor));
+    }
+
+    const std::string fp = p + "ffn.";
+    const int64_t e = c.num_experts;
+    const int64_t inter = c.moe_intermediate_size;
+    PG_RETURN_IF_ERROR(Matrix(fp + "gate.weight", {e, d}, &l->gate));
+    if (c.mlp_layer_types[static_cast<size_t>(i)] == MoeType::kHash) {
+      PG_RETURN_IF_ERROR(HashTable(fp + "gate.tid2eid", {c.vocab_size, c.num_experts_per_tok}, e, &l->tid2eid));
+    } else {
+      PG_RETURN_IF_ERROR(F32(fp + "gate.bias", {e}, &l->bias));
+    }
+    l->experts.format = options_.expert_format;
+    PG_RETURN_IF_ERROR(Experts(fp, "w1", e, inter, d, &l->experts.w1, &l->experts.w1_scale));
+    PG_RETURN_IF_ERROR(Experts(fp, "w3", e, inter, d, &l->experts.w3, &l->experts.w3_scale));
+    PG_RETURN_IF_ERROR(Experts(fp, "w2", e, d, inter, &l->experts.w2, &l->experts.w2_scale));
+    const int64_t shared = inter * c.num_shared_experts;
+    PG_ASSIGN_OR_RETURN(l->shared_w13, Allocate(DType::kBF16, {2 * shared, d}));
+    char* w13 = static_cast<char*>(l->shared_w13.view.data);
+    PG_RETURN_IF_ERROR(MatrixInto(fp + "shared_experts.w1.weight", {shared, d}, w13));
+    PG_RETURN_IF_ERROR(MatrixInto(fp + "shared_experts.w3.weight", {shared, d}, w13 + shared * d * 2));
+    return Matrix(fp + "shared_experts.w2.weight", {d, shared}, &l->shared_w2);
+  }
+
+ private:
+  const Checkpoint& checkpoint_;
+  const WeightLoadOptions& options_;
+  CachingAllocator& allocator_;
+  cudaStream_t stream_;
+  uint64_t bytes_ = 0;
+};
+
+}  // namespace
+
+Result<DeviceWeights> LoadDeviceWeights(const ModelConfig& c, const Checkpoint& checkpoint,
+                                        const WeightLoadOptions& options, CachingAllocator& allocator,
+                                        cudaStream_t stream) {
+  Loader ld(checkpoint, options, allocator, stream);
+  DeviceWeights w;
+  PG_RETURN_IF_ERROR(ld.Matrix("embed.weight", {c.vocab_size, c.hidden_size}, &w.embed));
+  PG_RETURN_IF_ERROR(ld.Matrix("head.weight", {c.vocab_size, c.hidden_size}, &w.head));
+  PG_RETURN_IF_ERROR(ld.F32("norm.weight", {c.hidden_size}, &w.norm));
+  PG_RETURN_IF_ERROR(ld.Hc("hc_head_", c.hc_mult, c.hc_mult * c.hidden_size, 1, &w.hc_head));
+  w.layers.resize(static_cast<size_t>(c.num_layers));
+  for (int64_t i = 0; i < c.num_layers; ++i) PG_RETURN_IF_ERROR(ld.Layer(c, i, &w.layers[static_cast<size_t>(i)]));
+  PG_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+  w.bytes = ld.bytes();
+  return w;
+}
+
+}  // namespace peregrine::deepseek_v4::cuda
