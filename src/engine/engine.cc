@@ -145,8 +145,8 @@ bool Engine::Step() {
                       std::span<const int32_t>(c.seq->tokens).subspan(static_cast<size_t>(c.first),
                                                                       static_cast<size_t>(c.num_tokens)),
                       c.samples});
-  std::vector<float> logits;
-  if (Status s = runner_->Run(chunks, &logits); !s.ok()) {                // run
+  std::vector<SampleResult> samples;
+  if (Status s = RunAndSample(plan, chunks, &samples); !s.ok()) {         // run + sample
     FailStep(plan, s);
     return true;
   }
@@ -157,9 +157,7 @@ bool Engine::Step() {
   for (const ScheduledChunk& c : plan.chunks) {
     if (!c.samples) continue;
     Sequence* seq = c.seq;
-    std::span<float> row_logits(logits.data() + row++ * static_cast<size_t>(vocab_size_),
-                                static_cast<size_t>(vocab_size_));
-    SampleResult sample = Sample(row_logits, seq->request.sampling, *seq->sampling);  // sample
+    SampleResult sample = std::move(samples[row++]);
 
     seq->tokens.push_back(sample.token);                                 // post-process
     ++seq->num_generated;
@@ -191,6 +189,26 @@ bool Engine::Step() {
   }
   UpdateStats();
   return true;
+}
+
+Status Engine::RunAndSample(const SchedulerOutput& plan, std::span<const RunnerChunk> chunks,
+                            std::vector<SampleResult>* samples) {
+  if (runner_->samples_on_device()) {
+    std::vector<RunnerSampling> sampling;
+    for (const ScheduledChunk& c : plan.chunks)
+      if (c.samples) sampling.push_back({&c.seq->request.sampling, c.seq->sampling.get()});
+    return runner_->RunAndSample(chunks, sampling, samples);
+  }
+  std::vector<float> logits;
+  PG_RETURN_IF_ERROR(runner_->Run(chunks, &logits));
+  size_t row = 0;
+  for (const ScheduledChunk& c : plan.chunks) {
+    if (!c.samples) continue;
+    std::span<float> row_logits(logits.data() + row++ * static_cast<size_t>(vocab_size_),
+                                static_cast<size_t>(vocab_size_));
+    samples->push_back(Sample(row_logits, c.seq->request.sampling, *c.seq->sampling));
+  }
+  return Status::Ok();
 }
 
 void Engine::UpdateStats() {

@@ -52,6 +52,10 @@ class Engine final : public EngineClient {
   void TakeInbox();
   void Finish(Sequence* seq, FinishReason reason, const std::string& error = {});
   void FailStep(const SchedulerOutput& out, const Status& status);
+  // Runs the step's chunks and samples one token per chunk that samples, on the device when
+  // the runner can, else with Sample() on the host logits.
+  Status RunAndSample(const SchedulerOutput& plan, std::span<const RunnerChunk> chunks,
+                      std::vector<SampleResult>* samples);
   void UpdateStats();
   void Loop();
 

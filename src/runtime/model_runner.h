@@ -7,6 +7,8 @@
 #include <vector>
 
 #include "base/status.h"
+#include "sampling/sampler.h"
+#include "sampling/sampling_params.h"
 
 namespace peregrine {
 
@@ -19,6 +21,12 @@ struct RunnerChunk {
   bool needs_logits = false;         // the last token's logits feed the sampler
 };
 
+// A chunk's sampling inputs, for runners that sample on their device.
+struct RunnerSampling {
+  const SamplingParams* params = nullptr;
+  SequenceSamplingState* state = nullptr;
+};
+
 class ModelRunner {
  public:
   virtual ~ModelRunner() = default;
@@ -26,6 +34,18 @@ class ModelRunner {
   // chunk order. A failure fails the whole step and leaves the sequences' state unusable
   // (the engine errors those requests out).
   virtual Status Run(std::span<const RunnerChunk> chunks, std::vector<float>* logits) = 0;
+  // Runners that sample on their device (the logits never cross to the host) say so; the
+  // engine then calls RunAndSample instead of Run + Sample().
+  virtual bool samples_on_device() const { return false; }
+  // Runs every chunk and samples one token per entry of `sampling` (one per chunk with
+  // needs_logits, in chunk order) exactly as Sample() would, recording each in its state.
+  virtual Status RunAndSample(std::span<const RunnerChunk> chunks, std::span<const RunnerSampling> sampling,
+                              std::vector<SampleResult>* results) {
+    (void)chunks;
+    (void)sampling;
+    (void)results;
+    return Unimplemented("this runner samples on the host");
+  }
   // Drops a sequence's state (finished, aborted or preempted).
   virtual void Release(int64_t seq_id) = 0;
   virtual int64_t vocab_size() const = 0;
