@@ -6,7 +6,9 @@
 #include <memory>
 #include <string>
 
+#include "config/model_config.h"
 #include "engine/engine.h"
+#include "model/checkpoint.h"
 
 namespace peregrine::cli {
 
@@ -18,7 +20,25 @@ struct EngineOptions {
   int64_t max_num_waiting = 4096;         // bounded waiting queue
   int64_t kv_cache_tokens = 1 << 22;      // tokens of context the KV pools hold in total
   int32_t kv_page_size = 64;              // compressed entries per page
+  // Backend and model shape.
+  std::string device = "cpu";             // "cpu" or "cuda"
+  bool synthetic_weights = false;         // random weights for the model_path's config.json
+  int64_t num_layers = 0;                 // > 0: keep only the first num_layers layers
+  int64_t max_model_len = 0;              // > 0: context per sequence (CUDA state size)
+  std::string expert_format = "bf16";     // CUDA routed experts: "bf16" or "mxfp4"
+  bool enforce_eager = false;             // CUDA: no decode graphs
+  bool device_sampling = true;            // CUDA: sample on the GPU
+  int cuda_device = 0;
 };
+
+// The model config and checkpoint `options` name: the demo model, a checkpoint directory,
+// or (synthetic_weights) that directory's config.json with random weights; num_layers
+// applied.
+struct ModelSource {
+  ModelConfig config;
+  std::unique_ptr<Checkpoint> checkpoint;
+};
+Result<ModelSource> OpenModel(const EngineOptions& options);
 
 // A started engine (its step loop running), or why it could not be built.
 Result<std::unique_ptr<Engine>> MakeEngine(const EngineOptions& options);

@@ -4,6 +4,7 @@
 #include "cli/bench_command.h"
 #include "cli/engine_factory.h"
 #include "cli/generate_command.h"
+#include "cli/profile_command.h"
 #include "cli/render_chat_command.h"
 #include "cli/serve_command.h"
 #include "cli/tokenize_command.h"
@@ -20,6 +21,13 @@ peregrine::Result<std::unique_ptr<peregrine::EngineClient>> MakeServingEngine(
   o.max_num_batched_tokens = serve.max_num_batched_tokens;
   o.max_num_waiting = serve.max_num_waiting;
   o.kv_cache_tokens = serve.kv_cache_tokens;
+  o.device = serve.device;
+  o.synthetic_weights = serve.synthetic_weights;
+  o.num_layers = serve.num_layers;
+  o.max_model_len = serve.max_model_len;
+  o.expert_format = serve.expert_format;
+  o.enforce_eager = serve.enforce_eager;
+  o.device_sampling = !serve.host_sampling;
   PG_ASSIGN_OR_RETURN(std::unique_ptr<peregrine::Engine> engine, peregrine::cli::MakeEngine(o));
   return std::unique_ptr<peregrine::EngineClient>(std::move(engine));
 }
@@ -34,6 +42,7 @@ int main(int argc, char** argv) {
   peregrine::cli::AddTokenizerCommands(app);
   peregrine::cli::AddRenderChatCommand(app);
   peregrine::cli::AddBenchCommand(app);
+  peregrine::cli::AddProfileCommand(app);
   CLI11_PARSE(app, argc, argv);
   return 0;
 }

@@ -19,15 +19,20 @@ namespace peregrine::cli {
 
 namespace {
 
+// The tokenizer: --tokenizer, else the model directory's tokenizer.json, else (the demo
+// model, or a config-only directory served with synthetic weights) the embedded one.
 std::string TokenizerPath(const ServeOptions& options) {
   if (!options.tokenizer_path.empty()) return options.tokenizer_path;
   if (options.model_path.empty() || options.model_path == "demo") return {};
+  if (options.synthetic_weights && !std::filesystem::exists(std::filesystem::path(options.model_path) / "tokenizer.json"))
+    return {};
   return options.model_path;
 }
 
 }  // namespace
 
 int RunServe(const ServeOptions& options, const EngineFactory& factory) {
+  const auto started = std::chrono::steady_clock::now();
   const std::string tokenizer_path = TokenizerPath(options);
   if (tokenizer_path.empty() && DemoTokenizerJson().empty()) {
     std::fprintf(stderr, "error: this build has no embedded tokenizer; pass --tokenizer\n");
@@ -51,9 +56,10 @@ int RunServe(const ServeOptions& options, const EngineFactory& factory) {
     std::fprintf(stderr, "error: %s\n", s.ToString().c_str());
     return 1;
   }
-  std::fprintf(stderr, "peregrine: serving %s on http://%s:%u\n",
+  std::fprintf(stderr, "peregrine: serving %s on http://%s:%u (ready %.1f s after start)\n",
                options.server.model_name.c_str(), options.server.host.c_str(),
-               static_cast<unsigned>(server.port()));
+               static_cast<unsigned>(server.port()),
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
 
   // The first SIGINT/SIGTERM drains (readiness false, in-flight requests finish or are
   // aborted after the drain timeout); a second one stops at once.
@@ -98,6 +104,19 @@ void AddServeCommand(CLI::App& app, EngineFactory factory) {
   cmd->add_flag("--thinking", s.default_thinking,
                 "Thinking mode unless a request sets chat_template_kwargs.thinking");
   cmd->add_option("--threads", options->threads, "CPU backend threads")->check(CLI::Range(1, 256));
+  cmd->add_option("--device", options->device, "Backend: cpu or cuda")
+      ->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
+  cmd->add_flag("--synthetic-weights", options->synthetic_weights,
+                "Random weights for --model-path's config.json (generated on the device with cuda)");
+  cmd->add_option("--num-layers", options->num_layers, "Keep only the first N layers (0: all)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 16));
+  cmd->add_option("--max-model-len", options->max_model_len,
+                  "Context per sequence the device state holds (0: the model's, at most 8192)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 24));
+  cmd->add_option("--expert-format", options->expert_format, "CUDA routed experts: bf16 or mxfp4 (synthetic)")
+      ->check(CLI::IsMember({"bf16", "mxfp4"}))->capture_default_str();
+  cmd->add_flag("--enforce-eager", options->enforce_eager, "CUDA: launch every op, no decode graphs");
+  cmd->add_flag("--host-sampling", options->host_sampling, "CUDA: copy the logits and sample on the host");
   cmd->add_option("--max-num-seqs", options->max_num_seqs, "Running sequences per step")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   cmd->add_option("--max-num-batched-tokens", options->max_num_batched_tokens,

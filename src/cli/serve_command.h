@@ -24,6 +24,13 @@ struct ServeOptions {
   int64_t max_num_batched_tokens = 2048;  // token budget per step
   int64_t max_num_waiting = 4096;         // bounded waiting queue (full: 429)
   int64_t kv_cache_tokens = 1 << 22;      // tokens of context the KV pools hold in total
+  std::string device = "cpu";             // cpu or cuda
+  bool synthetic_weights = false;         // random weights for --model-path's config.json
+  int64_t num_layers = 0;                 // > 0: only the first layers
+  int64_t max_model_len = 0;              // > 0: context per sequence
+  std::string expert_format = "bf16";     // CUDA routed experts: bf16 or mxfp4
+  bool enforce_eager = false;             // CUDA: no decode graphs
+  bool host_sampling = false;             // CUDA: copy logits and sample on the host
   server::ServerConfig server;
 };
 

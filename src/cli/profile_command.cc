@@ -1,0 +1,187 @@
+#include "cli/profile_command.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cli/engine_factory.h"
+#ifdef PEREGRINE_WITH_CUDA
+#include "model/deepseek_v4/cuda/cuda_model.h"
+#endif
+
+namespace peregrine::cli {
+
+namespace {
+
+struct ProfileFlags {
+  EngineOptions engine;
+  std::vector<int64_t> batch_sizes = {1, 16, 64};
+  int64_t context = 4096;  // position of the decode tokens
+  int steps = 20;          // timed graph replays per batch size
+  std::string out;         // JSON lines
+  double bandwidth_tbs = 4.3;
+};
+
+#ifdef PEREGRINE_WITH_CUDA
+// Bytes one decode step must read per layer at batch b: every dense weight once, the routed
+// experts the batch touches (expected count for uniform routing), and the KV rows.
+double LayerBytes(const ModelConfig& c, int64_t layer, int64_t b, int64_t context, bool mxfp4) {
+  const double d = static_cast<double>(c.hidden_size);
+  const double hd = static_cast<double>(c.head_dim);
+  const double h = static_cast<double>(c.num_heads);
+  double params = d * c.q_lora_rank + static_cast<double>(c.q_lora_rank) * h * hd + d * hd +
+                  h * hd * c.o_lora_rank + static_cast<double>(c.o_groups) * c.o_lora_rank * d;
+  const int64_t ratio = c.CompressRatio(layer);
+  const bool csa = c.layer_types[static_cast<size_t>(layer)] == AttentionType::kCompressedSparse;
+  if (ratio > 0) params += 2.0 * (csa ? 2 : 1) * hd * d;
+  if (csa) params += static_cast<double>(c.q_lora_rank) * c.index_n_heads * c.index_head_dim + d * c.index_n_heads +
+                     4.0 * c.index_head_dim * d;
+  const double inter = static_cast<double>(c.moe_intermediate_size);
+  params += d * c.num_experts + 3.0 * d * inter * c.num_shared_experts;
+  const double e = static_cast<double>(c.num_experts);
+  const double touched = e * (1.0 - std::pow(1.0 - static_cast<double>(c.num_experts_per_tok) / e, static_cast<double>(b)));
+  const double expert_bytes = touched * 3.0 * d * inter * (mxfp4 ? 0.5 + 1.0 / 32.0 : 2.0);
+  double kv_rows = static_cast<double>(std::min(c.sliding_window, context));
+  if (ratio > 0) kv_rows += csa ? static_cast<double>(std::min(c.index_topk, context / ratio))
+                                : static_cast<double>(context / ratio);
+  double kv_bytes = static_cast<double>(b) * kv_rows * hd * 2.0;
+  if (csa) kv_bytes += static_cast<double>(b) * (context / ratio) * c.index_head_dim * 2.0;
+  return params * 2.0 + expert_bytes + kv_bytes;
+}
+
+int Run(const ProfileFlags& f) {
+  auto source = OpenModel(f.engine);
+  if (!source.ok()) {
+    std::fprintf(stderr, "error: %s\n", source.status().ToString().c_str());
+    return 1;
+  }
+  const ModelConfig config = source->config;
+  const int64_t max_b = *std::max_element(f.batch_sizes.begin(), f.batch_sizes.end());
+  deepseek_v4::cuda::CudaModelOptions o;
+  o.num_slots = max_b;
+  o.max_tokens = max_b;
+  o.max_context = f.context + 2;
+  o.weights.synthetic_matrices = f.engine.synthetic_weights;
+  o.weights.seed = 20260424;
+  const bool mxfp4 = f.engine.expert_format == "mxfp4";
+  if (mxfp4) o.weights.expert_format = deepseek_v4::cuda::ExpertFormat::kMXFP4;
+  const auto start = std::chrono::steady_clock::now();
+  auto model = deepseek_v4::cuda::CudaModel::Create(config, *source->checkpoint, o);
+  if (!model.ok()) {
+    std::fprintf(stderr, "error: %s\n", model.status().ToString().c_str());
+    return 1;
+  }
+  const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::printf("model: %lld layers, %.2f GB weights (%s experts), %.2f GB state, ready in %.1f s\n",
+              static_cast<long long>(config.num_layers), static_cast<double>((*model)->weight_bytes()) / 1e9,
+              mxfp4 ? "MXFP4" : "bf16", static_cast<double>((*model)->state_bytes()) / 1e9, load_s);
+  std::ofstream out;
+  if (!f.out.empty()) out.open(f.out, std::ios::app);
+
+  for (int64_t b : f.batch_sizes) {
+    std::vector<int32_t> tokens(static_cast<size_t>(b));
+    for (int64_t i = 0; i < b; ++i) tokens[static_cast<size_t>(i)] = static_cast<int32_t>((i * 7919 + 13) % config.vocab_size);
+    std::vector<deepseek_v4::StepChunk> chunks;
+    for (int64_t i = 0; i < b; ++i)
+      chunks.push_back({static_cast<int32_t>(i), f.context, std::span<const int32_t>(&tokens[static_cast<size_t>(i)], 1),
+                        true, false});
+    // Op-by-op profile (second run: the first warms cuBLAS and the allocator).
+    std::vector<deepseek_v4::cuda::OpProfile> ops;
+    double eager_ms = 0.0;
+    for (int rep = 0; rep < 2; ++rep) {
+      const Status s = (*model)->ProfileForward(chunks, &ops, &eager_ms);
+      if (!s.ok()) {
+        std::fprintf(stderr, "error: %s\n", s.ToString().c_str());
+        return 1;
+      }
+    }
+    // Graphed steps: wall time per Forward (upload + graph + logits download + sync).
+    std::vector<float> logits;
+    Status s = (*model)->EnableGraphs(max_b);
+    for (int rep = 0; s.ok() && rep < 3; ++rep) s = (*model)->Forward(chunks, &logits);
+    std::vector<double> times;
+    for (int rep = 0; s.ok() && rep < f.steps; ++rep) {
+      const auto t0 = std::chrono::steady_clock::now();
+      s = (*model)->Forward(chunks, &logits);
+      times.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    }
+    if (!s.ok()) {
+      std::fprintf(stderr, "error: %s\n", s.ToString().c_str());
+      return 1;
+    }
+    std::sort(times.begin(), times.end());
+    const double graph_ms = times[times.size() / 2];
+    double busy = 0.0;
+    for (const auto& op : ops) busy += op.ms;
+    std::printf("\nbatch %lld at context %lld: graphed step %.3f ms (median of %d), eager step %.3f ms, "
+                "GPU busy %.3f ms -> idle %.1f%% of the graphed step\n",
+                static_cast<long long>(b), static_cast<long long>(f.context), graph_ms, f.steps, eager_ms, busy,
+                100.0 * std::max(0.0, 1.0 - busy / graph_ms));
+    std::printf("  %-20s %10s %8s %9s\n", "op", "ms", "%", "launches");
+    for (const auto& op : ops) {
+      if (op.launches == 0) continue;
+      std::printf("  %-20s %10.4f %7.1f%% %9lld\n", op.name.c_str(), op.ms, 100.0 * op.ms / busy,
+                  static_cast<long long>(op.launches));
+    }
+    double layer_bytes = 0.0;
+    for (int64_t l = 0; l < config.num_layers; ++l) layer_bytes += LayerBytes(config, l, b, f.context, mxfp4);
+    layer_bytes /= static_cast<double>(config.num_layers);
+    double head_ms = 0.0;
+    for (const auto& op : ops)
+      if (op.name == "head" || op.name == "embedding") head_ms += op.ms;
+    const double layer_ms = (busy - head_ms) / static_cast<double>(config.num_layers);
+    const double roof_ms = layer_bytes / (f.bandwidth_tbs * 1e12) * 1e3;
+    std::printf("  per layer: %.4f ms GPU time, roofline %.4f ms (%.1f MB at %.1f TB/s) -> %.2fx the roofline\n",
+                layer_ms, roof_ms, layer_bytes / 1e6, f.bandwidth_tbs, layer_ms / roof_ms);
+    if (out.is_open()) {
+      out << "{\"bench\":\"decode_step\",\"batch\":" << b << ",\"context\":" << f.context
+          << ",\"num_layers\":" << config.num_layers << ",\"experts\":\"" << (mxfp4 ? "mxfp4" : "bf16")
+          << "\",\"graph_step_ms\":" << graph_ms << ",\"eager_step_ms\":" << eager_ms << ",\"busy_ms\":" << busy
+          << ",\"idle_fraction\":" << std::max(0.0, 1.0 - busy / graph_ms) << ",\"layer_ms\":" << layer_ms
+          << ",\"layer_roofline_ms\":" << roof_ms << ",\"layer_bytes\":" << layer_bytes << ",\"load_s\":" << load_s
+          << ",\"ops\":{";
+      bool first = true;
+      for (const auto& op : ops) {
+        if (op.launches == 0) continue;
+        out << (first ? "" : ",") << "\"" << op.name << "\":" << op.ms;
+        first = false;
+      }
+      out << "}}\n";
+    }
+  }
+  return 0;
+}
+#endif
+
+}  // namespace
+
+void AddProfileCommand(CLI::App& app) {
+  auto f = std::make_shared<ProfileFlags>();
+  CLI::App* cmd = app.add_subcommand("profile", "Per-op GPU time of decode steps on the CUDA backend");
+  cmd->add_option("--model-path", f->engine.model_path, "Model directory (config.json; default: the demo model)");
+  cmd->add_flag("--synthetic-weights", f->engine.synthetic_weights, "Random weights generated on the device");
+  cmd->add_option("--num-layers", f->engine.num_layers, "Keep only the first N layers (0: all)");
+  cmd->add_option("--expert-format", f->engine.expert_format, "Routed experts: bf16 or mxfp4")
+      ->check(CLI::IsMember({"bf16", "mxfp4"}));
+  cmd->add_option("--batch-sizes", f->batch_sizes, "Decode batch sizes")->delimiter(',')->capture_default_str();
+  cmd->add_option("--context", f->context, "Position of the decode tokens")->capture_default_str();
+  cmd->add_option("--steps", f->steps, "Timed graphed steps per batch size")->check(CLI::Range(1, 100000));
+  cmd->add_option("--bandwidth", f->bandwidth_tbs, "Roofline bandwidth in TB/s")->capture_default_str();
+  cmd->add_option("--out", f->out, "Append JSON lines to this file");
+  cmd->callback([f] {
+#ifdef PEREGRINE_WITH_CUDA
+    const int rc = Run(*f);
+#else
+    std::fprintf(stderr, "error: this build has no CUDA backend\n");
+    const int rc = 1;
+#endif
+    if (rc != 0) throw CLI::RuntimeError(rc);
+  });
+}
+
+}  // namespace peregrine::cli
