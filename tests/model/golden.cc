@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 
 #include "model/mapped_file.h"
@@ -50,7 +51,11 @@ int64_t ArgMax(const float* x, int64_t n) { return std::max_element(x, x + n) - 
 
 std::vector<std::filesystem::path> FixtureDirs() {
   std::vector<std::filesystem::path> dirs;
-  for (const auto& e : std::filesystem::directory_iterator(std::filesystem::path(PEREGRINE_SOURCE_DIR) / "tests" / "fixtures"))
+  // A binary built elsewhere (the GPU machine runs prebuilt ones) finds the tree through
+  // PEREGRINE_SOURCE_DIR in the environment.
+  const char* env = std::getenv("PEREGRINE_SOURCE_DIR");
+  const std::filesystem::path root = env != nullptr && *env != '\0' ? env : PEREGRINE_SOURCE_DIR;
+  for (const auto& e : std::filesystem::directory_iterator(root / "tests" / "fixtures"))
     if (e.is_directory() && std::filesystem::exists(e.path() / "golden.safetensors")) dirs.push_back(e.path());
   std::sort(dirs.begin(), dirs.end());
   return dirs;

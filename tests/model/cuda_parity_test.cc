@@ -1,0 +1,182 @@
+// DeepSeek-V4 on the CUDA backend against the HF transformers goldens (tests/fixtures) and
+// the CPU backend. bf16 weights and activations on the device against a float64 reference:
+// the tolerances below are bf16's, stated per check. Skipped without a GPU.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <span>
+
+#include "backend/cuda/device.h"
+#include "golden.h"
+#include "model/checkpoint.h"
+#include "model/deepseek_v4/cuda/cuda_model.h"
+#include "model/deepseek_v4/model.h"
+
+namespace peregrine::deepseek_v4::cuda {
+namespace {
+
+using testing::FixtureDirs;
+using testing::Golden;
+using testing::ReadGolden;
+using testing::RelativeL2;
+
+// bf16 storage of weights, activations and KV (8 significant bits) through five layers:
+// ~1% relative logit error is expected; 3% is the bound.
+constexpr double kBf16LogitsTolerance = 3e-2;
+// The same bf16 model run with other chunkings or batch mates: only the GEMM algorithm
+// choice (by row count) differs.
+constexpr double kChunkingTolerance = 1e-2;
+
+class CudaParityTest : public ::testing::TestWithParam<std::filesystem::path> {
+ protected:
+  void SetUp() override {
+    if (peregrine::cuda::ListDevices().empty()) GTEST_SKIP() << "no CUDA device";
+    const auto dir = GetParam() / "model";
+    auto config = LoadModelConfig(dir);
+    ASSERT_TRUE(config.ok()) << config.status().ToString();
+    auto checkpoint = Checkpoint::Open(dir);
+    ASSERT_TRUE(checkpoint.ok()) << checkpoint.status().ToString();
+    CudaModelOptions o;
+    o.num_slots = 4;
+    o.max_tokens = 512;
+    o.max_context = std::min<int64_t>(config->max_position_embeddings, 1024);
+    o.max_logit_rows = 512;
+    auto model = CudaModel::Create(*config, **checkpoint, o);
+    ASSERT_TRUE(model.ok()) << model.status().ToString();
+    model_ = std::move(model).value();
+    auto golden = ReadGolden(GetParam() / "golden.safetensors");
+    ASSERT_TRUE(golden.ok()) << golden.status().ToString();
+    golden_ = std::move(golden).value();
+  }
+
+  // Prefills the prompt into `slot` in chunks of `chunk`; logits of every token [T, V].
+  std::vector<float> Prefill(int32_t slot, int64_t chunk) {
+    std::vector<float> all, part;
+    const std::span<const int32_t> prompt(golden_.prompt_ids);
+    for (size_t begin = 0; begin < prompt.size(); begin += static_cast<size_t>(chunk)) {
+      const size_t n = std::min(prompt.size() - begin, static_cast<size_t>(chunk));
+      const StepChunk c{slot, static_cast<int64_t>(begin), prompt.subspan(begin, n), true, true};
+      const Status s = model_->Forward({&c, 1}, &part);
+      EXPECT_TRUE(s.ok()) << s.ToString();
+      all.insert(all.end(), part.begin(), part.end());
+    }
+    return all;
+  }
+
+  std::unique_ptr<CudaModel> model_;
+  Golden golden_;
+};
+
+TEST_P(CudaParityTest, FullForwardMatchesReference) {
+  const std::vector<float> logits = Prefill(0, static_cast<int64_t>(golden_.prompt_ids.size()));
+  ASSERT_EQ(logits.size(), golden_.full_logits.size());
+  const double err = RelativeL2(logits.data(), golden_.full_logits.data(), static_cast<int64_t>(logits.size()));
+  std::printf("%s CUDA full forward rel L2 %.3e\n", GetParam().filename().c_str(), err);
+  EXPECT_LE(err, kBf16LogitsTolerance);
+}
+
+TEST_P(CudaParityTest, ChunkedAndBatchedPrefillAgree) {
+  const std::vector<float> full = Prefill(0, static_cast<int64_t>(golden_.prompt_ids.size()));
+  for (int64_t chunk : {1, 7, 64}) {
+    const std::vector<float> chunked = Prefill(1, chunk);
+    ASSERT_EQ(chunked.size(), full.size());
+    const double err = RelativeL2(chunked.data(), full.data(), static_cast<int64_t>(full.size()));
+    std::printf("%s chunk %lld vs full rel L2 %.3e\n", GetParam().filename().c_str(), static_cast<long long>(chunk), err);
+    EXPECT_LE(err, kChunkingTolerance) << "chunk " << chunk;
+  }
+  // Two sequences side by side, split at different points, in swapped order.
+  const std::span<const int32_t> prompt(golden_.prompt_ids);
+  const size_t split_a = 150, split_b = 37;
+  std::vector<float> first, second;
+  const StepChunk step1[] = {{2, 0, prompt.first(split_a), true, true}, {3, 0, prompt.first(split_b), true, true}};
+  ASSERT_TRUE(model_->Forward(step1, &first).ok());
+  const StepChunk step2[] = {{3, static_cast<int64_t>(split_b), prompt.subspan(split_b), true, true},
+                             {2, static_cast<int64_t>(split_a), prompt.subspan(split_a), true, true}};
+  ASSERT_TRUE(model_->Forward(step2, &second).ok());
+  const int64_t v = golden_.vocab;
+  std::vector<float> got_a(first.begin(), first.begin() + static_cast<int64_t>(split_a) * v);
+  got_a.insert(got_a.end(), second.begin() + static_cast<int64_t>(prompt.size() - split_b) * v, second.end());
+  std::vector<float> got_b(first.begin() + static_cast<int64_t>(split_a) * v, first.end());
+  got_b.insert(got_b.end(), second.begin(), second.begin() + static_cast<int64_t>(prompt.size() - split_b) * v);
+  EXPECT_LE(RelativeL2(got_a.data(), full.data(), static_cast<int64_t>(full.size())), kChunkingTolerance);
+  EXPECT_LE(RelativeL2(got_b.data(), full.data(), static_cast<int64_t>(full.size())), kChunkingTolerance);
+}
+
+// Greedy decoding after a prefill in chunks of 7, each step one graph-eligible decode token:
+// every generated token equals the reference's, every step's logits within the bf16 bound.
+TEST_P(CudaParityTest, GreedyDecodeMatchesReference) {
+  for (const bool graphs : {false, true}) {
+    ASSERT_TRUE(model_->EnableGraphs(graphs ? 4 : 0).ok());
+    const int32_t slot = graphs ? 1 : 0;
+    std::vector<float> logits = Prefill(slot, 7);
+    const int64_t v = golden_.vocab;
+    std::vector<float> last(logits.end() - v, logits.end());
+    double worst = 0.0;
+    int64_t pos = static_cast<int64_t>(golden_.prompt_ids.size());
+    for (size_t i = 0; i < golden_.generated_ids.size(); ++i) {
+      const float* expected = golden_.step_logits.data() + static_cast<int64_t>(i) * v;
+      const double err = RelativeL2(last.data(), expected, v);
+      worst = std::max(worst, err);
+      EXPECT_LE(err, kBf16LogitsTolerance) << "step " << i;
+      const int32_t token = static_cast<int32_t>(testing::ArgMax(last.data(), v));
+      ASSERT_EQ(token, golden_.generated_ids[i]) << "step " << i << (graphs ? " (graphs)" : "");
+      const int32_t next[] = {token};
+      const StepChunk c{slot, pos++, next, true, false};
+      const Status s = model_->Forward({&c, 1}, &last);
+      ASSERT_TRUE(s.ok()) << s.ToString();
+    }
+    std::printf("%s%s %zu greedy steps identical, worst step rel L2 %.3e\n", GetParam().filename().c_str(),
+                graphs ? " (graphs)" : "", golden_.generated_ids.size(), worst);
+  }
+}
+
+// The device forward against the CPU backend on the same weights, at a batch of decode
+// tokens over different positions (graph buckets 1, 2, 4 with padding rows).
+TEST_P(CudaParityTest, BatchedDecodeMatchesCpuBackend) {
+  auto cpu = Model::Load(GetParam() / "model", 2);
+  ASSERT_TRUE(cpu.ok()) << cpu.status().ToString();
+  ASSERT_TRUE(model_->EnableGraphs(4).ok());
+  const std::span<const int32_t> prompt(golden_.prompt_ids);
+  const int64_t lengths[] = {3, 129, 200};
+  std::vector<SequenceState> states;
+  std::vector<float> ignored;
+  for (int32_t s = 0; s < 3; ++s) {
+    states.push_back((*cpu)->NewSequence());
+    ASSERT_TRUE((*cpu)->Forward(states.back(), prompt.first(static_cast<size_t>(lengths[s])), false, &ignored).ok());
+    const StepChunk c{s, 0, prompt.first(static_cast<size_t>(lengths[s])), true, false};
+    ASSERT_TRUE(model_->Forward({&c, 1}, &ignored).ok());
+  }
+  for (int step = 0; step < 6; ++step) {
+    const int64_t batch = 1 + step % 3;
+    std::vector<StepChunk> gpu_chunks;
+    std::vector<Model::Chunk> cpu_chunks;
+    std::vector<std::array<int32_t, 1>> tokens(static_cast<size_t>(batch));
+    for (int64_t b = 0; b < batch; ++b) {
+      tokens[static_cast<size_t>(b)][0] = prompt[static_cast<size_t>(lengths[b] + step) % prompt.size()];
+      gpu_chunks.push_back({static_cast<int32_t>(b), states[static_cast<size_t>(b)].num_tokens,
+                            tokens[static_cast<size_t>(b)], true, false});
+      cpu_chunks.push_back({&states[static_cast<size_t>(b)], tokens[static_cast<size_t>(b)], false, true});
+    }
+    std::vector<float> got, want;
+    ASSERT_TRUE(model_->Forward(gpu_chunks, &got).ok());
+    ASSERT_TRUE((*cpu)->Forward(cpu_chunks, &want).ok());
+    ASSERT_EQ(got.size(), want.size());
+    const double err = RelativeL2(got.data(), want.data(), static_cast<int64_t>(want.size()));
+    EXPECT_LE(err, kBf16LogitsTolerance) << "step " << step << " batch " << batch;
+  }
+}
+
+TEST_P(CudaParityTest, RejectsBadTokensWithoutTouchingState) {
+  std::vector<float> logits;
+  const int32_t bad[] = {1, static_cast<int32_t>(golden_.vocab)};
+  const StepChunk c{0, 0, bad, true, false};
+  EXPECT_EQ(model_->Forward({&c, 1}, &logits).code(), StatusCode::kInvalidArgument);
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, CudaParityTest, ::testing::ValuesIn(FixtureDirs()),
+                         [](const auto& info) { return info.param.filename().string(); });
+
+}  // namespace
+}  // namespace peregrine::deepseek_v4::cuda

@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# Runs the CUDA backend's tests, benchmarks and serving checks on a GPU machine from
+# prebuilt binaries (the GPU machine has no Debian packages: build on the development machine).
+#
+# Build (PEREGRINE_STATIC links everything but the CUDA libraries statically):
+#   cmake -S . -B build-h200 -G Ninja -DCMAKE_BUILD_TYPE=Release -DPEREGRINE_STATIC=ON \
+#         -DCMAKE_CUDA_ARCHITECTURES=90a -DCMAKE_POSITION_INDEPENDENT_CODE=ON
+#   cmake --build build-h200 -j 2 --target gpu_all
+# This fills build-h200/gpu-bin/ (test binaries, benchmarks, the peregrine binary).
+#
+# Run (repo root on the GPU machine, build-h200/gpu-bin carried along):
+#   bash tools/gpu_run.sh tests     kernel + model tests, compute-sanitizer, kernel benchmarks
+#   bash tools/gpu_run.sh serve     peregrine profile and serve + bench at V4-Flash shapes
+#   bash tools/gpu_run.sh model     model parity + sampling tests, then `serve` (one ~9 minute call)
+# Results go to $OUT (default ./gpu-out).
+set -uo pipefail
+
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+BIN="${PEREGRINE_GPU_BIN:-$ROOT/build-h200/gpu-bin}"
+OUT="${OUT:-$ROOT/gpu-out}"
+PHASE="${1:-tests}"
+PEREGRINE="${PEREGRINE_BIN:-$BIN/../peregrine}"
+mkdir -p "$OUT"
+PY="${PYTHON:-python3}"
+export PYTHONUNBUFFERED=1
+export PEREGRINE_SOURCE_DIR="$ROOT"
+
+# cuBLAS 13: the toolkit's, else the one in PyTorch's nvidia wheels.
+CUBLAS_DIRS="$("$PY" - <<'PYEOF' 2>/dev/null
+import glob, os, sys
+dirs = []
+for base in ["/usr/local/cuda/lib64", "/usr/local/cuda/targets/x86_64-linux/lib"]:
+    if glob.glob(os.path.join(base, "libcublas.so.13*")):
+        dirs.append(base)
+for p in sys.path:
+    for hit in glob.glob(os.path.join(p, "nvidia", "**", "libcublas.so.13*"), recursive=True):
+        dirs.append(os.path.dirname(hit))
+print(":".join(dict.fromkeys(dirs)))
+PYEOF
+)"
+export LD_LIBRARY_PATH="${CUBLAS_DIRS}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+{
+  date -u
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv 2>&1
+  echo "cuBLAS from: $CUBLAS_DIRS"
+} | tee "$OUT/device.txt"
+
+status=0
+run_test() {  # name, timeout seconds
+  local name="$1" limit="$2"
+  if [ ! -x "$BIN/$name" ]; then echo "== $name: missing"; status=1; return; fi
+  echo "== $name"
+  timeout "$limit" "$BIN/$name" --gtest_color=no --gtest_output="xml:$OUT/$name.xml" >"$OUT/$name.log" 2>&1
+  local rc=$?
+  grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[==========\]|Failure|rel L2|worst|identical" "$OUT/$name.log" | tail -30
+  echo "$name exit code $rc"
+  [ $rc -ne 0 ] && status=1
+}
+
+if [ "$PHASE" = "model" ]; then
+  run_test cuda_parity_test 150
+  run_test sampling_kernels_test 60
+  if [ -x "$BIN/peregrine_sampling_bench" ]; then
+    echo "== peregrine_sampling_bench"
+    timeout 60 "$BIN/peregrine_sampling_bench" --out "$OUT/peregrine_sampling_bench.jsonl" >"$OUT/sampling_bench.log" 2>&1
+    tail -30 "$OUT/sampling_bench.log"
+  fi
+  PHASE=serve
+fi
+
+if [ "$PHASE" = "tests" ]; then
+  run_test attention_kernels_test 150
+  run_test sampling_kernels_test 60
+  run_test generic_attention_test 120
+  run_test hc_kernels_test 120
+  run_test moe_kernels_test 150
+  run_test cuda_parity_test 240
+  SANITIZER="$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)"
+  if [ -n "$SANITIZER" ] && [ -x "$BIN/cuda_parity_test" ]; then
+    echo "== compute-sanitizer memcheck (one parity case)"
+    timeout 150 "$SANITIZER" --tool memcheck --error-exitcode 3 "$BIN/cuda_parity_test" --gtest_color=no \
+      --gtest_filter='Fixtures/CudaParityTest.BatchedDecodeMatchesCpuBackend/v4_tiny_yarn' >"$OUT/sanitizer.log" 2>&1
+    rc=$?
+    grep -E "ERROR SUMMARY|^\[  (PASSED|FAILED) " "$OUT/sanitizer.log" | tail -5
+    echo "sanitizer exit code $rc"
+    [ $rc -ne 0 ] && status=1
+  fi
+  for bench in peregrine_moe_bench peregrine_hc_bench; do
+    if [ -x "$BIN/$bench" ]; then
+      echo "== $bench"
+      timeout 150 "$BIN/$bench" --out "$OUT/$bench.jsonl" >"$OUT/$bench.log" 2>&1
+      rc=$?
+      tail -40 "$OUT/$bench.log"
+      [ $rc -ne 0 ] && { echo "$bench exit code $rc"; status=1; }
+    fi
+  done
+  exit $status
+fi
+
+if [ "$PHASE" = "serve" ]; then
+  FLASH="$ROOT/bench/configs/deepseek-v4-flash"
+  LAYERS="${LAYERS:-4}"
+  echo "== profile (V4-Flash shapes, $LAYERS layers, synthetic weights)"
+  for fmt in mxfp4 bf16; do
+    timeout 100 "$PEREGRINE" profile --model-path "$FLASH" --synthetic-weights --num-layers "$LAYERS" \
+      --expert-format $fmt --batch-sizes 1,16,64 --context 4096 --steps 10 --out "$OUT/profile.jsonl" >"$OUT/profile_$fmt.log" 2>&1
+    rc=$?
+    cat "$OUT/profile_$fmt.log" | head -80
+    [ $rc -ne 0 ] && { echo "profile $fmt exit code $rc"; status=1; }
+  done
+  echo "== serve + bench (V4-Flash shapes, $LAYERS layers, MXFP4 experts)"
+  "$PEREGRINE" serve --device cuda --model-path "$FLASH" --synthetic-weights --num-layers "$LAYERS" \
+    --expert-format mxfp4 --max-num-seqs 64 --max-model-len 4096 --max-num-batched-tokens 2048 --port 8123 \
+    >"$OUT/serve.log" 2>&1 &
+  SERVER=$!
+  for i in $(seq 1 90); do
+    if curl -sf http://127.0.0.1:8123/health >/dev/null 2>&1; then break; fi
+    if ! kill -0 $SERVER 2>/dev/null; then break; fi
+    sleep 1
+  done
+  grep -E "CUDA model|ready|error" "$OUT/serve.log"
+  timeout 150 "$PEREGRINE" bench --base-url http://127.0.0.1:8123 --num-prompts 128 --input-len 256 \
+    --output-len 64 --concurrency 16,64 --warmup 4 --result-file "$OUT/serve_bench.jsonl" >"$OUT/bench.log" 2>&1
+  rc=$?
+  tail -40 "$OUT/bench.log"
+  [ $rc -ne 0 ] && { echo "bench exit code $rc"; status=1; }
+  curl -s http://127.0.0.1:8123/metrics | grep -E "^peregrine:(num_requests|generation_tokens|time_to_first)" | head -20 \
+    >"$OUT/metrics.txt" 2>&1
+  kill -INT $SERVER 2>/dev/null
+  wait $SERVER 2>/dev/null
+  tail -5 "$OUT/serve.log"
+  exit $status
+fi
+echo "unknown phase $PHASE (tests or serve)" >&2
+exit 2
