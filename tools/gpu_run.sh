@@ -58,6 +58,7 @@ run_test() {  # name, timeout seconds
 }
 
 if [ "$PHASE" = "model" ]; then
+  run_test model_ops_test 40
   run_test cuda_parity_test 150
   run_test sampling_kernels_test 60
   if [ -x "$BIN/peregrine_sampling_bench" ]; then

@@ -1,0 +1,121 @@
+// The small ops the CUDA model runner adds around the kernels: the cuBLAS projection
+// (bf16 and f32, against cpu::Linear), row copies (the window ring update) and the
+// deterministic random fills of synthetic weights.
+#include <cmath>
+
+#include "backend/cpu/cpu_ops.h"
+#include "backend/cpu/thread_pool.h"
+#include "backend/cuda/blas.h"
+#include "backend/cuda/ops/copy_rows.h"
+#include "backend/cuda/ops/linear.h"
+#include "backend/cuda/ops/random_fill.h"
+#include "gpu_test_util.h"
+
+namespace peregrine::testing {
+namespace {
+
+class ModelOpsTest : public GpuTest {};
+
+TEST_F(ModelOpsTest, LinearMatchesCpu) {
+  auto blas = cuda::Blas::Create(*allocator_);
+  ASSERT_TRUE(blas.ok()) << blas.status().ToString();
+  cpu::ThreadPool pool(2);
+  std::mt19937 rng(7);
+  for (const auto& [n, in, out] : {std::array<int64_t, 3>{1, 64, 24}, {3, 128, 512}, {17, 4096, 1024}, {130, 32, 8}}) {
+    SCOPED_TRACE("N=" + std::to_string(n) + " in=" + std::to_string(in) + " out=" + std::to_string(out));
+    const std::vector<float> x = RoundedBF16(RandomNormal(rng, static_cast<size_t>(n * in)));
+    const std::vector<float> w = RoundedBF16(RandomNormal(rng, static_cast<size_t>(out * in), 1.0f / std::sqrt(in)));
+    std::vector<float> want(static_cast<size_t>(n * out));
+    cpu::Linear(pool, x.data(), w.data(), want.data(), n, in, out);
+    // bf16 x bf16 -> f32 and -> bf16.
+    cuda::DeviceBuffer x_d = Upload(ToBF16(x)), w_d = Upload(ToBF16(w));
+    cuda::DeviceBuffer y32 = Poisoned(static_cast<size_t>(n * out) * 4), y16 = Poisoned(static_cast<size_t>(n * out) * 2);
+    PG_ASSERT_OK(cuda::Linear(*blas, {View(x_d, DType::kBF16, {n, in}), View(w_d, DType::kBF16, {out, in}),
+                                      View(y32, DType::kF32, {n, out})},
+                              stream_.get()));
+    PG_ASSERT_OK(cuda::Linear(*blas, {View(x_d, DType::kBF16, {n, in}), View(w_d, DType::kBF16, {out, in}),
+                                      View(y16, DType::kBF16, {n, out})},
+                              stream_.get()));
+    Sync();
+    EXPECT_TRUE(AllClose(Download<float>(y32, want.size()), want, ToleranceFor(DType::kF32), "linear f32 out"));
+    EXPECT_TRUE(AllClose(DownloadBF16(y16, want.size()), want, ToleranceFor(DType::kBF16), "linear bf16 out"));
+    // f32 throughout.
+    cuda::DeviceBuffer xf = Upload(x), wf = Upload(w), yf = Poisoned(static_cast<size_t>(n * out) * 4);
+    PG_ASSERT_OK(cuda::Linear(*blas, {View(xf, DType::kF32, {n, in}), View(wf, DType::kF32, {out, in}),
+                                      View(yf, DType::kF32, {n, out})},
+                              stream_.get()));
+    Sync();
+    EXPECT_TRUE(AllClose(Download<float>(yf, want.size()), want, ToleranceFor(DType::kF32), "linear f32"));
+  }
+  // Mixed x/w dtypes are refused.
+  cuda::DeviceBuffer a = Poisoned(64 * 4), b = Poisoned(64 * 2), c = Poisoned(64 * 4);
+  EXPECT_EQ(cuda::Linear(*blas, {View(a, DType::kF32, {1, 64}), View(b, DType::kBF16, {1, 64}), View(c, DType::kF32, {1, 1})},
+                         stream_.get())
+                .code(),
+            StatusCode::kInvalidArgument);
+}
+
+TEST_F(ModelOpsTest, CopyRowsScattersAndSkips) {
+  const int64_t rows = 40, width = 24;  // 48-byte bf16 rows
+  std::vector<uint16_t> src(static_cast<size_t>(rows * width));
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint16_t>(i);
+  std::vector<uint16_t> dst(src.size(), 0xffff);
+  const std::vector<int32_t> from = {3, -1, 39, 0, 7, 100};
+  const std::vector<int32_t> to = {10, 5, 0, -1, 39, 1};
+  cuda::DeviceBuffer s = Upload(src), d = Upload(dst), f = Upload(from), t = Upload(to);
+  PG_ASSERT_OK(cuda::CopyRows({View(s, DType::kBF16, {rows, width}), View(d, DType::kBF16, {rows, width}),
+                               View(f, DType::kI32, {6}), View(t, DType::kI32, {6})},
+                              stream_.get()));
+  Sync();
+  const std::vector<uint16_t> got = Download<uint16_t>(d, dst.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    int64_t expect_src = -1;
+    if (r == 10) expect_src = 3;
+    if (r == 0) expect_src = 39;
+    if (r == 39) expect_src = 7;
+    for (int64_t c = 0; c < width; ++c) {
+      const uint16_t want = expect_src < 0 ? uint16_t{0xffff} : static_cast<uint16_t>(expect_src * width + c);
+      ASSERT_EQ(got[static_cast<size_t>(r * width + c)], want) << "row " << r << " col " << c;
+    }
+  }
+  // Rows that are not a multiple of 16 bytes are refused.
+  EXPECT_EQ(cuda::CopyRows({View(s, DType::kBF16, {rows, 4}), View(d, DType::kBF16, {rows, 4}),
+                            View(f, DType::kI32, {6}), View(t, DType::kI32, {6})},
+                           stream_.get())
+                .code(),
+            StatusCode::kInvalidArgument);
+}
+
+TEST_F(ModelOpsTest, RandomFillIsDeterministicAndInRange) {
+  const int64_t n = (1 << 20) + 3;
+  cuda::DeviceBuffer a = Poisoned(static_cast<size_t>(n) * 2), b = Poisoned(static_cast<size_t>(n) * 2);
+  PG_ASSERT_OK(cuda::RandomUniform(View(a, DType::kBF16, {n}), 42, -0.5f, 0.5f, stream_.get()));
+  PG_ASSERT_OK(cuda::RandomUniform(View(b, DType::kBF16, {n}), 42, -0.5f, 0.5f, stream_.get()));
+  Sync();
+  const std::vector<float> va = DownloadBF16(a, static_cast<size_t>(n)), vb = DownloadBF16(b, static_cast<size_t>(n));
+  ASSERT_EQ(va, vb);
+  double sum = 0.0, sq = 0.0;
+  for (float v : va) {
+    ASSERT_GE(v, -0.5f);
+    ASSERT_LE(v, 0.5f);
+    sum += v;
+    sq += static_cast<double>(v) * v;
+  }
+  EXPECT_NEAR(sum / static_cast<double>(n), 0.0, 2e-3);
+  EXPECT_NEAR(sq / static_cast<double>(n), 1.0 / 12.0, 2e-3);  // uniform on [-1/2, 1/2)
+  cuda::DeviceBuffer bytes = Poisoned(1000);
+  PG_ASSERT_OK(cuda::RandomBytes(View(bytes, DType::kU8, {1000}), 1, 118, 120, stream_.get()));
+  Sync();
+  int seen[3] = {0, 0, 0};
+  for (uint8_t v : Download<uint8_t>(bytes, 1000)) {
+    ASSERT_GE(v, 118);
+    ASSERT_LE(v, 120);
+    ++seen[v - 118];
+  }
+  EXPECT_GT(seen[0], 250);
+  EXPECT_GT(seen[1], 250);
+  EXPECT_GT(seen[2], 250);
+}
+
+}  // namespace
+}  // namespace peregrine::testing
