@@ -39,6 +39,22 @@ class FakeRunner final : public ModelRunner {
     }
     return Status::Ok();
   }
+  // With `device` set, the engine must hand sampling over: this fake samples its own logits
+  // with the host sampler, as a device sampler must match it token for token.
+  bool samples_on_device() const override { return device; }
+  Status RunAndSample(std::span<const RunnerChunk> chunks, std::span<const RunnerSampling> sampling,
+                      std::vector<SampleResult>* results) override {
+    std::vector<float> logits;
+    PG_RETURN_IF_ERROR(Run(chunks, &logits));
+    size_t rows = 0;
+    for (const RunnerChunk& c : chunks) rows += c.needs_logits ? 1 : 0;
+    if (rows != sampling.size()) return Internal("fake runner: one sampling entry per logits row expected");
+    ++device_steps;
+    for (size_t i = 0; i < sampling.size(); ++i)
+      results->push_back(Sample(std::span<float>(logits.data() + i * kVocab, kVocab), *sampling[i].params,
+                                *sampling[i].state));
+    return Status::Ok();
+  }
   void Release(int64_t seq_id) override { positions.erase(seq_id); }
   int64_t vocab_size() const override { return kVocab; }
   int64_t max_context() const override { return 4096; }
@@ -47,6 +63,8 @@ class FakeRunner final : public ModelRunner {
   std::map<int64_t, int64_t> positions;
   int64_t max_chunk = 0;
   bool fail_next = false;
+  bool device = false;
+  int64_t device_steps = 0;
 };
 
 struct Collected {
@@ -133,6 +151,40 @@ TEST(EngineTest, BatchesChunkedPrefillsAndDecodes) {
   EXPECT_TRUE(fake->positions.empty());
   EXPECT_EQ(engine.Stats().num_running, 0);
   EXPECT_DOUBLE_EQ(engine.Stats().kv_usage, 0.0);
+}
+
+TEST(EngineTest, DeviceSamplingRunnerGivesTheSameTokens) {
+  // Greedy and seeded requests through a runner that samples itself and through host sampling.
+  auto run = [](bool device, std::vector<std::vector<int32_t>>* prompts) {
+    auto runner = std::make_unique<FakeRunner>();
+    runner->device = device;
+    FakeRunner* fake = runner.get();
+    Engine engine(Config(/*budget=*/16, /*csa_pages=*/64), std::move(runner));
+    std::vector<Collected> out(4);
+    prompts->clear();
+    for (int i = 0; i < 4; ++i) {
+      prompts->push_back(Prompt(3 + 11 * i, i));
+      EngineRequest r = Request(Name("d", i), prompts->back(), 9);
+      if (i % 2 == 1) {
+        r.sampling.temperature = 0.8f;
+        r.sampling.seed = 100 + i;
+      }
+      EXPECT_TRUE(Submit(engine, std::move(r), out[static_cast<size_t>(i)]).ok());
+    }
+    RunToCompletion(engine);
+    EXPECT_EQ(fake->device_steps > 0, device);
+    return out;
+  };
+  std::vector<std::vector<int32_t>> prompts;
+  const std::vector<Collected> host = run(false, &prompts);
+  const std::vector<Collected> device = run(true, &prompts);
+  for (size_t i = 0; i < 4; ++i) {
+    ASSERT_TRUE(device[i].finish.has_value()) << i;
+    EXPECT_EQ(device[i].tokens, host[i].tokens) << i;
+    if (i % 2 == 0) {
+      EXPECT_EQ(device[i].tokens, Expected(prompts[i], 9)) << i;
+    }
+  }
 }
 
 TEST(EngineTest, PreemptionByRecomputeKeepsGreedyOutput) {
