@@ -12,6 +12,7 @@
 #   bash tools/gpu_run.sh tests     kernel + model tests, compute-sanitizer, kernel benchmarks
 #   bash tools/gpu_run.sh serve     peregrine profile and serve + bench at V4-Flash shapes
 #   bash tools/gpu_run.sh model     model parity + sampling tests, then `serve` (one ~9 minute call)
+#   bash tools/gpu_run.sh parity    model parity tests and the attention benchmark at 4K context
 # Results go to $OUT (default ./gpu-out).
 set -uo pipefail
 
@@ -46,6 +47,13 @@ export LD_LIBRARY_PATH="${CUBLAS_DIRS}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 } | tee "$OUT/device.txt"
 
 status=0
+# Everything written under $OUT travels back as one archive (plus device.txt).
+pack() {
+  tar czf "$ROOT/.gpu-results.tgz" -C "$OUT" --exclude=results.tgz . 2>/dev/null
+  find "$OUT" -mindepth 1 ! -name device.txt -delete
+  mv "$ROOT/.gpu-results.tgz" "$OUT/results.tgz"
+}
+trap pack EXIT
 run_test() {  # name, timeout seconds
   local name="$1" limit="$2"
   if [ ! -x "$BIN/$name" ]; then echo "== $name: missing"; status=1; return; fi
@@ -57,8 +65,19 @@ run_test() {  # name, timeout seconds
   [ $rc -ne 0 ] && status=1
 }
 
+if [ "$PHASE" = "parity" ]; then
+  run_test cuda_parity_test 150
+  if [ -f "$BIN/libperegrine_attention_bench.so" ]; then
+    echo "== attention benchmark at 4K context (indexer max-context check)"
+    timeout 150 "$PY" "$ROOT/bench/attention/bench_attention.py" --lib "$BIN/libperegrine_attention_bench.so" \
+      --contexts 4096 --out "$OUT/bench_attention.jsonl" >"$OUT/bench_attention.log" 2>&1
+    tail -25 "$OUT/bench_attention.log"
+  fi
+  exit $status
+fi
+
 if [ "$PHASE" = "model" ]; then
-  run_test model_ops_test 40
+  [ -x "$BIN/model_ops_test" ] && run_test model_ops_test 40
   run_test cuda_parity_test 150
   run_test sampling_kernels_test 60
   if [ -x "$BIN/peregrine_sampling_bench" ]; then

@@ -1,12 +1,25 @@
 // DeepSeek-V4 on the CUDA backend against the HF transformers goldens (tests/fixtures) and
 // the CPU backend. bf16 weights and activations on the device against a float64 reference:
 // the tolerances below are bf16's, stated per check. Skipped without a GPU.
+//
+// Discrete choices (indexer top-k, expert top-k, greedy argmax) flip under bf16 rounding when
+// the reference sits near a tie, and one flip moves the logits far past any rounding bound
+// (the fp32-margin fixtures' router and indexer gaps are ~1e-4 relative: against the CPU
+// backend they read 6-7% prefill error with the indexer keeping every entry, from routing
+// flips alone). So the numerical comparisons run on the fixtures made with bf16 margins
+// (meta.json "bf16_margins": the indexer keeps every entry, learned routing picks every
+// expert, every greedy step's top-2 gap is >= 6% of the logits' spread; see
+// tools/make_v4_fixtures.py): v4_tiny_gpu at the fast kernels' shapes, v4_tiny_gpu_generic
+// at shapes only the generic kernels serve. Every fixture runs the self-consistency checks
+// (chunking, batching, bad input), where no rounding differs between the runs compared.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <span>
+#include <sstream>
 
 #include "backend/cuda/device.h"
 #include "golden.h"
@@ -22,27 +35,45 @@ using testing::Golden;
 using testing::ReadGolden;
 using testing::RelativeL2;
 
-// bf16 storage of weights, activations and KV (8 significant bits) through five layers:
-// ~1% relative logit error is expected; 3% is the bound.
-constexpr double kBf16LogitsTolerance = 3e-2;
+bool HasBf16Margins(const std::filesystem::path& fixture) {
+  std::ifstream in(fixture / "meta.json");
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str().find("\"bf16_margins\": true") != std::string::npos;
+}
+
+std::vector<std::filesystem::path> Bf16Fixtures() {
+  std::vector<std::filesystem::path> dirs;
+  for (const auto& d : FixtureDirs())
+    if (HasBf16Margins(d)) dirs.push_back(d);
+  return dirs;
+}
+
+// bf16 activations and KV (8 significant bits) through three layers, weights exact in bf16:
+// measured 1.3e-2 over a whole prefill and up to 3.5e-2 for single decode steps (128 logits);
+// 5e-2 is the bound.
+constexpr double kBf16LogitsTolerance = 5e-2;
 // The same bf16 model run with other chunkings or batch mates: only the GEMM algorithm
-// choice (by row count) differs.
+// choice (by row count) and the attention work split differ (measured <= 3.2e-3).
 constexpr double kChunkingTolerance = 1e-2;
 
-class CudaParityTest : public ::testing::TestWithParam<std::filesystem::path> {
+class CudaModelTest : public ::testing::TestWithParam<std::filesystem::path> {
  protected:
-  void SetUp() override {
+  // `all_entries`: the indexer keeps every visible entry (no top-k choice).
+  void Open(bool all_entries) {
     if (peregrine::cuda::ListDevices().empty()) GTEST_SKIP() << "no CUDA device";
     const auto dir = GetParam() / "model";
     auto config = LoadModelConfig(dir);
     ASSERT_TRUE(config.ok()) << config.status().ToString();
+    if (all_entries) config->index_topk = 2048;  // the top-k kernel's largest K, above every fixture's entries
+    config_ = *config;
     auto checkpoint = Checkpoint::Open(dir);
     ASSERT_TRUE(checkpoint.ok()) << checkpoint.status().ToString();
     CudaModelOptions o;
     o.num_slots = 4;
-    o.max_tokens = 512;
+    o.max_tokens = 1024;
     o.max_context = std::min<int64_t>(config->max_position_embeddings, 1024);
-    o.max_logit_rows = 512;
+    o.max_logit_rows = 1024;
     auto model = CudaModel::Create(*config, **checkpoint, o);
     ASSERT_TRUE(model.ok()) << model.status().ToString();
     model_ = std::move(model).value();
@@ -65,8 +96,34 @@ class CudaParityTest : public ::testing::TestWithParam<std::filesystem::path> {
     return all;
   }
 
+  ModelConfig config_;
   std::unique_ptr<CudaModel> model_;
   Golden golden_;
+};
+
+class CudaParityTest : public CudaModelTest {
+ protected:
+  void SetUp() override { Open(/*all_entries=*/false); }
+};
+
+// Self-consistency on every fixture.
+class CudaConsistencyTest : public CudaModelTest {
+ protected:
+  void SetUp() override { Open(/*all_entries=*/false); }
+};
+
+class CudaCpuAgreementTest : public CudaModelTest {
+ protected:
+  void SetUp() override {
+    Open(/*all_entries=*/true);
+    if (IsSkipped() || HasFatalFailure()) return;
+    auto checkpoint = Checkpoint::Open(GetParam() / "model");
+    ASSERT_TRUE(checkpoint.ok()) << checkpoint.status().ToString();
+    auto cpu = Model::Create(config_, std::move(checkpoint).value(), 2);
+    ASSERT_TRUE(cpu.ok()) << cpu.status().ToString();
+    cpu_ = std::move(cpu).value();
+  }
+  std::unique_ptr<Model> cpu_;
 };
 
 TEST_P(CudaParityTest, FullForwardMatchesReference) {
@@ -77,7 +134,7 @@ TEST_P(CudaParityTest, FullForwardMatchesReference) {
   EXPECT_LE(err, kBf16LogitsTolerance);
 }
 
-TEST_P(CudaParityTest, ChunkedAndBatchedPrefillAgree) {
+TEST_P(CudaConsistencyTest, ChunkedAndBatchedPrefillAgree) {
   const std::vector<float> full = Prefill(0, static_cast<int64_t>(golden_.prompt_ids.size()));
   for (int64_t chunk : {1, 7, 64}) {
     const std::vector<float> chunked = Prefill(1, chunk);
@@ -132,22 +189,34 @@ TEST_P(CudaParityTest, GreedyDecodeMatchesReference) {
   }
 }
 
+// The full prefill against the CPU backend on the same weights and config.
+TEST_P(CudaCpuAgreementTest, PrefillMatchesCpuBackend) {
+  const std::vector<float> got = Prefill(0, static_cast<int64_t>(golden_.prompt_ids.size()));
+  SequenceState state = cpu_->NewSequence();
+  std::vector<float> want;
+  ASSERT_TRUE(cpu_->Forward(state, golden_.prompt_ids, /*all_logits=*/true, &want).ok());
+  ASSERT_EQ(got.size(), want.size());
+  const double err = RelativeL2(got.data(), want.data(), static_cast<int64_t>(want.size()));
+  std::printf("%s CUDA vs CPU prefill rel L2 %.3e\n", GetParam().filename().c_str(), err);
+  EXPECT_LE(err, kBf16LogitsTolerance);
+}
+
 // The device forward against the CPU backend on the same weights, at a batch of decode
 // tokens over different positions (graph buckets 1, 2, 4 with padding rows).
-TEST_P(CudaParityTest, BatchedDecodeMatchesCpuBackend) {
-  auto cpu = Model::Load(GetParam() / "model", 2);
-  ASSERT_TRUE(cpu.ok()) << cpu.status().ToString();
+TEST_P(CudaCpuAgreementTest, BatchedDecodeMatchesCpuBackend) {
+  std::unique_ptr<Model>& cpu = cpu_;
   ASSERT_TRUE(model_->EnableGraphs(4).ok());
   const std::span<const int32_t> prompt(golden_.prompt_ids);
   const int64_t lengths[] = {3, 129, 200};
   std::vector<SequenceState> states;
   std::vector<float> ignored;
   for (int32_t s = 0; s < 3; ++s) {
-    states.push_back((*cpu)->NewSequence());
-    ASSERT_TRUE((*cpu)->Forward(states.back(), prompt.first(static_cast<size_t>(lengths[s])), false, &ignored).ok());
+    states.push_back(cpu->NewSequence());
+    ASSERT_TRUE(cpu->Forward(states.back(), prompt.first(static_cast<size_t>(lengths[s])), false, &ignored).ok());
     const StepChunk c{s, 0, prompt.first(static_cast<size_t>(lengths[s])), true, false};
     ASSERT_TRUE(model_->Forward({&c, 1}, &ignored).ok());
   }
+  double worst = 0.0;
   for (int step = 0; step < 6; ++step) {
     const int64_t batch = 1 + step % 3;
     std::vector<StepChunk> gpu_chunks;
@@ -161,21 +230,27 @@ TEST_P(CudaParityTest, BatchedDecodeMatchesCpuBackend) {
     }
     std::vector<float> got, want;
     ASSERT_TRUE(model_->Forward(gpu_chunks, &got).ok());
-    ASSERT_TRUE((*cpu)->Forward(cpu_chunks, &want).ok());
+    ASSERT_TRUE(cpu->Forward(cpu_chunks, &want).ok());
     ASSERT_EQ(got.size(), want.size());
     const double err = RelativeL2(got.data(), want.data(), static_cast<int64_t>(want.size()));
+    worst = std::max(worst, err);
     EXPECT_LE(err, kBf16LogitsTolerance) << "step " << step << " batch " << batch;
   }
+  std::printf("%s CUDA vs CPU batched decode, worst step rel L2 %.3e\n", GetParam().filename().c_str(), worst);
 }
 
-TEST_P(CudaParityTest, RejectsBadTokensWithoutTouchingState) {
+TEST_P(CudaConsistencyTest, RejectsBadTokensWithoutTouchingState) {
   std::vector<float> logits;
   const int32_t bad[] = {1, static_cast<int32_t>(golden_.vocab)};
   const StepChunk c{0, 0, bad, true, false};
   EXPECT_EQ(model_->Forward({&c, 1}, &logits).code(), StatusCode::kInvalidArgument);
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, CudaParityTest, ::testing::ValuesIn(FixtureDirs()),
+INSTANTIATE_TEST_SUITE_P(Fixtures, CudaParityTest, ::testing::ValuesIn(Bf16Fixtures()),
+                         [](const auto& info) { return info.param.filename().string(); });
+INSTANTIATE_TEST_SUITE_P(Fixtures, CudaCpuAgreementTest, ::testing::ValuesIn(Bf16Fixtures()),
+                         [](const auto& info) { return info.param.filename().string(); });
+INSTANTIATE_TEST_SUITE_P(Fixtures, CudaConsistencyTest, ::testing::ValuesIn(FixtureDirs()),
                          [](const auto& info) { return info.param.filename().string(); });
 
 }  // namespace
