@@ -67,6 +67,12 @@ run_test() {  # name, timeout seconds
 
 if [ "$PHASE" = "parity" ]; then
   run_test cuda_parity_test 150
+  [ -x "$BIN/fp8_linear_test" ] && run_test fp8_linear_test 90
+  if [ -x "$BIN/peregrine_fp8_bench" ]; then
+    echo "== peregrine_fp8_bench"
+    timeout 90 "$BIN/peregrine_fp8_bench" --out "$OUT/peregrine_fp8_bench.jsonl" >"$OUT/fp8_bench.log" 2>&1
+    tail -40 "$OUT/fp8_bench.log"
+  fi
   if [ -f "$BIN/libperegrine_attention_bench.so" ]; then
     echo "== attention benchmark at 4K context (indexer max-context check)"
     timeout 150 "$PY" "$ROOT/bench/attention/bench_attention.py" --lib "$BIN/libperegrine_attention_bench.so" \
