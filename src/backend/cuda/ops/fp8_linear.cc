@@ -19,18 +19,27 @@ size_t AlignUp(size_t bytes, size_t to) { return (bytes + to - 1) / to * to; }
 int64_t WeightScalePitch(int64_t k) { return (k / kGroup + 3) / 4 * 4; }
 bool NeedsPaddedWeightScale(int64_t k, int64_t m) { return (k / kGroup) % 4 != 0 && m / kGroup > 1; }
 
+// cuBLASLt 13.1 on sm_90 offers the block-scaled mode (BLK128x128 x VEC128) only when the
+// activation count is a multiple of 4 (probed with bench/fp8/cublaslt_probe.cc: N = 1, 2, 3,
+// 17 have no algorithm; 4, 8, 12, 16, 24, ... do). Smaller or odd batches are padded with zero
+// rows and the output rows copied out.
+int64_t PaddedRows(int64_t n) { return (n + 3) / 4 * 4; }
+
 // Offsets into the workspace, each 256-byte aligned.
 struct WorkspaceLayout {
-  size_t x_q = 0;        // [N, K] e4m3
-  size_t act_scale = 0;  // [K / 128, N] f32: VEC128_32F for B (op N) is group-major, tokens contiguous
+  size_t x_q = 0;        // [N4, K] e4m3 (N4 = N rounded up to 4; padding rows zero)
+  size_t act_scale = 0;  // [K / 128, N4] f32: VEC128_32F for B (op N) is group-major, tokens contiguous
+  size_t y_pad = 0;      // [N4, M] f32-sized rows, only when N4 != N
   size_t w_scale = 0;    // [M / 128, WeightScalePitch(K)] f32, only when NeedsPaddedWeightScale
   size_t total = 0;
 };
 
 WorkspaceLayout Layout(int64_t n, int64_t k, int64_t m) {
+  const int64_t n4 = PaddedRows(n);
   WorkspaceLayout l;
-  l.act_scale = AlignUp(static_cast<size_t>(n * k), 256);
-  l.w_scale = l.act_scale + AlignUp(static_cast<size_t>(k / kGroup * n) * sizeof(float), 256);
+  l.act_scale = AlignUp(static_cast<size_t>(n4 * k), 256);
+  l.y_pad = l.act_scale + AlignUp(static_cast<size_t>(k / kGroup * n4) * sizeof(float), 256);
+  l.w_scale = l.y_pad + (n4 != n ? AlignUp(static_cast<size_t>(n4 * m) * sizeof(float), 256) : 0);
   l.total = l.w_scale;
   if (NeedsPaddedWeightScale(k, m)) l.total += static_cast<size_t>(m / kGroup * WeightScalePitch(k)) * sizeof(float);
   return l;
@@ -160,6 +169,12 @@ Status Fp8Linear(Blas& blas, const Fp8LinearArgs& a, cudaStream_t stream) {
     w_scale = padded;
   }
 
+  const int64_t n4 = PaddedRows(n);
+  if (n4 != n) {
+    // Zero padding rows and scales keep the padded output columns finite.
+    PG_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(x_q + n * k, 0, static_cast<size_t>((n4 - n) * k), stream));
+    PG_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(act_scale, 0, static_cast<size_t>(k / kGroup * n4) * sizeof(float), stream));
+  }
   kernels::QuantizeFp8Params q;
   q.x = a.x.data;
   q.x_q = x_q;
@@ -167,16 +182,16 @@ Status Fp8Linear(Blas& blas, const Fp8LinearArgs& a, cudaStream_t stream) {
   q.rows = n;
   q.k = static_cast<int>(k);
   q.scale_row_stride = 1;
-  q.scale_group_stride = n;
+  q.scale_group_stride = n4;
   q.pow2_scales = a.pow2_scales;
   PG_CUDA_RETURN_IF_ERROR(kernels::LaunchQuantizeFp8(q, stream));
 
-  const std::array<int64_t, 6> key = {n, k, m, static_cast<int64_t>(a.y.dtype), 0, 0};
+  const std::array<int64_t, 6> key = {n4, k, m, static_cast<int64_t>(a.y.dtype), 0, 0};
   LtMatmulPlan* plan = blas.FindLtPlan(key);
   if (plan == nullptr) {
     LtMatmulPlan fresh;
     fresh.key = key;
-    const Status built = BuildPlan(blas, n, k, m, a.y.dtype, w_scale, act_scale, fresh);
+    const Status built = BuildPlan(blas, n4, k, m, a.y.dtype, w_scale, act_scale, fresh);
     if (!built.ok()) {
       DestroyLtPlan(fresh);
       return built;
@@ -186,9 +201,15 @@ Status Fp8Linear(Blas& blas, const Fp8LinearArgs& a, cudaStream_t stream) {
     PG_RETURN_IF_ERROR(SetScalePointers(*plan, w_scale, act_scale));
   }
   const float one = 1.0f, zero = 0.0f;
-  PG_CUBLAS_RETURN_IF_ERROR(cublasLtMatmul(blas.lt(), plan->desc, &one, a.w.data, plan->a, x_q, plan->b, &zero,
-                                           a.y.data, plan->d, a.y.data, plan->d, &plan->algo, blas.workspace(),
-                                           blas.workspace_bytes(), stream));
+  void* d = n4 != n ? base + layout.y_pad : a.y.data;
+  PG_CUBLAS_RETURN_IF_ERROR(cublasLtMatmul(blas.lt(), plan->desc, &one, a.w.data, plan->a, x_q, plan->b, &zero, d,
+                                           plan->d, d, plan->d, &plan->algo, blas.workspace(), blas.workspace_bytes(),
+                                           stream));
+  if (n4 != n) {
+    // Column-major [M, N4] with ld M is row-major [N4, M]: the first N rows are contiguous.
+    PG_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(a.y.data, d, static_cast<size_t>(n * m) * DTypeBytes(a.y.dtype, 1),
+                                            cudaMemcpyDeviceToDevice, stream));
+  }
   return Status::Ok();
 }
 
