@@ -13,6 +13,7 @@
 #   bash tools/gpu_run.sh serve     peregrine profile and serve + bench at V4-Flash shapes
 #   bash tools/gpu_run.sh model     model parity + sampling tests, then `serve` (one ~9 minute call)
 #   bash tools/gpu_run.sh parity    model parity tests and the attention benchmark at 4K context
+#   bash tools/gpu_run.sh final     FP8 test, profile with host times, the demo model served on the GPU
 # Results go to $OUT (default ./gpu-out).
 set -uo pipefail
 
@@ -64,6 +65,32 @@ run_test() {  # name, timeout seconds
   echo "$name exit code $rc"
   [ $rc -ne 0 ] && status=1
 }
+
+if [ "$PHASE" = "final" ]; then
+  [ -x "$BIN/fp8_linear_test" ] && run_test fp8_linear_test 90
+  echo "== profile (V4-Flash shapes, 4 layers, MXFP4 experts)"
+  timeout 100 "$PEREGRINE" profile --model-path "$ROOT/bench/configs/deepseek-v4-flash" --synthetic-weights \
+    --num-layers 4 --expert-format mxfp4 --batch-sizes 1,16,64 --context 4096 --steps 10 \
+    --out "$OUT/profile.jsonl" >"$OUT/profile_mxfp4.log" 2>&1 || status=1
+  grep -E "^model|^batch|per layer" "$OUT/profile_mxfp4.log"
+  echo "== serve the demo model on the GPU + bench"
+  "$PEREGRINE" serve --device cuda --port 8124 >"$OUT/serve_demo.log" 2>&1 &
+  SERVER=$!
+  for i in $(seq 1 60); do
+    curl -sf http://127.0.0.1:8124/health >/dev/null 2>&1 && break
+    kill -0 $SERVER 2>/dev/null || break
+    sleep 1
+  done
+  curl -s http://127.0.0.1:8124/v1/completions -H 'Content-Type: application/json' \
+    -d '{"model":"deepseek-v4","prompt":"Hello","max_tokens":8,"temperature":0}' | head -c 600; echo
+  timeout 100 "$PEREGRINE" bench --base-url http://127.0.0.1:8124 --num-prompts 64 --input-len 128 \
+    --output-len 32 --concurrency 1,16 --result-file "$OUT/serve_demo_bench.jsonl" >"$OUT/bench_demo.log" 2>&1 || status=1
+  grep -E "concurrency|completed|output throughput|TTFT|TPOT" "$OUT/bench_demo.log"
+  kill -INT $SERVER 2>/dev/null
+  wait $SERVER 2>/dev/null
+  grep -E "CUDA model|ready|error" "$OUT/serve_demo.log"
+  exit $status
+fi
 
 if [ "$PHASE" = "parity" ]; then
   run_test cuda_parity_test 150

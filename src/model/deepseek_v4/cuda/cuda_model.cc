@@ -1,6 +1,7 @@
 #include "model/deepseek_v4/cuda/cuda_model.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -351,8 +352,11 @@ int64_t Bucket(int64_t batch) {
 
 peregrine::cuda::CachingAllocator& CudaModel::allocator() { return *impl_->allocator; }
 
+double CudaModel::last_host_ms() const { return impl_->last_host_ms; }
+
 Status CudaModel::Forward(std::span<const StepChunk> chunks, std::vector<float>* logits, const LogitsHook& hook) {
   Impl& m = *impl_;
+  const auto started = std::chrono::steady_clock::now();
   PG_RETURN_IF_ERROR(CheckTokens(m.config, chunks));
   const StepLimits limits{m.options.num_slots, m.options.max_tokens, m.options.max_context};
   PG_ASSIGN_OR_RETURN(StepPlan plan, PlanStep(chunks, m.config, limits));
@@ -379,6 +383,7 @@ Status CudaModel::Forward(std::span<const StepChunk> chunks, std::vector<float>*
     PG_RETURN_IF_ERROR(m.UploadPlan(plan, plan.num_tokens));
     PG_RETURN_IF_ERROR(m.EnqueueStep(plan.num_tokens, plan.num_chunks, r));
   }
+  m.last_host_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
   if (hook) {
     PG_RETURN_IF_ERROR(hook(View(m.ws.logits, DType::kF32, {r, m.config.vocab_size}), m.stream.get()));
     return m.stream.Synchronize();

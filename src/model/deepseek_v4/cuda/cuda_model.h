@@ -64,6 +64,11 @@ class CudaModel {
   // leaves the touched slots' state unusable (their sequences must restart).
   Status Forward(std::span<const StepChunk> chunks, std::vector<float>* logits, const LogitsHook& hook = {});
 
+  // Host time of the last Forward from its start until the step's GPU work was enqueued
+  // (checks, plan, metadata upload, graph launch or op launches): the part of a step the
+  // GPU waits for, since steps are not overlapped yet.
+  double last_host_ms() const;
+
   // The model's device allocator (for callers' own step buffers, allocated outside capture).
   peregrine::cuda::CachingAllocator& allocator();
 

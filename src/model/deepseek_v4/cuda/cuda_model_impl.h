@@ -123,6 +123,8 @@ struct CudaModel::Impl {
   size_t events_used = 0;
   std::vector<ProfileEvent> profile_events;
 
+  double last_host_ms = 0.0;
+
   // Decode graphs by bucket (batch size).
   std::map<int64_t, pc::Graph> graphs;
   int64_t graph_max_batch = 0;
