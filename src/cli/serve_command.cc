@@ -20,12 +20,16 @@ namespace peregrine::cli {
 namespace {
 
 // The tokenizer: --tokenizer, else the model directory's tokenizer.json, else (the demo
-// model, or a config-only directory served with synthetic weights) the embedded one.
+// model, a config-only directory served with synthetic weights, a test fixture) the embedded
+// DeepSeek-V4 one; the engine rejects prompts whose ids fall outside the model's vocabulary.
 std::string TokenizerPath(const ServeOptions& options) {
   if (!options.tokenizer_path.empty()) return options.tokenizer_path;
   if (options.model_path.empty() || options.model_path == "demo") return {};
-  if (options.synthetic_weights && !std::filesystem::exists(std::filesystem::path(options.model_path) / "tokenizer.json"))
+  if (!std::filesystem::exists(std::filesystem::path(options.model_path) / "tokenizer.json")) {
+    std::fprintf(stderr, "peregrine: no tokenizer.json in %s: using the embedded DeepSeek-V4 tokenizer\n",
+                 options.model_path.c_str());
     return {};
+  }
   return options.model_path;
 }
 
