@@ -6,13 +6,13 @@
 #include <cmath>
 
 #include "kernels/common/warp.cuh"
+#include "kernels/moe_grouped_gemm_mma.cuh"
 #include "kernels/moe_router.cuh"
 
 namespace peregrine::kernels {
 
 namespace {
 
-constexpr unsigned kFullMask = 0xffffffffu;
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / kWarpSize;
 // Two CTAs (16 warps) per SM keep enough weight bytes in flight; caps registers at 128.
@@ -208,26 +208,7 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm) MoeExpertGemmKernel(c
   const int warp = tid / kWarpSize;
   const int lane = tid % kWarpSize;
 
-  // Every CTA builds the same list: no grid-wide step, and the grid size never depends on it.
-  int num_touched = 0;
-  const uint32_t lanes_below = (1u << lane) - 1u;
-  for (int e0 = 0; e0 < p.num_experts; e0 += kThreads) {
-    const int e = e0 + tid;
-    const bool hit = e < p.num_experts && p.expert_offsets[e + 1] > p.expert_offsets[e];
-    const uint32_t ballot = __ballot_sync(kFullMask, hit);
-    if (lane == 0) warp_counts[warp] = __popc(ballot);
-    __syncthreads();
-    int before = 0, total = 0;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) {
-      const int c = warp_counts[w];
-      total += c;
-      before += w < warp ? c : 0;
-    }
-    if (hit) touched[num_touched + before + __popc(ballot & lanes_below)] = e;
-    num_touched += total;
-    __syncthreads();
-  }
+  const int num_touched = moe_mma::CollectTouchedExperts(p, touched, warp_counts, kThreads);
 
   // Items are (touched expert, output row); neighbouring warps take neighbouring rows of one
   // expert, so they share its activations in L1.
@@ -267,6 +248,43 @@ cudaError_t LaunchTyped(const MoeExpertGemmParams& p, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
+// The tensor-core MXFP4 kernel (moe_grouped_gemm_mma.cuh) serves whole 16-row tiles on sm_80+
+// devices that can give one CTA its 128 KiB table; anything else takes the CUDA-core kernel.
+cudaError_t UseMxfp4Mma(const MoeExpertGemmParams& p, bool& use) {
+  use = false;
+  if (p.format != MoeWeightFormat::kMxfp4 || p.out_dim % moe_mma::kRows != 0) return cudaSuccess;
+  int device = 0, major = 0, smem_optin = 0;
+  cudaError_t error = cudaGetDevice(&device);
+  if (error == cudaSuccess) error = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+  if (error == cudaSuccess)
+    error = cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+  use = error == cudaSuccess && major >= 8 &&
+        smem_optin >= moe_mma::kDynamicSmemBytes + static_cast<int>(sizeof(int)) * (kMoeMaxExperts + moe_mma::kWarps);
+  return error;
+}
+
+template <bool kGateUp>
+cudaError_t LaunchMxfp4Mma(const MoeExpertGemmParams& p, cudaStream_t stream) {
+  const auto kernel = moe_mma::MoeMxfp4MmaKernel<kGateUp>;
+  // Host-side attribute and queries only (no stream work), so this is legal inside a capture.
+  cudaError_t error =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, moe_mma::kDynamicSmemBytes);
+  if (error != cudaSuccess) return error;
+  int num_ctas = p.num_ctas;
+  if (num_ctas <= 0) {
+    int device = 0, num_sms = 0, per_sm = 0;
+    error = cudaGetDevice(&device);
+    if (error == cudaSuccess) error = cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, device);
+    if (error == cudaSuccess)
+      error = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, moe_mma::kThreads,
+                                                            moe_mma::kDynamicSmemBytes);
+    if (error != cudaSuccess) return error;
+    num_ctas = num_sms * (per_sm > 0 ? per_sm : 1);
+  }
+  kernel<<<num_ctas, moe_mma::kThreads, moe_mma::kDynamicSmemBytes, stream>>>(p);
+  return cudaGetLastError();
+}
+
 cudaError_t Validate(const MoeExpertGemmParams& p) {
   if (p.num_experts <= 0 || p.num_experts > kMoeMaxExperts || p.out_dim <= 0 || p.in_dim <= 0 ||
       p.in_dim % 32 != 0 || p.input_row_divisor <= 0)
@@ -280,6 +298,9 @@ cudaError_t Validate(const MoeExpertGemmParams& p) {
 cudaError_t LaunchMoeGateUp(const MoeExpertGemmParams& p, cudaStream_t stream) {
   if (const cudaError_t error = Validate(p); error != cudaSuccess) return error;
   if (p.w_b == nullptr || (p.format == MoeWeightFormat::kMxfp4 && p.scale_b == nullptr)) return cudaErrorInvalidValue;
+  bool mma = false;
+  if (const cudaError_t error = UseMxfp4Mma(p, mma); error != cudaSuccess) return error;
+  if (mma) return LaunchMxfp4Mma<true>(p, stream);
   switch (p.format) {
     case MoeWeightFormat::kBF16: return LaunchTyped<MoeWeightFormat::kBF16, true>(p, stream);
     case MoeWeightFormat::kMxfp4: return LaunchTyped<MoeWeightFormat::kMxfp4, true>(p, stream);
@@ -289,6 +310,9 @@ cudaError_t LaunchMoeGateUp(const MoeExpertGemmParams& p, cudaStream_t stream) {
 
 cudaError_t LaunchMoeDown(const MoeExpertGemmParams& p, cudaStream_t stream) {
   if (const cudaError_t error = Validate(p); error != cudaSuccess) return error;
+  bool mma = false;
+  if (const cudaError_t error = UseMxfp4Mma(p, mma); error != cudaSuccess) return error;
+  if (mma) return LaunchMxfp4Mma<false>(p, stream);
   switch (p.format) {
     case MoeWeightFormat::kBF16: return LaunchTyped<MoeWeightFormat::kBF16, false>(p, stream);
     case MoeWeightFormat::kMxfp4: return LaunchTyped<MoeWeightFormat::kMxfp4, false>(p, stream);

@@ -3,11 +3,14 @@
 // matrix, f32 out). Weights are bf16 or MXFP4 (e2m1 two per byte, the low nibble the even
 // input, one ue8m0 scale per 32 inputs).
 //
-// Built for decode, where it is bound by the weight bytes: a persistent grid walks the
-// (touched expert, output row) pairs one warp at a time; each warp streams its weight row
-// once per group of up to kMoeTokenGroup of the expert's assignments (16-byte loads that
-// skip L1), reading the activations through L1, with fp32 accumulation. Untouched experts
-// cost nothing. Prefill is correct but runs on CUDA cores (no tensor-core path yet).
+// Built for decode, where it is bound by the weight bytes. MXFP4 weights (whole 16-row tiles,
+// sm_80+) run on tensor cores (moe_grouped_gemm_mma.cuh): a persistent grid walks the
+// (touched expert, 16-row tile) pairs one warp at a time, decoding e2m1 exactly to bf16 MMA
+// fragments, the expert's assignments as the N side in passes of up to 16. bf16 weights (and
+// MXFP4 anywhere else) take the CUDA-core kernel: (touched expert, output row) pairs one warp
+// at a time, each weight row streamed once per group of up to kMoeTokenGroup assignments.
+// Both stream weights with 16-byte loads that skip L1, read activations through L1 and
+// accumulate in fp32; untouched experts cost nothing.
 #pragma once
 
 #include <cuda_runtime_api.h>

@@ -3,6 +3,7 @@
 // output, so a failure names the stage), one end-to-end check against deepseek_v4::Moe, a
 // CUDA-graph replay with rewritten inputs, and the launchers' argument checks.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -142,13 +143,15 @@ struct MoeCase {
   bool ties = false;        // logits on a coarse grid and no bias: many exact ties
   bool hot_expert = false;  // one expert chosen by every token
   bool shared = true;
+  int num_ctas = 0;         // gate-up / down persistent grid; 0: one full wave
 };
 
 std::string Name(const MoeCase& c) {
   return "N=" + std::to_string(c.n) + " E=" + std::to_string(c.e) + " K=" + std::to_string(c.k) +
          " D=" + std::to_string(c.d) + " I=" + std::to_string(c.i) + (c.hash ? " hash" : " learned") +
          (c.format == MoeWeightFormat::kBF16 ? " bf16" : " mxfp4") + " limit=" + std::to_string(c.limit) +
-         (c.ties ? " ties" : "") + (c.hot_expert ? " hot-expert" : "") + (c.shared ? " shared" : "");
+         (c.ties ? " ties" : "") + (c.hot_expert ? " hot-expert" : "") + (c.shared ? " shared" : "") +
+         (c.num_ctas > 0 ? " ctas=" + std::to_string(c.num_ctas) : "");
 }
 
 // Host inputs of one case.
@@ -283,6 +286,7 @@ class MoeKernelsTest : public GpuTest {
     gate_up.w3 = MatrixView(c, d.w3, d.w3s, c.i, c.d);
     gate_up.h = View(d.h, DType::kBF16, {nk, c.i});
     gate_up.swiglu_limit = c.limit;
+    gate_up.num_ctas = c.num_ctas;
     PG_RETURN_IF_ERROR(cuda::MoeGateUp(gate_up, stream_.get()));
 
     cuda::MoeDownArgs down;
@@ -292,6 +296,7 @@ class MoeKernelsTest : public GpuTest {
     down.format = c.format;
     down.w2 = MatrixView(c, d.w2, d.w2s, c.d, c.i);
     down.y = View(d.y, DType::kF32, {nk, c.d});
+    down.num_ctas = c.num_ctas;
     PG_RETURN_IF_ERROR(cuda::MoeDown(down, stream_.get()));
 
     cuda::MoeCombineArgs combine;
@@ -399,6 +404,22 @@ TEST_F(MoeKernelsTest, AwkwardWidths) {
       MoeCase c{17, 8, 2, d, i};
       c.format = format;
       c.limit = 2.0f;
+      Run(c, seed++);
+    }
+}
+
+TEST_F(MoeKernelsTest, Mxfp4TensorCoreTiling) {
+  // The MXFP4 tensor-core kernel: experts with more than one pass of 16 assignments (and a
+  // partial 8-assignment tile), 128-input steps with a partial last step (in_dim 160, 416:
+  // only some lanes' 32-input blocks exist), step counts that are not a multiple of the
+  // register ring (9 steps), and a one-CTA grid whose warps loop over every work item.
+  uint32_t seed = 600;
+  for (auto [n, e, d, i] : {std::array<int64_t, 4>{64, 4, 256, 160}, {5, 2, 1152, 416}, {41, 3, 128, 32}})
+    for (int num_ctas : {0, 1}) {
+      MoeCase c{n, e, 2, d, i};
+      c.format = MoeWeightFormat::kMxfp4;
+      c.limit = seed % 2 == 0 ? 0.0f : 3.0f;
+      c.num_ctas = num_ctas;
       Run(c, seed++);
     }
 }
