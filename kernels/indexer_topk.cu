@@ -39,7 +39,8 @@ __device__ __forceinline__ uint64_t SelectionKey(uint32_t ordered, int index) {
 __device__ __forceinline__ uint64_t TopBits(uint64_t key, int bits) { return bits == 0 ? 0 : key >> (64 - bits); }
 
 // Rows up to this many entries are read once into shared memory and selected there.
-constexpr int kSmallRow = 2 * kCandidates;
+constexpr int kSmallRow = kIndexerTopKShortRow;
+static_assert(kSmallRow == 2 * kCandidates, "the short-row buffer shares the candidates' storage");
 
 struct TopKShared {
   int hist[kBins];
@@ -60,6 +61,8 @@ struct TopKShared {
   int found_count;
   int out_count;
   int candidate_count;
+  int is_last;  // long rows: this CTA is the request's last to arrive and selects
+  int listed;   // long rows: candidates the request's CTAs appended
 };
 
 // Calls f(key, index) for each valid score of the row, 16-byte loads where possible.
@@ -146,65 +149,21 @@ __device__ __forceinline__ void Emit(TopKShared& s, int index) {
   if (slot < kIndexerTopKMax) s.out[slot] = index;
 }
 
-__global__ void __launch_bounds__(kThreads, 1) IndexerTopKKernel(const IndexerTopKParams p) {
-  __shared__ TopKShared s;
-  const int tid = static_cast<int>(threadIdx.x);
-  const int b = static_cast<int>(blockIdx.x);
-  const int k = p.k;
-  int n = p.num_entries[b];
-  n = n < 0 ? 0 : (n > p.score_stride ? p.score_stride : n);
-  int32_t* indices = p.indices + static_cast<int64_t>(b) * k;
-
-  if (n <= k) {
-    for (int j = tid; j < k; j += kThreads) indices[j] = j < n ? j : -1;
-    if (tid == 0) p.counts[b] = n;
-    return;
-  }
-
-  if (tid == 0) {
-    s.prefix = 0;
-    s.bits = 0;
-    s.needed = k;
-    s.out_count = 0;
-    s.candidate_count = 0;
-  }
-  __syncthreads();
-
-  const float* row = p.scores + static_cast<int64_t>(b) * p.score_stride;
-  if (n <= kSmallRow) {
-    // One read into shared memory, radix passes there, then the picks in entry order by a
-    // block scan (no sort): thread t owns entries [t * per, (t + 1) * per).
-    for (int j = tid; j < n; j += kThreads) s.buf.row[j] = OrderedBits(row[j]);
-    __syncthreads();
-    auto visit_row = [&](auto&& f) { ForEachShortRowEntry(s, n, f); };
-    for (int d = 0; d < kNumDigits; ++d)
-      if (RadixPass(s, DigitAt(d), visit_row)) break;
-    const int bits = s.bits;
-    const uint64_t prefix_top = TopBits(s.prefix, bits);
-    const int per = (n + kThreads - 1) / kThreads;
-    const int first = tid * per;
-    const int last = first + per < n ? first + per : n;
-    int taken = 0;
-    for (int j = first; j < last; ++j) taken += TopBits(SelectionKey(s.buf.row[j], j), bits) >= prefix_top;
-    int position = 0;
-    cub::BlockScan<int, kThreads>(s.scan).ExclusiveSum(taken, position);
-    for (int j = first; j < last; ++j)
-      if (TopBits(SelectionKey(s.buf.row[j], j), bits) >= prefix_top && position < k) indices[position++] = j;
-    if (tid == 0) p.counts[b] = k;
-    return;
-  }
-
-  auto visit_global = [&](auto&& f) { ForEachScore(row, n, f); };
+// Selects the k largest keys among those `visit` yields into s.out (unordered). Expects
+// prefix/bits/needed/out_count initialised (and, when in_shared, s.buf.candidates holding every
+// element with candidate_count set). Radix passes over `visit` until the elements tied with the
+// threshold fit in shared memory, then over those.
+template <typename Visit>
+__device__ void SelectLarge(TopKShared& s, bool in_shared, Visit&& visit) {
   auto visit_candidates = [&](auto&& f) { ForEachCandidate(s, f); };
-  bool in_shared = false;
   for (int d = 0; d < kNumDigits; ++d) {
-    const bool done = in_shared ? RadixPass(s, DigitAt(d), visit_candidates) : RadixPass(s, DigitAt(d), visit_global);
+    const bool done = in_shared ? RadixPass(s, DigitAt(d), visit_candidates) : RadixPass(s, DigitAt(d), visit);
     if (done) break;
     if (!in_shared && s.found_count <= kCandidates) {
       // Take everything already above the threshold; keep the tied elements close.
       const int bits = s.bits;
       const uint64_t prefix_top = TopBits(s.prefix, bits);
-      ForEachScore(row, n, [&](uint64_t key, int index) {
+      visit([&](uint64_t key, int index) {
         const uint64_t top = TopBits(key, bits);
         if (top > prefix_top) {
           Emit(s, index);
@@ -220,21 +179,22 @@ __global__ void __launch_bounds__(kThreads, 1) IndexerTopKKernel(const IndexerTo
       in_shared = true;
     }
   }
-  {
-    const int bits = s.bits;
-    const uint64_t prefix_top = TopBits(s.prefix, bits);
-    auto take = [&](uint64_t key, int index) {
-      if (TopBits(key, bits) >= prefix_top) Emit(s, index);
-    };
-    if (in_shared) {
-      ForEachCandidate(s, take);
-    } else {
-      ForEachScore(row, n, take);
-    }
+  const int bits = s.bits;
+  const uint64_t prefix_top = TopBits(s.prefix, bits);
+  auto take = [&](uint64_t key, int index) {
+    if (TopBits(key, bits) >= prefix_top) Emit(s, index);
+  };
+  if (in_shared) {
+    ForEachCandidate(s, take);
+  } else {
+    visit(take);
   }
   __syncthreads();
+}
 
-  // Ascending entry order: bitonic sort of the k picks, padded to a power of two.
+// Writes the k picks of s.out in ascending entry order: bitonic sort padded to a power of two.
+__device__ void WriteAscending(TopKShared& s, int k, int32_t* indices) {
+  const int tid = static_cast<int>(threadIdx.x);
   int padded = 1;
   while (padded < k) padded <<= 1;
   for (int j = k + tid; j < padded; j += kThreads) s.out[j] = INT_MAX;
@@ -256,7 +216,219 @@ __global__ void __launch_bounds__(kThreads, 1) IndexerTopKKernel(const IndexerTo
     }
   }
   for (int j = tid; j < k; j += kThreads) indices[j] = s.out[j];
-  if (tid == 0) p.counts[b] = k;
+}
+
+// The short-row path: one read into shared memory, radix passes there, then the picks in
+// entry order by a block scan (no sort): thread t owns entries [t * per, (t + 1) * per).
+__device__ void SelectShortRow(TopKShared& s, const float* row, int n, int k, int32_t* indices) {
+  const int tid = static_cast<int>(threadIdx.x);
+  for (int j = tid; j < n; j += kThreads) s.buf.row[j] = OrderedBits(row[j]);
+  __syncthreads();
+  auto visit_row = [&](auto&& f) { ForEachShortRowEntry(s, n, f); };
+  for (int d = 0; d < kNumDigits; ++d)
+    if (RadixPass(s, DigitAt(d), visit_row)) break;
+  const int bits = s.bits;
+  const uint64_t prefix_top = TopBits(s.prefix, bits);
+  const int per = (n + kThreads - 1) / kThreads;
+  const int first = tid * per;
+  const int last = first + per < n ? first + per : n;
+  int taken = 0;
+  for (int j = first; j < last; ++j) taken += TopBits(SelectionKey(s.buf.row[j], j), bits) >= prefix_top;
+  int position = 0;
+  cub::BlockScan<int, kThreads>(s.scan).ExclusiveSum(taken, position);
+  for (int j = first; j < last; ++j)
+    if (TopBits(SelectionKey(s.buf.row[j], j), bits) >= prefix_top && position < k) indices[position++] = j;
+}
+
+// Long rows: the threshold estimate. kSampleGroups float4 groups spread evenly over the row
+// (the same ones in every CTA of the request, so every CTA finds the same threshold); the
+// returned ordered score bits are at most the rank-th largest sample, with rank about twice
+// the expected number of samples in the true top k plus a margin: the candidates (entries at or
+// above it) then number about 2k + n / 256 and fall below k with negligible probability.
+constexpr int kSampleGroups = kThreads;
+constexpr int kSamples = 4 * kSampleGroups;
+static_assert(kSamples <= kSmallRow, "the sample lives in the short-row buffer");
+// Slices of a long row are at least this many entries (a smaller row uses fewer CTAs).
+constexpr int kMinSliceEntries = 16384;
+
+__device__ uint32_t EstimateThreshold(TopKShared& s, const float* row, int n, int k) {
+  const int tid = static_cast<int>(threadIdx.x);
+  const int64_t n4 = n / 4;  // > kSampleGroups, since n > kSmallRow
+  const int64_t group = static_cast<int64_t>(tid) * n4 / kSampleGroups;
+  const float4 v = __ldg(reinterpret_cast<const float4*>(row) + group);
+  s.buf.row[4 * tid] = OrderedBits(v.x);
+  s.buf.row[4 * tid + 1] = OrderedBits(v.y);
+  s.buf.row[4 * tid + 2] = OrderedBits(v.z);
+  s.buf.row[4 * tid + 3] = OrderedBits(v.w);
+  if (tid == 0) {
+    const int64_t expected = (static_cast<int64_t>(k) * kSamples + n - 1) / n;
+    const int64_t rank = 2 * expected + 16;
+    s.prefix = 0;
+    s.bits = 0;
+    s.needed = static_cast<int>(rank < kSamples ? rank : kSamples);
+  }
+  __syncthreads();
+  auto visit_sample = [&](auto&& f) { ForEachShortRowEntry(s, kSamples, f); };
+  for (int d = 0; d < kNumDigits / 2; ++d)
+    if (RadixPass(s, DigitAt(d), visit_sample)) break;
+  // Undecided low bits are zero: the threshold is the bottom of the chosen bin.
+  const uint32_t threshold = static_cast<uint32_t>(s.prefix >> 32);
+  __syncthreads();
+  return threshold;
+}
+
+// Appends the entries of this CTA's slice with ordered score bits >= threshold to the list:
+// one warp-aggregated atomic per warp and element slot that has any, entries past the
+// capacity only counted. Loop trip counts are uniform across the CTA (full-warp ballots).
+// Not inlined: inlined, the kernel spills (64 registers at 1024 threads).
+__device__ __noinline__ void GatherSlice(const float* row, int n, int slice, int num_slices, uint32_t threshold,
+                            int32_t* workspace) {
+  const int tid = static_cast<int>(threadIdx.x);
+  const int lane = tid % 32;
+  int32_t* list_count = workspace;
+  uint32_t* list_ordered = reinterpret_cast<uint32_t*>(workspace + 4);
+  int32_t* list_index = workspace + 4 + kIndexerTopKListCapacity;
+  auto append = [&](bool hit, uint32_t ordered, int index) {
+    const unsigned hits = __ballot_sync(0xffffffffu, hit);
+    if (hits == 0) return;
+    const int leader = __ffs(static_cast<int>(hits)) - 1;
+    int base = 0;
+    if (lane == leader) base = atomicAdd(list_count, __popc(hits));
+    base = __shfl_sync(0xffffffffu, base, leader);
+    if (hit) {
+      const int j = base + __popc(hits & ((1u << lane) - 1u));
+      if (j < kIndexerTopKListCapacity) {
+        list_ordered[j] = ordered;
+        list_index[j] = index;
+      }
+    }
+  };
+  const int n4 = n / 4;
+  const int per = (n4 + num_slices - 1) / num_slices;
+  const int g0 = slice * per;
+  const int g1 = g0 + per < n4 ? g0 + per : n4;
+  const float4* row4 = reinterpret_cast<const float4*>(row);
+  constexpr int kUnroll = 4;  // 64 KB of loads in flight per CTA
+  for (int base = g0; base < g1; base += kUnroll * kThreads) {
+    float4 v[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int i = base + u * kThreads + tid;
+      v[u] = i < g1 ? __ldg(row4 + i) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int i = base + u * kThreads + tid;
+      const bool valid = i < g1;
+      const uint32_t o[4] = {OrderedBits(v[u].x), OrderedBits(v[u].y), OrderedBits(v[u].z), OrderedBits(v[u].w)};
+#pragma unroll
+      for (int c = 0; c < 4; ++c) append(valid && o[c] >= threshold, o[c], 4 * i + c);
+    }
+  }
+  if (slice == num_slices - 1) {
+    for (int base = 4 * n4; base < n; base += kThreads) {
+      const int i = base + tid;
+      const bool valid = i < n;
+      const uint32_t o = valid ? OrderedBits(row[i]) : 0u;
+      append(valid && o >= threshold, o, i);
+    }
+  }
+}
+
+__global__ void __launch_bounds__(kThreads, 1) IndexerTopKKernel(const IndexerTopKParams p) {
+  __shared__ TopKShared s;
+  const int tid = static_cast<int>(threadIdx.x);
+  // Slice-major: the first B CTAs are slice 0 of each request (the only ones short rows use).
+  const int b = static_cast<int>(blockIdx.x % static_cast<unsigned>(p.batch));
+  const int slice = static_cast<int>(blockIdx.x / static_cast<unsigned>(p.batch));
+  const int k = p.k;
+  int n = p.num_entries[b];
+  n = n < 0 ? 0 : (n > p.score_stride ? p.score_stride : n);
+  int32_t* indices = p.indices + static_cast<int64_t>(b) * k;
+  const float* row = p.scores + static_cast<int64_t>(b) * p.score_stride;
+
+  if (n <= kSmallRow) {
+    if (slice != 0) return;
+    if (n <= k) {
+      for (int j = tid; j < k; j += kThreads) indices[j] = j < n ? j : -1;
+      if (tid == 0) p.counts[b] = n;
+      return;
+    }
+    if (tid == 0) {
+      s.prefix = 0;
+      s.bits = 0;
+      s.needed = k;
+    }
+    __syncthreads();
+    SelectShortRow(s, row, n, k, indices);
+    if (tid == 0) p.counts[b] = k;
+    return;
+  }
+
+  // Long row: estimate, gather this slice's candidates, and the last CTA to arrive selects.
+  const int wanted_slices = (n + kMinSliceEntries - 1) / kMinSliceEntries;
+  const int num_slices = p.num_slices < wanted_slices ? p.num_slices : wanted_slices;
+  if (slice >= num_slices) return;
+  int32_t* workspace = p.workspace + static_cast<int64_t>(b) * kIndexerTopKWorkspaceInts;
+  const uint32_t threshold = EstimateThreshold(s, row, n, k);
+  GatherSlice(row, n, slice, num_slices, threshold, workspace);
+  __threadfence();
+  __syncthreads();
+  if (tid == 0) {
+    const bool is_last = atomicAdd(&workspace[1], 1) == num_slices - 1;
+    s.is_last = is_last ? 1 : 0;
+    if (is_last) {
+      __threadfence();
+      s.listed = atomicAdd(&workspace[0], 0);  // every slice's appends are counted
+    }
+  }
+  __syncthreads();
+  if (s.is_last == 0) return;
+  __threadfence();
+  const int listed = s.listed;
+
+  const uint32_t* list_ordered = reinterpret_cast<const uint32_t*>(workspace + 4);
+  const int32_t* list_index = workspace + 4 + kIndexerTopKListCapacity;
+  IndexerTopKPath path;
+  if (tid == 0) {
+    s.prefix = 0;
+    s.bits = 0;
+    s.needed = k;
+    s.out_count = 0;
+    s.candidate_count = 0;
+  }
+  if (listed >= k && listed <= kCandidates) {
+    path = IndexerTopKPath::kListShared;
+    for (int j = tid; j < listed; j += kThreads) {
+      s.buf.candidates.ordered[j] = __ldcg(list_ordered + j);
+      s.buf.candidates.index[j] = __ldcg(list_index + j);
+    }
+    if (tid == 0) s.candidate_count = listed;
+    __syncthreads();
+    SelectLarge(s, /*in_shared=*/true, [](auto&&) {});
+  } else if (listed >= k && listed <= kIndexerTopKListCapacity) {
+    path = IndexerTopKPath::kListGlobal;
+    __syncthreads();
+    SelectLarge(s, /*in_shared=*/false, [&](auto&& f) {
+      for (int j = tid; j < listed; j += kThreads) {
+        const uint32_t ordered = __ldcg(list_ordered + j);
+        const int index = __ldcg(list_index + j);
+        f(SelectionKey(ordered, index), index);
+      }
+    });
+  } else {
+    path = IndexerTopKPath::kWholeRow;
+    __syncthreads();
+    SelectLarge(s, /*in_shared=*/false, [&](auto&& f) { ForEachScore(row, n, f); });
+  }
+  WriteAscending(s, k, indices);
+  if (tid == 0) {
+    p.counts[b] = k;
+    workspace[0] = 0;
+    workspace[1] = 0;
+    workspace[2] = static_cast<int32_t>(path);
+    workspace[3] = listed;
+  }
 }
 
 }  // namespace
@@ -264,7 +436,13 @@ __global__ void __launch_bounds__(kThreads, 1) IndexerTopKKernel(const IndexerTo
 cudaError_t LaunchIndexerTopK(const IndexerTopKParams& p, cudaStream_t stream) {
   if (p.batch <= 0) return cudaSuccess;
   if (p.k < 1 || p.k > kIndexerTopKMax || p.score_stride % 4 != 0) return cudaErrorInvalidValue;
-  IndexerTopKKernel<<<static_cast<unsigned>(p.batch), kThreads, 0, stream>>>(p);
+  const bool has_long_rows = p.score_stride > kSmallRow;
+  if (has_long_rows && (p.workspace == nullptr || p.num_slices < 1 || p.num_slices > kIndexerTopKMaxSlices))
+    return cudaErrorInvalidValue;
+  // Short rows only need one CTA per request.
+  const int64_t grid = static_cast<int64_t>(p.batch) * (has_long_rows ? p.num_slices : 1);
+  if (grid > INT_MAX) return cudaErrorInvalidValue;
+  IndexerTopKKernel<<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(p);
   return cudaGetLastError();
 }
 

@@ -19,6 +19,7 @@
 #include "backend/cuda/ops/output_projection.h"
 #include "backend/cuda/ops/sparse_attention.h"
 #include "backend/cuda/ops/sparse_attention_plan.h"
+#include "kernels/indexer_topk.cuh"
 
 namespace {
 
@@ -156,14 +157,19 @@ int pg_indexer_scores(void* handle, void* q, int batch, int heads, int dim, void
   return Report(b, peregrine::cuda::IndexerScores(a, AsStream(stream)));
 }
 
+// Ints per request of the top-k workspace (the caller allocates it zeroed, [batch, this]).
+int pg_indexer_topk_workspace_ints() { return peregrine::kernels::kIndexerTopKWorkspaceInts; }
+
 int pg_indexer_topk(void* handle, void* scores, int batch, int score_stride, void* num_entries, void* indices, int k,
-                    void* counts, uint64_t stream) {
+                    void* counts, void* workspace, uint64_t stream) {
   auto* b = static_cast<Bench*>(handle);
   peregrine::cuda::IndexerTopKArgs a;
   a.scores = View(scores, DType::kF32, {batch, score_stride});
   a.num_entries = View(num_entries, DType::kI32, {batch});
   a.indices = View(indices, DType::kI32, {batch, k});
   a.counts = View(counts, DType::kI32, {batch});
+  a.workspace = View(workspace, DType::kI32, {batch, peregrine::kernels::kIndexerTopKWorkspaceInts});
+  a.num_ctas = b->num_sms;
   return Report(b, peregrine::cuda::IndexerTopK(a, AsStream(stream)));
 }
 

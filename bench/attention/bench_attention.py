@@ -61,8 +61,10 @@ class Peregrine:
         lib.pg_sparse_attention.restype = I
         lib.pg_indexer_scores.argtypes = [P, P, I, I, I, P, P, I64, I, P, I, P, P, I, F, I, U64]
         lib.pg_indexer_scores.restype = I
-        lib.pg_indexer_topk.argtypes = [P, P, I, I, P, P, I, P, U64]
+        lib.pg_indexer_topk.argtypes = [P, P, I, I, P, P, I, P, P, U64]
         lib.pg_indexer_topk.restype = I
+        lib.pg_indexer_topk_workspace_ints.argtypes = []
+        lib.pg_indexer_topk_workspace_ints.restype = I
         lib.pg_output_projection.argtypes = [P, P, I, I, I, P, I, I, P, I, P, P, U64]
         lib.pg_output_projection.restype = I
         self.lib = lib
@@ -291,7 +293,7 @@ def run_attention(pg, timer, w, kind, out_rows, check_requests=4):
 
 
 class IndexerInputs:
-    def __init__(self, batch, context, max_context, device, gen):
+    def __init__(self, batch, context, max_context, device, gen, topk_workspace_ints):
         self.batch = batch
         self.n = context // 4
         self.max_entries = max_context // 4
@@ -309,6 +311,8 @@ class IndexerInputs:
         self.scores = torch.full((batch, self.stride), float("nan"), device=device)
         self.idx = torch.empty(batch, TOPK, dtype=torch.int32, device=device)
         self.cnt = torch.empty(batch, dtype=torch.int32, device=device)
+        # Zeroed once; every top-k call leaves its counters zero again.
+        self.topk_ws = torch.zeros(batch, topk_workspace_ints, dtype=torch.int32, device=device)
         self.scale = INDEX_DIM ** -0.5
 
 
@@ -320,7 +324,7 @@ def indexer_calls(pg, x):
 
     def topk():
         pg.check(pg.lib.pg_indexer_topk(pg.h, ptr(x.scores), x.batch, x.stride, ptr(x.num), ptr(x.idx), TOPK,
-                                        ptr(x.cnt), stream()))
+                                        ptr(x.cnt), ptr(x.topk_ws), stream()))
 
     def both():
         scores()
@@ -330,7 +334,7 @@ def indexer_calls(pg, x):
 
 
 def run_indexer(pg, timer, batch, context, gen, out_rows):
-    x = IndexerInputs(batch, context, context, "cuda", gen)
+    x = IndexerInputs(batch, context, context, "cuda", gen, pg.lib.pg_indexer_topk_workspace_ints())
     scores, topk, both = indexer_calls(pg, x)
     both()
     torch.cuda.synchronize()
@@ -365,7 +369,7 @@ def run_indexer_max_context(pg, timer, gen, out_rows):
     for batch in BATCHES:
         times = {}
         for max_context in (8192, 1048576):
-            x = IndexerInputs(batch, 4096, max_context, "cuda", gen)
+            x = IndexerInputs(batch, 4096, max_context, "cuda", gen, pg.lib.pg_indexer_topk_workspace_ints())
             _, _, both = indexer_calls(pg, x)
             times[max_context] = timer.median_us(both)
             del x

@@ -17,6 +17,7 @@
 #include "backend/cuda/ops/sparse_attention.h"
 #include "backend/cuda/ops/sparse_attention_plan.h"
 #include "gpu_test_util.h"
+#include "kernels/indexer_topk.cuh"
 
 namespace peregrine::testing {
 namespace {
@@ -82,6 +83,10 @@ TEST_F(CaptureTest, IndexerTopKAttentionChain) {
   ta.num_entries = sa.num_entries;
   ta.indices = View(idx_d, DType::kI32, {batch, k});
   ta.counts = View(count_d, DType::kI32, {batch});
+  // Rows here are short (no workspace needed); passed as the model does, zeroed once.
+  cuda::DeviceBuffer topk_ws_d = Poisoned(static_cast<size_t>(batch * kernels::kIndexerTopKWorkspaceInts) * 4, 0);
+  ta.workspace = View(topk_ws_d, DType::kI32, {batch, kernels::kIndexerTopKWorkspaceInts});
+  ta.num_ctas = DeviceSmCount();
   cuda::SparseAttentionArgs aa;
   aa.q = View(q_d, DType::kBF16, {batch, h, d});
   aa.window_kv = View(window_d, DType::kBF16, {window_rows, d});

@@ -1,8 +1,11 @@
 // Lightning indexer: scores vs cpu::IndexerScores (configs x batch x lengths across page and
 // chunk boundaries, shuffled pages; entries past a request's length stay untouched), and
 // top-k vs cpu::IndexerTopK exactly (random, tied, all-equal and signed-zero scores; k larger
-// than the available entries; long rows that take every radix path).
+// than the available entries; long rows that take every radix path; 262,144-entry rows split
+// over several CTAs at several grid sizes, with mixed lengths, heavy ties at the boundary, few
+// distinct values and all-equal rows, each call run twice on one workspace).
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <numeric>
 
@@ -89,36 +92,56 @@ class IndexerTest : public GpuTest {
     RunTopK(got, lengths, stride, k, /*scores_d=*/&scores_d);
   }
 
+  // Top-k on the GPU vs cpu::IndexerTopK, exactly. Runs twice on the same workspace (the first
+  // call must leave it reusable); `paths` receives each request's long-row path
+  // (kernels::IndexerTopKPath) when given.
   void RunTopK(const std::vector<float>& scores, const std::vector<int32_t>& lengths, int64_t stride, int64_t k,
-               const cuda::DeviceBuffer* scores_on_device = nullptr) {
+               const cuda::DeviceBuffer* scores_on_device = nullptr, int num_ctas = 0,
+               std::vector<int32_t>* paths = nullptr) {
     const int64_t batch = static_cast<int64_t>(lengths.size());
-    SCOPED_TRACE("topk B=" + std::to_string(batch) + " k=" + std::to_string(k));
+    if (num_ctas == 0) num_ctas = DeviceSmCount();
+    SCOPED_TRACE("topk B=" + std::to_string(batch) + " k=" + std::to_string(k) + " S=" + std::to_string(stride) +
+                 " num_ctas=" + std::to_string(num_ctas));
     std::vector<int32_t> want_idx(static_cast<size_t>(batch * k)), want_count(static_cast<size_t>(batch));
     cpu::IndexerTopK(scores.data(), lengths.data(), batch, stride, k, want_idx.data(), want_count.data());
     cuda::DeviceBuffer uploaded;
     if (scores_on_device == nullptr) uploaded = Upload(scores);
     const cuda::DeviceBuffer& s_d = scores_on_device != nullptr ? *scores_on_device : uploaded;
     cuda::DeviceBuffer len_d = Upload(lengths);
-    cuda::DeviceBuffer idx_d = Poisoned(static_cast<size_t>(batch * k) * 4, 0xab);
-    cuda::DeviceBuffer count_d = Poisoned(static_cast<size_t>(batch) * 4, 0xab);
-    cuda::IndexerTopKArgs args;
-    args.scores = View(s_d, DType::kF32, {batch, stride});
-    args.num_entries = View(len_d, DType::kI32, {batch});
-    args.indices = View(idx_d, DType::kI32, {batch, k});
-    args.counts = View(count_d, DType::kI32, {batch});
-    PG_ASSERT_OK(cuda::IndexerTopK(args, stream_.get()));
-    const std::vector<int32_t> got_idx = Download<int32_t>(idx_d, want_idx.size());
-    const std::vector<int32_t> got_count = Download<int32_t>(count_d, want_count.size());
-    EXPECT_EQ(got_count, want_count);
-    for (int64_t b = 0; b < batch; ++b) {
-      const auto first = static_cast<size_t>(b * k);
-      const std::vector<int32_t> g(got_idx.begin() + first, got_idx.begin() + first + k);
-      const std::vector<int32_t> w(want_idx.begin() + first, want_idx.begin() + first + k);
-      if (g != w) {
-        size_t j = 0;
-        while (g[j] == w[j]) ++j;
-        ADD_FAILURE() << "request " << b << " (n=" << lengths[static_cast<size_t>(b)] << "): first difference at "
-                      << j << ": got " << g[j] << ", want " << w[j];
+    const int64_t ws_ints = kernels::kIndexerTopKWorkspaceInts;
+    cuda::DeviceBuffer ws_d = Poisoned(static_cast<size_t>(batch * ws_ints) * 4, 0);
+    for (int call = 0; call < 2; ++call) {
+      SCOPED_TRACE("call " + std::to_string(call));
+      cuda::DeviceBuffer idx_d = Poisoned(static_cast<size_t>(batch * k) * 4, 0xab);
+      cuda::DeviceBuffer count_d = Poisoned(static_cast<size_t>(batch) * 4, 0xab);
+      cuda::IndexerTopKArgs args;
+      args.scores = View(s_d, DType::kF32, {batch, stride});
+      args.num_entries = View(len_d, DType::kI32, {batch});
+      args.indices = View(idx_d, DType::kI32, {batch, k});
+      args.counts = View(count_d, DType::kI32, {batch});
+      args.workspace = View(ws_d, DType::kI32, {batch, ws_ints});
+      args.num_ctas = num_ctas;
+      PG_ASSERT_OK(cuda::IndexerTopK(args, stream_.get()));
+      const std::vector<int32_t> got_idx = Download<int32_t>(idx_d, want_idx.size());
+      const std::vector<int32_t> got_count = Download<int32_t>(count_d, want_count.size());
+      const std::vector<int32_t> ws = Download<int32_t>(ws_d, static_cast<size_t>(batch * ws_ints));
+      EXPECT_EQ(got_count, want_count);
+      for (int64_t b = 0; b < batch; ++b) {
+        const auto first = static_cast<size_t>(b * k);
+        const int32_t* w_b = ws.data() + b * ws_ints;
+        const std::string diag = " (long-row path " + std::to_string(w_b[2]) + ", candidates " +
+                                 std::to_string(w_b[3]) + "; 1 shared list, 2 global list, 3 whole row)";
+        EXPECT_TRUE(w_b[0] == 0 && w_b[1] == 0)
+            << "request " << b << ": workspace counters not reset: " << w_b[0] << ", " << w_b[1] << diag;
+        const std::vector<int32_t> g(got_idx.begin() + first, got_idx.begin() + first + k);
+        const std::vector<int32_t> w(want_idx.begin() + first, want_idx.begin() + first + k);
+        if (g != w) {
+          size_t j = 0;
+          while (g[j] == w[j]) ++j;
+          ADD_FAILURE() << "request " << b << " (n=" << lengths[static_cast<size_t>(b)] << "): first difference at "
+                        << j << ": got " << g[j] << ", want " << w[j] << diag;
+        }
+        if (paths != nullptr && call == 1) paths->push_back(w_b[2]);
       }
     }
   }
@@ -170,6 +193,70 @@ TEST_F(IndexerTest, TopKLongRows) {
   RunTopK(scores, lengths, stride, 512);
   RunTopK(scores, lengths, stride, kernels::kIndexerTopKMax);
   std::fill(scores.begin(), scores.end(), 1.0f);
+  RunTopK(scores, lengths, stride, 512);
+}
+
+TEST_F(IndexerTest, TopKLongRowsSplit) {
+  // 262,144 entries (1M tokens) over several CTAs per request, at several grid sizes.
+  std::mt19937 rng(21);
+  const int64_t stride = 262144;
+  const std::vector<int32_t> lengths = {262144, 6145, 262143, 16385, 100000, 6144, 300, 0, 200001, 65536};
+  const int64_t batch = static_cast<int64_t>(lengths.size());
+  std::vector<float> scores = RandomNormal(rng, static_cast<size_t>(batch * stride));
+  const int sms = DeviceSmCount();
+  for (int num_ctas : {1, sms, 4 * sms, 64 * static_cast<int>(batch)}) {
+    std::vector<int32_t> paths;
+    RunTopK(scores, lengths, stride, 512, nullptr, num_ctas, &paths);
+    // Continuous scores: the sampled threshold must leave a list of at least k that fits (no
+    // whole-row fallback; the shared-memory list is the usual case, the global one ~1%).
+    ASSERT_EQ(paths.size(), static_cast<size_t>(batch));
+    for (int64_t b = 0; b < batch; ++b) {
+      if (lengths[static_cast<size_t>(b)] > kernels::kIndexerTopKShortRow) {
+        const int32_t path = paths[static_cast<size_t>(b)];
+        EXPECT_TRUE(path == static_cast<int32_t>(kernels::IndexerTopKPath::kListShared) ||
+                    path == static_cast<int32_t>(kernels::IndexerTopKPath::kListGlobal))
+            << "request " << b << " (n=" << lengths[static_cast<size_t>(b)] << ") took path " << path
+            << " instead of a candidate list";
+      }
+    }
+  }
+  RunTopK(scores, lengths, stride, kernels::kIndexerTopKMax);
+  RunTopK(scores, lengths, stride, 1);
+  // Positional trend (recent entries score higher) with noise: the sample must still cover it.
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t e = 0; e < stride; ++e) scores[static_cast<size_t>(b * stride + e)] += 1e-5f * static_cast<float>(e);
+  RunTopK(scores, lengths, stride, 512);
+}
+
+TEST_F(IndexerTest, TopKLongRowsTies) {
+  std::mt19937 rng(23);
+  const int64_t stride = 262144;
+  const std::vector<int32_t> lengths = {262144, 262141, 7000, 2049, 513, 512, 511, 131072};
+  const int64_t batch = static_cast<int64_t>(lengths.size());
+  std::vector<float> scores(static_cast<size_t>(batch * stride));
+  // All equal: the lowest entries win (the list overflows: whole-row path).
+  std::fill(scores.begin(), scores.end(), -3.5f);
+  for (int64_t k : {512, 2048, 1}) RunTopK(scores, lengths, stride, k);
+  // Few distinct values.
+  for (float& s : scores) s = static_cast<float>(static_cast<int>(rng() % 5)) - 2.0f;
+  RunTopK(scores, lengths, stride, 512);
+  // Heavy ties at the boundary: 400 clear winners, then 5,000 copies of the next value, the rest
+  // below; the top 512 take the 112 lowest-numbered copies.
+  std::vector<float> noise = RandomUniform(rng, scores.size(), -1.0f, 0.0f);
+  for (int64_t b = 0; b < batch; ++b) {
+    float* row = scores.data() + b * stride;
+    std::copy(noise.begin() + b * stride, noise.begin() + (b + 1) * stride, row);
+    const int64_t n = lengths[static_cast<size_t>(b)];
+    for (int64_t i = 0; i < 400 && i < n; ++i) row[(i * 7919) % n] = 2.0f + static_cast<float>(i);
+    for (int64_t i = 0; i < 5000 && i < n; ++i) {
+      float& v = row[(i * 104729 + 13) % n];
+      if (v < 1.0f) v = 1.0f;
+    }
+  }
+  for (int64_t k : {512, 400, 401, 2048}) RunTopK(scores, lengths, stride, k);
+  // Signed zeros tie; negative infinities sort last.
+  for (size_t i = 0; i < scores.size(); ++i)
+    scores[i] = (i % 5 == 0) ? -0.0f : (i % 5 == 1 ? 0.0f : (i % 5 == 2 ? -INFINITY : -1.0f));
   RunTopK(scores, lengths, stride, 512);
 }
 

@@ -67,15 +67,25 @@ Status IndexerTopK(const IndexerTopKArgs& a, cudaStream_t stream) {
                                    "K must be in [1, " + std::to_string(kernels::kIndexerTopKMax) + "]"));
   PG_RETURN_IF_ERROR(check.Require(stride.value() % 4 == 0 && stride.value() <= INT32_MAX, "S must be a multiple of 4"));
   PG_RETURN_IF_ERROR(check.Require(batch.value() <= INT32_MAX, "B overflows int32"));
+  const bool has_long_rows = stride.value() > kernels::kIndexerTopKShortRow;
+  Dim workspace_ints("W", kernels::kIndexerTopKWorkspaceInts);
+  if (has_long_rows) {
+    PG_RETURN_IF_ERROR(check.Check("workspace", a.workspace, DType::kI32, {&batch, &workspace_ints}));
+    PG_RETURN_IF_ERROR(check.Require(a.num_ctas > 0 && a.num_ctas <= 65535, "num_ctas must be in [1, 65535]"));
+  } else {
+    PG_RETURN_IF_ERROR(check.CheckOptional("workspace", a.workspace, DType::kI32, {&batch, &workspace_ints}));
+  }
 
   kernels::IndexerTopKParams p;
   p.scores = a.scores.as<const float>();
   p.num_entries = a.num_entries.as<const int32_t>();
   p.indices = a.indices.as<int32_t>();
   p.counts = a.counts.as<int32_t>();
+  p.workspace = a.workspace.data != nullptr ? a.workspace.as<int32_t>() : nullptr;
   p.batch = static_cast<int>(batch.value());
   p.score_stride = static_cast<int>(stride.value());
   p.k = static_cast<int>(k.value());
+  p.num_slices = kernels::IndexerTopKSlices(p.batch, a.num_ctas);
   PG_CUDA_RETURN_IF_ERROR(kernels::LaunchIndexerTopK(p, stream));
   return Status::Ok();
 }

@@ -1,6 +1,6 @@
 // The lightning indexer's decode path on the device: scores over each request's visible
 // compressed keys, then top-k with -1 padding and the count (kernels/indexer_scores.cuh,
-// kernels/indexer_topk.cuh). Two launches, no host synchronisation, capture-safe.
+// kernels/indexer_topk.cuh). One launch each, no host synchronisation, capture-safe.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -29,10 +29,16 @@ struct IndexerTopKArgs {
   Tensor num_entries;  // [B] i32
   Tensor indices;      // [B, K] i32: the top K entries in ascending order, then -1
   Tensor counts;       // [B] i32: min(K, num_entries)
+  // [B, kernels::kIndexerTopKWorkspaceInts] i32 (64 KB per request), zeroed once by its owner
+  // before the first call; every call leaves it reusable. Required when S >
+  // kernels::kIndexerTopKShortRow, may be absent (null) otherwise.
+  Tensor workspace;
+  int num_ctas = 0;  // long-row grid: about one CTA per SM; independent of S and the lengths
 };
 
 // Top K per request (score descending, ties to the lower entry), K = indices' second dim,
-// at most kernels::kIndexerTopKMax.
+// at most kernels::kIndexerTopKMax. Rows longer than kIndexerTopKShortRow are split over
+// num_ctas / B CTAs per request (the grid depends only on B and num_ctas).
 Status IndexerTopK(const IndexerTopKArgs& args, cudaStream_t stream);
 
 }  // namespace peregrine::cuda

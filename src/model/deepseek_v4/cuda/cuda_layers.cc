@@ -14,6 +14,7 @@
 #include "backend/cuda/ops/rope.h"
 #include "backend/cuda/ops/sparse_attention.h"
 #include "backend/cuda/ops/swiglu.h"
+#include "kernels/indexer_topk.cuh"
 #include "model/deepseek_v4/cuda/cuda_model_impl.h"
 
 namespace peregrine::deepseek_v4::cuda {
@@ -199,6 +200,9 @@ Status CudaModel::Impl::EnqueueAttention(int64_t i, int64_t rows, int64_t chunks
         t.num_entries = a.num_entries;
         t.indices = ViewAt(ws.topk, r0 * c.index_topk * 4, DType::kI32, {nb, c.index_topk});
         t.counts = ViewAt(ws.topk_counts, r0 * 4, DType::kI32, {nb});
+        if (ws.topk_workspace.view.data != nullptr)
+          t.workspace = View(ws.topk_workspace, DType::kI32, {nb, kernels::kIndexerTopKWorkspaceInts});
+        t.num_ctas = num_sms;
         return pc::IndexerTopK(t, s);
       }));
     }

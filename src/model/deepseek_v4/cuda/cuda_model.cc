@@ -14,6 +14,7 @@
 #include "backend/cuda/ops/sparse_attention.h"
 #include "backend/cuda/ops/sparse_attention_plan.h"
 #include "kernels/indexer_scores.cuh"
+#include "kernels/indexer_topk.cuh"
 #include "model/deepseek_v4/cuda/cuda_model_impl.h"
 #include "model/deepseek_v4/rope.h"
 
@@ -158,6 +159,12 @@ Status CudaModel::Impl::Allocate() {
   PG_RETURN_IF_ERROR(alloc(DType::kF32, {index_batch, score_stride}, &x.scores));
   PG_RETURN_IF_ERROR(alloc(DType::kI32, {n, std::max<int64_t>(c.index_topk, 1)}, &x.topk));
   PG_RETURN_IF_ERROR(alloc(DType::kI32, {n}, &x.topk_counts));
+  if (score_stride > kernels::kIndexerTopKShortRow) {
+    // Long rows' candidate lists; the top-k leaves its counters zero after every call.
+    PG_RETURN_IF_ERROR(alloc(DType::kI32, {index_batch, kernels::kIndexerTopKWorkspaceInts}, &x.topk_workspace));
+    PG_CUDA_RETURN_IF_ERROR(
+        cudaMemsetAsync(x.topk_workspace.view.data, 0, x.topk_workspace.buffer.bytes(), stream.get()));
+  }
   PG_RETURN_IF_ERROR(alloc(DType::kBF16, {n, h, hd}, &x.o));
   PG_RETURN_IF_ERROR(alloc(DType::kBF16, {n, c.o_groups, c.o_lora_rank}, &x.mid));
   PG_RETURN_IF_ERROR(alloc(DType::kF32, {n, e}, &x.router_logits));

@@ -51,6 +51,7 @@ struct Workspace {
   DeviceTensor scores;    // [index_batch, S] f32
   DeviceTensor topk;      // [N, topk] i32
   DeviceTensor topk_counts;  // [N] i32
+  DeviceTensor topk_workspace;  // [index_batch, kIndexerTopKWorkspaceInts] i32, zeroed (long rows only)
   DeviceTensor o;         // [N, H, Dh] bf16
   DeviceTensor mid;       // [N, G, R] bf16
   DeviceTensor partial_o;    // [segments, H, Dh] f32 (fast attention)
