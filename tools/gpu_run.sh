@@ -14,6 +14,7 @@
 #   bash tools/gpu_run.sh model     model parity + sampling tests, then `serve` (one ~9 minute call)
 #   bash tools/gpu_run.sh parity    model parity tests and the attention benchmark at 4K context
 #   bash tools/gpu_run.sh final     FP8 test, profile with host times, the demo model served on the GPU
+#   bash tools/gpu_run.sh kernels   attention + MoE kernel tests, parity, MoE/attention benchmarks, profile
 # Results go to $OUT (default ./gpu-out).
 set -uo pipefail
 
@@ -65,6 +66,29 @@ run_test() {  # name, timeout seconds
   echo "$name exit code $rc"
   [ $rc -ne 0 ] && status=1
 }
+
+if [ "$PHASE" = "kernels" ]; then
+  run_test attention_kernels_test 150
+  run_test moe_kernels_test 150
+  run_test cuda_parity_test 150
+  if [ -x "$BIN/peregrine_moe_bench" ]; then
+    echo "== peregrine_moe_bench"
+    timeout 120 "$BIN/peregrine_moe_bench" --out "$OUT/peregrine_moe_bench.jsonl" >"$OUT/moe_bench.log" 2>&1
+    tail -30 "$OUT/moe_bench.log"
+  fi
+  echo "== profile (V4-Flash shapes, 4 layers, MXFP4 experts)"
+  timeout 100 "$PEREGRINE" profile --model-path "$ROOT/bench/configs/deepseek-v4-flash" --synthetic-weights \
+    --num-layers 4 --expert-format mxfp4 --batch-sizes 1,16,64 --context 4096 --steps 10 \
+    --out "$OUT/profile.jsonl" >"$OUT/profile_mxfp4.log" 2>&1 || status=1
+  grep -E "^model|^batch|per layer|moe_experts" "$OUT/profile_mxfp4.log"
+  if [ -f "$BIN/libperegrine_attention_bench.so" ]; then
+    echo "== attention benchmark at 4K and 1M context"
+    timeout 150 "$PY" "$ROOT/bench/attention/bench_attention.py" --lib "$BIN/libperegrine_attention_bench.so" \
+      --contexts 4096,1048576 --out "$OUT/bench_attention.jsonl" >"$OUT/bench_attention.log" 2>&1
+    tail -45 "$OUT/bench_attention.log"
+  fi
+  exit $status
+fi
 
 if [ "$PHASE" = "final" ]; then
   [ -x "$BIN/fp8_linear_test" ] && run_test fp8_linear_test 90
@@ -154,7 +178,7 @@ if [ "$PHASE" = "serve" ]; then
   FLASH="$ROOT/bench/configs/deepseek-v4-flash"
   LAYERS="${LAYERS:-4}"
   echo "== profile (V4-Flash shapes, $LAYERS layers, synthetic weights)"
-  for fmt in mxfp4 bf16; do
+  for fmt in ${PROFILE_FORMATS:-mxfp4 bf16}; do
     timeout 100 "$PEREGRINE" profile --model-path "$FLASH" --synthetic-weights --num-layers "$LAYERS" \
       --expert-format $fmt --batch-sizes 1,16,64 --context 4096 --steps 10 --out "$OUT/profile.jsonl" >"$OUT/profile_$fmt.log" 2>&1
     rc=$?
