@@ -15,6 +15,7 @@
 #   bash tools/gpu_run.sh parity    model parity tests and the attention benchmark at 4K context
 #   bash tools/gpu_run.sh final     FP8 test, profile with host times, the demo model served on the GPU
 #   bash tools/gpu_run.sh kernels   attention + MoE kernel tests, parity, MoE/attention benchmarks, profile
+#   bash tools/gpu_run.sh all-tests every GPU test binary, then the MoE and sampling benchmarks
 # Results go to $OUT (default ./gpu-out).
 set -uo pipefail
 
@@ -66,6 +67,21 @@ run_test() {  # name, timeout seconds
   echo "$name exit code $rc"
   [ $rc -ne 0 ] && status=1
 }
+
+if [ "$PHASE" = "all-tests" ]; then
+  for t in attention_kernels_test generic_attention_test hc_kernels_test moe_kernels_test sampling_kernels_test \
+           model_ops_test fp8_linear_test cuda_parity_test; do
+    [ -x "$BIN/$t" ] && run_test "$t" 150
+  done
+  for bench in peregrine_moe_bench peregrine_sampling_bench; do
+    if [ -x "$BIN/$bench" ]; then
+      echo "== $bench"
+      timeout 120 "$BIN/$bench" --out "$OUT/$bench.jsonl" >"$OUT/$bench.log" 2>&1
+      tail -25 "$OUT/$bench.log"
+    fi
+  done
+  exit $status
+fi
 
 if [ "$PHASE" = "kernels" ]; then
   run_test attention_kernels_test 150
