@@ -20,6 +20,7 @@
 #include "backend/cuda/ops/fp8_linear.h"
 #include "backend/cuda/ops/linear.h"
 #include "backend/cuda/stream.h"
+#include "bench/common/gpu_bench.h"
 
 namespace peregrine {
 namespace {
@@ -27,8 +28,6 @@ namespace {
 constexpr double kCopyTBs = 4.3;          // measured device-to-device copy
 constexpr double kFp8DatasheetTFs = 1979; // H200 dense fp8
 constexpr double kBf16MeasuredTFs = 790;  // measured 8192^3 bf16 matmul
-constexpr int kWarmup = 3, kRuns = 25;
-constexpr size_t kFlushBytes = size_t{256} << 20;
 
 struct Projection {
   const char* name;
@@ -42,43 +41,11 @@ constexpr Projection kShapes[] = {
 };
 constexpr int64_t kBatches[] = {1, 16, 64, 128, 4096};
 
-void Must(const Status& s, const char* what) {
-  if (s.ok()) return;
-  std::fprintf(stderr, "%s: %s\n", what, s.ToString().c_str());
-  std::exit(1);
-}
-void MustCuda(cudaError_t e, const char* what) {
-  if (e == cudaSuccess) return;
-  std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(e));
-  std::exit(1);
-}
-template <typename T>
-T MustValue(Result<T> r, const char* what) {
-  Must(r.status(), what);
-  return std::move(r).value();
-}
-
-struct Timer {
-  cuda::Event start, end;
-  cuda::DeviceBuffer flush;
-  cudaStream_t stream;
-
-  // Median milliseconds of `run` over kRuns, L2 flushed before each.
-  double Median(const std::function<void()>& run) {
-    for (int i = 0; i < kWarmup; ++i) run();
-    std::vector<double> ms;
-    for (int i = 0; i < kRuns; ++i) {
-      MustCuda(cudaMemsetAsync(flush.data(), i & 0xff, kFlushBytes, stream), "flush L2");
-      Must(start.Record(stream), "record");
-      run();
-      Must(end.Record(stream), "record");
-      Must(end.Synchronize(), "sync");
-      ms.push_back(MustValue(cuda::Event::ElapsedMs(start, end), "elapsed"));
-    }
-    std::sort(ms.begin(), ms.end());
-    return ms[ms.size() / 2];
-  }
-};
+using bench::GpuTimer;
+using bench::kFlushBytes;
+using bench::Must;
+using bench::MustCuda;
+using bench::MustValue;
 
 int Main(int argc, char** argv) {
   std::string out_path;
@@ -109,8 +76,8 @@ int Main(int argc, char** argv) {
   auto view = [](const cuda::DeviceBuffer& b, DType dtype, Shape shape) {
     return Tensor::Contiguous(b.data(), dtype, shape, Device::kCuda);
   };
-  Timer timer{MustValue(cuda::Event::Create(true), "event"), MustValue(cuda::Event::Create(true), "event"),
-              alloc(kFlushBytes, 0), stream.get()};
+  GpuTimer timer{MustValue(cuda::Event::Create(true), "event"), MustValue(cuda::Event::Create(true), "event"),
+                 alloc(kFlushBytes, 0), stream.get()};
 
   for (const Projection& s : kShapes) {
     // Values do not change the timing; the fills give finite numbers: e4m3 0x38 = 1.0,

@@ -21,6 +21,7 @@
 #include "backend/cuda/blas.h"
 #include "backend/cuda/ops/moe.h"
 #include "backend/cuda/stream.h"
+#include "bench/common/gpu_bench.h"
 
 namespace peregrine {
 namespace {
@@ -29,52 +30,13 @@ using cuda::MoeWeightFormat;
 
 constexpr int64_t kExperts = 256, kTopK = 6, kDim = 4096, kInter = 2048;
 constexpr double kRooflineTBs = 4.3;
-constexpr int kWarmup = 3, kRuns = 25;
-constexpr size_t kFlushBytes = size_t{256} << 20;
 
-void Must(const Status& s, const char* what) {
-  if (s.ok()) return;
-  std::fprintf(stderr, "%s: %s\n", what, s.ToString().c_str());
-  std::exit(1);
-}
-void MustCuda(cudaError_t e, const char* what) {
-  if (e == cudaSuccess) return;
-  std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(e));
-  std::exit(1);
-}
-void MustBlas(cublasStatus_t s, const char* what) {
-  if (s == CUBLAS_STATUS_SUCCESS) return;
-  std::fprintf(stderr, "%s: cuBLAS status %d\n", what, static_cast<int>(s));
-  std::exit(1);
-}
-
-template <typename T>
-T MustValue(Result<T> r, const char* what) {
-  Must(r.status(), what);
-  return std::move(r).value();
-}
-
-struct Timer {
-  cuda::Event start, end;
-  cuda::DeviceBuffer flush;
-  cudaStream_t stream;
-
-  // Median milliseconds of `run` over kRuns, L2 flushed before each.
-  double Median(const std::function<void()>& run) {
-    for (int i = 0; i < kWarmup; ++i) run();
-    std::vector<double> ms;
-    for (int i = 0; i < kRuns; ++i) {
-      MustCuda(cudaMemsetAsync(flush.data(), i & 0xff, kFlushBytes, stream), "flush L2");
-      Must(start.Record(stream), "record");
-      run();
-      Must(end.Record(stream), "record");
-      Must(end.Synchronize(), "sync");
-      ms.push_back(MustValue(cuda::Event::ElapsedMs(start, end), "elapsed"));
-    }
-    std::sort(ms.begin(), ms.end());
-    return ms[ms.size() / 2];
-  }
-};
+using bench::GpuTimer;
+using bench::kFlushBytes;
+using bench::Must;
+using bench::MustBlas;
+using bench::MustCuda;
+using bench::MustValue;
 
 struct Row {
   std::string op, dtype;
@@ -137,8 +99,8 @@ int Main(int argc, char** argv) {
   cuda::DeviceBuffer ids = alloc(static_cast<size_t>(max_nk) * 4, 0);
   cuda::DeviceBuffer offsets = alloc(static_cast<size_t>(kExperts + 1) * 4, 0);
   cuda::DeviceBuffer sorted = alloc(static_cast<size_t>(max_nk) * 4, 0);
-  Timer timer{MustValue(cuda::Event::Create(true), "event"), MustValue(cuda::Event::Create(true), "event"),
-              alloc(kFlushBytes, 0), stream.get()};
+  GpuTimer timer{MustValue(cuda::Event::Create(true), "event"), MustValue(cuda::Event::Create(true), "event"),
+                 alloc(kFlushBytes, 0), stream.get()};
   auto view = [](const cuda::DeviceBuffer& b, DType dtype, Shape shape) {
     return Tensor::Contiguous(b.data(), dtype, shape, Device::kCuda);
   };
