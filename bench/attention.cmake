@@ -1,7 +1,7 @@
 # libperegrine_attention_bench.so: the attention launchers behind a C interface, timed
 # against PyTorch by bench/attention/bench_attention.py. Needs position-independent code
 # throughout (configure with -DCMAKE_POSITION_INDEPENDENT_CODE=ON, as
-# tools/gpu_attention_run.sh documents); skipped otherwise.
+# tools/gpu_run.sh documents); skipped otherwise.
 if(PEREGRINE_HAVE_CUDA AND CMAKE_POSITION_INDEPENDENT_CODE)
   add_library(peregrine_attention_bench SHARED ${CMAKE_CURRENT_LIST_DIR}/attention/bench_api.cc)
   target_compile_options(peregrine_attention_bench PRIVATE ${PEREGRINE_WARNINGS})

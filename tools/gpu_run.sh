@@ -9,7 +9,8 @@
 # This fills build-h200/gpu-bin/ (test binaries, benchmarks, the peregrine binary).
 #
 # Run (repo root on the GPU machine, build-h200/gpu-bin carried along):
-#   bash tools/gpu_run.sh tests     kernel + model tests, compute-sanitizer, kernel benchmarks
+#   bash tools/gpu_run.sh tests     kernel + model tests, compute-sanitizer, kernel benchmarks (attention
+#                                   with its PyTorch peers: bench/attention/bench_attention.py)
 #   bash tools/gpu_run.sh serve     peregrine profile and serve + bench at V4-Flash shapes
 #   bash tools/gpu_run.sh model     model parity + sampling tests, then `serve` (one ~9 minute call)
 #   bash tools/gpu_run.sh parity    model parity tests and the attention benchmark at 4K context
@@ -177,6 +178,12 @@ if [ "$PHASE" = "tests" ]; then
     grep -E "ERROR SUMMARY|^\[  (PASSED|FAILED) " "$OUT/sanitizer.log" | tail -5
     echo "sanitizer exit code $rc"
     [ $rc -ne 0 ] && status=1
+  fi
+  if [ -f "$BIN/libperegrine_attention_bench.so" ]; then
+    echo "== attention benchmark (every context, PyTorch peers)"
+    timeout 190 "$PY" "$ROOT/bench/attention/bench_attention.py" --lib "$BIN/libperegrine_attention_bench.so" \
+      --out "$OUT/bench_attention.jsonl" >"$OUT/bench_attention.log" 2>&1 || status=1
+    tail -70 "$OUT/bench_attention.log"
   fi
   for bench in peregrine_moe_bench peregrine_hc_bench; do
     if [ -x "$BIN/$bench" ]; then
