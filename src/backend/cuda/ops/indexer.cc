@@ -1,6 +1,7 @@
 #include "backend/cuda/ops/indexer.h"
 
 #include "backend/cuda/cuda_status.h"
+#include "backend/cuda/ops/attention_args.h"
 #include "backend/cuda/ops/tensor_check.h"
 #include "kernels/indexer_scores.cuh"
 #include "kernels/indexer_topk.cuh"
@@ -19,39 +20,12 @@ bool IsBuiltConfig(int64_t heads, int64_t dim) {
 
 Status IndexerScores(const IndexerScoresArgs& a, cudaStream_t stream) {
   TensorChecker check("indexer_scores");
-  Dim batch("B"), heads("IH"), dim("Id"), pages("pages"), page_size("P"), max_pages("max_pages"), stride("S");
-  PG_RETURN_IF_ERROR(check.Check("q", a.q, DType::kBF16, {&batch, &heads, &dim}));
-  PG_RETURN_IF_ERROR(check.Check("weights", a.weights, DType::kF32, {&batch, &heads}, Device::kCuda, 4));
-  PG_RETURN_IF_ERROR(check.Check("keys", a.keys, DType::kBF16, {&pages, &page_size, &dim}));
-  PG_RETURN_IF_ERROR(check.Check("page_table", a.page_table, DType::kI32, {&batch, &max_pages}, Device::kCuda, 4));
-  PG_RETURN_IF_ERROR(check.Check("num_entries", a.num_entries, DType::kI32, {&batch}, Device::kCuda, 4));
-  PG_RETURN_IF_ERROR(check.Check("scores", a.scores, DType::kF32, {&batch, &stride}));
-  PG_RETURN_IF_ERROR(check.Require(IsBuiltConfig(heads.value(), dim.value()),
-                                   "(IH, Id) = (" + std::to_string(heads.value()) + ", " +
-                                       std::to_string(dim.value()) + ") is not built (64x128, 8x64)"));
-  PG_RETURN_IF_ERROR(check.Require(batch.value() <= kernels::kIndexerMaxBatch, "B exceeds kIndexerMaxBatch"));
-  PG_RETURN_IF_ERROR(check.Require(stride.value() % 4 == 0 && stride.value() <= INT32_MAX, "S must be a multiple of 4"));
-  PG_RETURN_IF_ERROR(check.Require(page_size.value() > 0 && max_pages.value() <= INT32_MAX &&
-                                       page_size.value() * max_pages.value() <= INT32_MAX,
-                                   "page table too large for int32 entry numbers"));
-  PG_RETURN_IF_ERROR(check.Require(a.num_ctas > 0 && a.num_ctas <= 65535, "num_ctas must be in [1, 65535]"));
-
   kernels::IndexerScoresParams p;
-  p.q = a.q.as<const __nv_bfloat16>();
-  p.weights = a.weights.as<const float>();
-  p.keys = a.keys.as<const __nv_bfloat16>();
-  p.page_table = a.page_table.as<const int32_t>();
-  p.num_entries = a.num_entries.as<const int32_t>();
-  p.scores = a.scores.as<float>();
-  p.batch = static_cast<int>(batch.value());
-  p.heads = static_cast<int>(heads.value());
-  p.dim = static_cast<int>(dim.value());
-  p.page_size = static_cast<int>(page_size.value());
-  p.max_pages = static_cast<int>(max_pages.value());
-  p.num_key_rows = pages.value() * page_size.value();
-  p.score_stride = static_cast<int>(stride.value());
-  p.scale = a.scale;
-  p.num_ctas = a.num_ctas;
+  PG_RETURN_IF_ERROR(CheckIndexerTensors(check, a, /*q_alignment=*/16, &p));
+  PG_RETURN_IF_ERROR(check.Require(IsBuiltConfig(p.heads, p.dim), "(IH, Id) = (" + std::to_string(p.heads) + ", " +
+                                                                     std::to_string(p.dim) + ") is not built (64x128, 8x64)"));
+  PG_RETURN_IF_ERROR(check.Require(p.batch <= kernels::kIndexerMaxBatch, "B exceeds kIndexerMaxBatch"));
+  PG_RETURN_IF_ERROR(check.Require(p.score_stride % 4 == 0, "S must be a multiple of 4"));
   PG_CUDA_RETURN_IF_ERROR(kernels::LaunchIndexerScores(p, stream));
   return Status::Ok();
 }
