@@ -19,6 +19,9 @@ constexpr int kWarps = kThreads / kWarpSize;
 constexpr int kMinCtasPerSm = 2;
 // 16-byte weight chunks each lane has in flight per matrix before it does any math.
 constexpr int kUnrollBF16 = 4;  // 8 inputs per chunk
+// Down's rows are half as long (I = 2048: 8 chunks per lane): all of them in one round trip.
+// Each lane still adds its chunks in the same order, so the result is unchanged.
+constexpr int kUnrollBF16Down = 8;
 constexpr int kUnrollMxfp4 = 4;  // 32 inputs (one scale block) per chunk
 
 // Weights are read once: bypass L1 so the activations, which every warp re-reads, stay there.
@@ -68,10 +71,11 @@ __device__ __forceinline__ void RowDotBF16(const MoeExpertGemmParams& p, int64_t
   const int chunks = p.in_dim / 8;
   const uint4* wa = static_cast<const uint4*>(p.w_a) + w_row * chunks;
   const uint4* wb = kGateUp ? static_cast<const uint4*>(p.w_b) + w_row * chunks : nullptr;
-  for (int c0 = lane; c0 < chunks; c0 += kWarpSize * kUnrollBF16) {
-    uint4 va[kUnrollBF16] = {}, vb[kUnrollBF16] = {};
+  constexpr int kUnroll = kGateUp ? kUnrollBF16 : kUnrollBF16Down;
+  for (int c0 = lane; c0 < chunks; c0 += kWarpSize * kUnroll) {
+    uint4 va[kUnroll] = {}, vb[kUnroll] = {};
 #pragma unroll
-    for (int u = 0; u < kUnrollBF16; ++u) {
+    for (int u = 0; u < kUnroll; ++u) {
       const int c = c0 + u * kWarpSize;
       if (c < chunks) {
         va[u] = LoadStreaming(wa + c);
@@ -79,7 +83,7 @@ __device__ __forceinline__ void RowDotBF16(const MoeExpertGemmParams& p, int64_t
       }
     }
 #pragma unroll
-    for (int u = 0; u < kUnrollBF16; ++u) {
+    for (int u = 0; u < kUnroll; ++u) {
       const int c = c0 + u * kWarpSize;
       if (c >= chunks) break;
       float fa[8], fb[8];
@@ -253,6 +257,11 @@ cudaError_t LaunchTyped(const MoeExpertGemmParams& p, cudaStream_t stream) {
 cudaError_t UseMxfp4Mma(const MoeExpertGemmParams& p, bool& use) {
   use = false;
   if (p.format != MoeWeightFormat::kMxfp4 || p.out_dim % moe_mma::kRows != 0) return cudaSuccess;
+  // The kernel's item arithmetic is 32-bit.
+  constexpr int64_t kMaxItems = int64_t{1} << 30;
+  if (static_cast<int64_t>(p.out_dim / moe_mma::kRows) * kMoeMaxExperts >= kMaxItems ||
+      static_cast<int64_t>(p.num_ctas) * moe_mma::kWarps >= kMaxItems)
+    return cudaSuccess;
   int device = 0, major = 0, smem_optin = 0;
   cudaError_t error = cudaGetDevice(&device);
   if (error == cudaSuccess) error = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);

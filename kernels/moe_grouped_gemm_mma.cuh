@@ -19,6 +19,11 @@
 // window, so a lookup address is one byte permute: (table base, the packed byte, lane * 4);
 // three instructions per weight pair (prmt, lds, hmul2). It lives in dynamic shared memory
 // (kDynamicSmemBytes: the table plus room to align it), one CTA of 16 warps per SM.
+// Split K (ChooseSplit): when the items are too few to occupy the grid's warps (batch 1: 6
+// experts), groups of 2 or 4 neighbouring warps share an item, each streaming a contiguous
+// share of its 128-input steps; the partial sums meet in shared memory beside the table
+// (whichever side of it the alignment left room on) and the group's first warp adds them in
+// rank order, so the result is deterministic for a given split.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -139,10 +144,12 @@ struct TileContext {
   const uint8_t* sc[kMats][2];  // its scale byte at step 0
 };
 
-template <int kMats>
-__device__ __forceinline__ void LoadStage(Stage<kMats>& st, const TileContext<kMats == 2>& ctx, int step, int in_dim,
-                                          int t) {
-  const bool valid = step * kStepInputs + 32 * t < in_dim;
+// Steps past in_dim and, with kSplit, at or past step_end (another warp's share of the
+// item) load nothing.
+template <int kMats, bool kSplit>
+__device__ __forceinline__ void LoadStage(Stage<kMats>& st, const TileContext<kMats == 2>& ctx, int step, int step_end,
+                                          int in_dim, int t) {
+  const bool valid = (!kSplit || step < step_end) && step * kStepInputs + 32 * t < in_dim;
 #pragma unroll
   for (int m = 0; m < kMats; ++m)
 #pragma unroll
@@ -194,10 +201,12 @@ __device__ __forceinline__ void ComputeStep(uint32_t lane_entry, const uint4 (&w
 }
 
 // Rows [row0, row0 + 16) of expert e for the assignments sorted_assignments[first, min(first +
-// 8 kTiles, end)): streams the rows once, then writes h (gate-up) or y (down).
-template <bool kGateUp, int kTiles>
-__device__ __forceinline__ void RowTilePass(const MoeExpertGemmParams& p, uint32_t lane_entry, int e, int row0,
-                                            int first, int end, int lane) {
+// 8 kTiles, end)), 128-input steps [step_begin, step_end) only: streams that part of the rows
+// once and adds it to acc.
+template <bool kGateUp, int kTiles, bool kSplit>
+__device__ __forceinline__ void AccumulateRowTile(const MoeExpertGemmParams& p, uint32_t lane_entry, int e, int row0,
+                                                  int first, int end, int lane, int step_begin, int step_end,
+                                                  float (&acc)[kGateUp ? 2 : 1][kTiles][4]) {
   constexpr int kMats = kGateUp ? 2 : 1;
   // A ring of steps in registers, kStages - 1 of them in flight while one is decoded: 4-8
   // weight chunks per lane for gate-up (two matrices), 4-6 for down.
@@ -225,23 +234,27 @@ __device__ __forceinline__ void RowTilePass(const MoeExpertGemmParams& p, uint32
                        : nullptr;
   }
 
-  float acc[kMats][kTiles][4] = {};
-  const int num_steps = (p.in_dim + kStepInputs - 1) / kStepInputs;
   Stage<kMats> ring[kStages];
 #pragma unroll
-  for (int u = 0; u + 1 < kStages; ++u) LoadStage(ring[u], ctx, u, p.in_dim, t);
-  for (int step0 = 0; step0 < num_steps; step0 += kStages) {
+  for (int u = 0; u + 1 < kStages; ++u) LoadStage<kMats, kSplit>(ring[u], ctx, step_begin + u, step_end, p.in_dim, t);
+  for (int step0 = step_begin; step0 < step_end; step0 += kStages) {
 #pragma unroll
     for (int u = 0; u < kStages; ++u) {
       const int step = step0 + u;
-      if (step >= num_steps) break;
-      // No memory access for steps past in_dim.
-      LoadStage(ring[(u + kStages - 1) % kStages], ctx, step + kStages - 1, p.in_dim, t);
+      if (step >= step_end) break;
+      // No memory access for steps past step_end or in_dim.
+      LoadStage<kMats, kSplit>(ring[(u + kStages - 1) % kStages], ctx, step + kStages - 1, step_end, p.in_dim, t);
       ComputeStep<kMats, kTiles>(lane_entry, ring[u].w, ring[u].s, x, step * kStepInputs + 32 * t < p.in_dim, step,
                                  t, acc);
     }
   }
+}
 
+// Writes h (gate-up) or y (down) for the tile's rows and assignments from the full sums.
+template <bool kGateUp, int kTiles>
+__device__ __forceinline__ void StoreRowTile(const MoeExpertGemmParams& p, int row0, int first, int end, int lane,
+                                             const float (&acc)[kGateUp ? 2 : 1][kTiles][4]) {
+  const int g = lane / 4, t = lane % 4;
   // c0, c1: row g, assignments 2t, 2t + 1 of the tile; c2, c3: row g + 8.
 #pragma unroll
   for (int j = 0; j < kTiles; ++j)
@@ -268,6 +281,101 @@ __device__ __forceinline__ void RowTilePass(const MoeExpertGemmParams& p, uint32
     }
 }
 
+// Split K: when there are too few items to give every warp one (batch 1: 6 experts), `split`
+// neighbouring warps of a CTA share an item, warp `rank` of the group streaming steps
+// [rank * S / split, (rank + 1) * S / split) of its S 128-input steps. Ranks 1.. leave their
+// fp32 partials in shared memory, rank 0 adds them in rank order (deterministic) and stores.
+constexpr int kMaxSplit = 4;
+constexpr int kPartialFloats = 2 * 4;  // acc[kMats][1][4]: split passes take one token tile
+// [kWarps][kPartialFloats][32 lanes] fp32: one slot per warp, lane-minor (conflict-free).
+constexpr uint32_t kPartialBytes = kWarps * kPartialFloats * kWarpSize * sizeof(float);
+static_assert(kPartialBytes <= kTableBytes / 2, "the partials live beside the table");
+
+// bar.sync on barrier 1 + group (0 is __syncthreads) for the group's split * 32 threads.
+__device__ __forceinline__ void GroupBarrier(int group, int split) {
+  asm volatile("bar.sync %0, %1;" ::"r"(1 + group), "r"(split * kWarpSize) : "memory");
+}
+
+// The split in 1, 2, 4 (at least one step per warp) with the lowest cost = (rounds of items
+// over the grid's warp groups) x (steps per warp); a split must cut the cost by more than a
+// fifth (its barriers, partials and one-tile passes are not free), so batch 16+ keeps one
+// warp per item. Depends only on the touched-expert count and the grid, so every CTA and
+// every warp agrees.
+__device__ __forceinline__ int ChooseSplit(int64_t num_items, int num_steps) {
+  const int64_t num_warps = static_cast<int64_t>(gridDim.x) * kWarps;
+  const int64_t unsplit_cost = (num_items + num_warps - 1) / num_warps * num_steps;
+  int best = 1;
+  int64_t best_cost = unsplit_cost;
+  for (int split = 2; split <= kMaxSplit && split <= num_steps; split *= 2) {
+    const int64_t rounds = (num_items * split + num_warps - 1) / num_warps;
+    const int64_t cost = rounds * ((num_steps + split - 1) / split);
+    if (cost < best_cost && 5 * cost < 4 * unsplit_cost) {
+      best = split;
+      best_cost = cost;
+    }
+  }
+  return best;
+}
+
+// The shared address of the kPartialBytes area: whichever side of the table has room (the
+// table starts less than 64 KiB into the 128 KiB window, so one side has at least 32 KiB).
+// Re-derived where needed (a few instructions) rather than kept live across the streaming loop.
+__device__ __forceinline__ uint32_t PartialsAddress() {
+  extern __shared__ uint8_t dynamic_smem[];  // kDynamicSmemBytes
+  const uint32_t window = SmemAddress(dynamic_smem);
+  const uint32_t table = (window + kTableBytes - 1u) & ~(kTableBytes - 1u);
+  return table - window >= kPartialBytes ? window : table + kTableBytes;
+}
+
+// One pass of an item (see AccumulateRowTile) by one warp.
+template <bool kGateUp, int kTiles>
+__device__ __forceinline__ void ItemPass(const MoeExpertGemmParams& p, uint32_t lane_entry, int e, int row0,
+                                         int first, int end, int lane) {
+  float acc[kGateUp ? 2 : 1][kTiles][4] = {};
+  AccumulateRowTile<kGateUp, kTiles, false>(p, lane_entry, e, row0, first, end, lane, 0,
+                                            (p.in_dim + kStepInputs - 1) / kStepInputs, acc);
+  StoreRowTile<kGateUp, kTiles>(p, row0, first, end, lane, acc);
+}
+
+// One pass of one token tile of an item by a group of `split` warps (a power of two) sharing
+// its steps; every warp of the group calls it with the same arguments.
+template <bool kGateUp>
+__device__ __forceinline__ void SplitItemPass(const MoeExpertGemmParams& p, uint32_t lane_entry, int e, int row0,
+                                              int first, int end, int lane, int warp, int split) {
+  constexpr int kMats = kGateUp ? 2 : 1;
+  const int rank = warp & (split - 1);
+  const int group = warp / split;
+  const int num_steps = (p.in_dim + kStepInputs - 1) / kStepInputs;
+  float acc[kMats][1][4] = {};
+  AccumulateRowTile<kGateUp, 1, true>(p, lane_entry, e, row0, first, end, lane, rank * num_steps / split,
+                                      (rank + 1) * num_steps / split, acc);
+  const uint32_t mine = PartialsAddress() + static_cast<uint32_t>((warp * kPartialFloats * kWarpSize + lane) * 4);
+  if (rank != 0) {
+#pragma unroll
+    for (int m = 0; m < kMats; ++m)
+#pragma unroll
+      for (int c = 0; c < 4; ++c)
+        asm volatile("st.shared.f32 [%0], %1;" ::"r"(mine + (m * 4 + c) * kWarpSize * 4u), "f"(acc[m][0][c])
+                     : "memory");
+  }
+  GroupBarrier(group, split);  // the partials are written
+  if (rank == 0) {
+    for (int r = 1; r < split; ++r) {
+      const uint32_t other = mine + static_cast<uint32_t>(r * kPartialFloats * kWarpSize * 4);
+#pragma unroll
+      for (int m = 0; m < kMats; ++m)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          float v;
+          asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(other + (m * 4 + c) * kWarpSize * 4u) : "memory");
+          acc[m][0][c] += v;
+        }
+    }
+  }
+  GroupBarrier(group, split);  // read: the next pass may overwrite them
+  if (rank == 0) StoreRowTile<kGateUp, 1>(p, row0, first, end, lane, acc);
+}
+
 template <bool kGateUp>
 __global__ void __launch_bounds__(kThreads, kMinCtasPerSm) MoeMxfp4MmaKernel(const MoeExpertGemmParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
@@ -285,23 +393,42 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm) MoeMxfp4MmaKernel(con
   const int num_touched = CollectTouchedExperts(p, touched, warp_counts, kThreads);
   __syncthreads();  // the table (CollectTouchedExperts syncs too, but only when E > 0)
 
-  // Items are (touched expert, 16-row tile); neighbouring warps take neighbouring tiles of one
-  // expert, so they share its activations in L1.
+  // Items are (touched expert, 16-row tile); neighbouring warps (groups) take neighbouring
+  // tiles of one expert, so they share its activations in L1. 32-bit item arithmetic: the
+  // launcher only picks this kernel when E * out_dim / 16 and the grid's warps stay below 2^30.
   const int num_tiles = p.out_dim / kRows;
-  const int64_t num_items = static_cast<int64_t>(num_touched) * num_tiles;
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * kWarps;
-  for (int64_t item = static_cast<int64_t>(blockIdx.x) * kWarps + warp; item < num_items; item += stride) {
-    const int slot = static_cast<int>(item / num_tiles);
-    const int row0 = static_cast<int>(item - static_cast<int64_t>(slot) * num_tiles) * kRows;
-    const int e = touched[slot];
-    const int begin = p.expert_offsets[e];
-    const int end = p.expert_offsets[e + 1];
-    for (int first = begin; first < end; first += kMaxTokenTiles * kTileTokens) {
-      if (end - first > kTileTokens) {
-        RowTilePass<kGateUp, kMaxTokenTiles>(p, lane_entry, e, row0, first, end, lane);
-      } else {
-        RowTilePass<kGateUp, 1>(p, lane_entry, e, row0, first, end, lane);
+  const int num_items = num_touched * num_tiles;
+  const int split = ChooseSplit(num_items, (p.in_dim + kStepInputs - 1) / kStepInputs);
+  if (split == 1) {
+    // One warp per item, passes of up to kMaxTokenTiles token tiles.
+    const int stride = static_cast<int>(gridDim.x) * kWarps;
+    for (int item = static_cast<int>(blockIdx.x) * kWarps + warp; item < num_items; item += stride) {
+      const int slot = item / num_tiles;
+      const int row0 = (item - slot * num_tiles) * kRows;
+      const int e = touched[slot];
+      const int begin = p.expert_offsets[e];
+      const int end = p.expert_offsets[e + 1];
+      for (int first = begin; first < end; first += kMaxTokenTiles * kTileTokens) {
+        if (end - first > kTileTokens) {
+          ItemPass<kGateUp, kMaxTokenTiles>(p, lane_entry, e, row0, first, end, lane);
+        } else {
+          ItemPass<kGateUp, 1>(p, lane_entry, e, row0, first, end, lane);
+        }
       }
+    }
+  } else {
+    // Groups of `split` warps per item, passes of one token tile (splitting only happens
+    // when items are few, i.e. few assignments).
+    const int groups = kWarps / split;
+    const int stride = static_cast<int>(gridDim.x) * groups;
+    for (int item = static_cast<int>(blockIdx.x) * groups + warp / split; item < num_items; item += stride) {
+      const int slot = item / num_tiles;
+      const int row0 = (item - slot * num_tiles) * kRows;
+      const int e = touched[slot];
+      const int begin = p.expert_offsets[e];
+      const int end = p.expert_offsets[e + 1];
+      for (int first = begin; first < end; first += kTileTokens)
+        SplitItemPass<kGateUp>(p, lane_entry, e, row0, first, end, lane, warp, split);
     }
   }
 #endif

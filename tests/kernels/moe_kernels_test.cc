@@ -424,6 +424,27 @@ TEST_F(MoeKernelsTest, Mxfp4TensorCoreTiling) {
     }
 }
 
+TEST_F(MoeKernelsTest, Mxfp4SplitK) {
+  // The MXFP4 tensor-core kernel's split-K path (2 or 4 warps per item when items are few for
+  // the grid): step counts that the split does not divide (in_dim 1120: 9 steps, the last
+  // partial: 4 + 5 with a split of 2, e.g. 8 items on a one-CTA grid, 2 + 2 + 2 + 3 with 4;
+  // 416: 4 steps, the last partial; 160: 2 steps, at most a split of 2), one assignment per
+  // touched expert (N = 1, K = 2) and untouched experts, a hot expert with several one-tile
+  // passes (N = 20), and grids of all, 1 and 2 CTAs (which change the split chosen, including
+  // none).
+  uint32_t seed = 650;
+  for (auto [n, e, d, i] : {std::array<int64_t, 4>{1, 8, 1120, 64}, {1, 8, 64, 1120}, {1, 64, 416, 1120},
+                            {3, 8, 160, 1120}, {20, 8, 1120, 160}})
+    for (int num_ctas : {0, 1, 2}) {
+      MoeCase c{n, e, 2, d, i};
+      c.format = MoeWeightFormat::kMxfp4;
+      c.limit = seed % 2 == 0 ? 0.0f : 3.0f;
+      c.hot_expert = n == 20;
+      c.num_ctas = num_ctas;
+      Run(c, seed++);
+    }
+}
+
 TEST_F(MoeKernelsTest, FlashShapes) {
   // V4-Flash widths with few experts (the CPU reference is the cost).
   uint32_t seed = 700;
@@ -528,10 +549,12 @@ TEST_F(MoeKernelsTest, MatchesModelMoe) {
 
 // The whole chain recorded once; inputs rewritten in place; every replay matches.
 TEST_F(MoeKernelsTest, GraphReplayWithNewInputs) {
-  for (bool hash : {false, true}) {
-    MoeCase c{64, 256, 6, 128, 64};
+  // The third case is batch-1-like MXFP4 (the split-K path: few items, 9- and 4-step rows).
+  for (int variant : {0, 1, 2}) {
+    const bool hash = variant == 1;
+    MoeCase c = variant < 2 ? MoeCase{64, 256, 6, 128, 64} : MoeCase{2, 16, 2, 1120, 416};
     c.hash = hash;
-    c.format = hash ? MoeWeightFormat::kMxfp4 : MoeWeightFormat::kBF16;
+    c.format = variant == 0 ? MoeWeightFormat::kBF16 : MoeWeightFormat::kMxfp4;
     c.limit = 2.0f;
     SCOPED_TRACE(Name(c));
     Inputs in = MakeInputs(c, 31);
