@@ -132,14 +132,31 @@ __device__ __forceinline__ uint32_t BlockExclusiveScan(uint32_t v, Shared& s) {
   return base + inc - v;
 }
 
-// Visits every element of the row once, coalesced (float4 where the row allows it).
+// Visits every element of the row once, coalesced (float4 where the row allows it). A row is
+// streamed by one block of 16 warps, so the pass is bound by the loads in flight: each thread
+// issues kLoadBatch float4 loads before using any of them (64 KB per SM in flight). Each thread
+// still visits its elements in increasing index order, as a plain strided loop would.
+constexpr int kLoadBatch = 8;
 template <typename Fn>
 __device__ __forceinline__ void ForEach(const float* x, int n, Fn fn) {
   if ((n & 3) == 0 && (reinterpret_cast<uintptr_t>(x) & 15) == 0) {
     const float4* x4 = reinterpret_cast<const float4*>(x);
     const int n4 = n >> 2;
-#pragma unroll 4
-    for (int i = threadIdx.x; i < n4; i += kThreads) {
+    int i = threadIdx.x;
+    for (; i + (kLoadBatch - 1) * kThreads < n4; i += kLoadBatch * kThreads) {
+      float4 v[kLoadBatch];
+#pragma unroll
+      for (int u = 0; u < kLoadBatch; ++u) v[u] = x4[i + u * kThreads];
+#pragma unroll
+      for (int u = 0; u < kLoadBatch; ++u) {
+        const int j = 4 * (i + u * kThreads);
+        fn(j, v[u].x);
+        fn(j + 1, v[u].y);
+        fn(j + 2, v[u].z);
+        fn(j + 3, v[u].w);
+      }
+    }
+    for (; i < n4; i += kThreads) {
       const float4 v = x4[i];
       fn(4 * i, v.x);
       fn(4 * i + 1, v.y);
@@ -147,7 +164,15 @@ __device__ __forceinline__ void ForEach(const float* x, int n, Fn fn) {
       fn(4 * i + 3, v.w);
     }
   } else {
-    for (int i = threadIdx.x; i < n; i += kThreads) fn(i, x[i]);
+    int i = threadIdx.x;
+    for (; i + (kLoadBatch - 1) * kThreads < n; i += kLoadBatch * kThreads) {
+      float v[kLoadBatch];
+#pragma unroll
+      for (int u = 0; u < kLoadBatch; ++u) v[u] = x[i + u * kThreads];
+#pragma unroll
+      for (int u = 0; u < kLoadBatch; ++u) fn(i + u * kThreads, v[u]);
+    }
+    for (; i < n; i += kThreads) fn(i, x[i]);
   }
 }
 
@@ -292,36 +317,50 @@ __device__ float RowMax(const float* x, int n, Shared& s) {
 // ---- the paths ------------------------------------------------------------------------------
 
 // WalkFullVocab: per 1024-block FixedOrderSum (four chains, tail to the first), block masses
-// added in order, then one block walked token by token.
+// added in order, then one block walked token by token. Every sum is the host's, in the host's
+// order; only the loads are batched ahead of the dependent adds.
 __device__ int32_t WalkFullVocab(const float* x, int n, float max_logit, float inv_t, double u, Shared& s) {
+  constexpr int kChainBatch = 16;
   const int num_blocks = (n + kWalkBlock - 1) / kWalkBlock;
   for (int c = threadIdx.x; c < 4 * num_blocks; c += kThreads) {
     const int b = c >> 2, k = c & 3;
     const int begin = b * kWalkBlock;
     const int size = min(kWalkBlock, n - begin);
     const int quads = size / 4;
-    const float* xb = x + begin;
+    const float* xb = x + begin + k;
     double sum = 0.0;
-#pragma unroll 8
-    for (int j = 0; j < quads; ++j) sum = Add(sum, static_cast<double>(TemperatureWeight(xb[4 * j + k], max_logit, inv_t)));
+    int j = 0;
+    for (; j + kChainBatch <= quads; j += kChainBatch) {
+      float v[kChainBatch];
+#pragma unroll
+      for (int t = 0; t < kChainBatch; ++t) v[t] = xb[4 * (j + t)];
+#pragma unroll
+      for (int t = 0; t < kChainBatch; ++t) sum = Add(sum, static_cast<double>(TemperatureWeight(v[t], max_logit, inv_t)));
+    }
+    for (; j < quads; ++j) sum = Add(sum, static_cast<double>(TemperatureWeight(xb[4 * j], max_logit, inv_t)));
     if (k == 0) {
-      for (int j = 4 * quads; j < size; ++j) sum = Add(sum, static_cast<double>(TemperatureWeight(xb[j], max_logit, inv_t)));
+      for (int i = 4 * quads; i < size; ++i) sum = Add(sum, static_cast<double>(TemperatureWeight(x[begin + i], max_logit, inv_t)));
     }
     s.chain[c] = sum;
   }
   __syncthreads();
+  // Block masses side by side (s.cand is unused on this path), so that the serial loops below
+  // do one dependent add per block.
+  static_assert(kSamplingMaxVocab / kWalkBlock * sizeof(double) <= sizeof(Shared::cand), "block masses in s.cand");
+  double* const block_mass = reinterpret_cast<double*>(s.cand);  // [num_blocks]
+  for (int b = threadIdx.x; b < num_blocks; b += kThreads) {
+    const double* ch = s.chain + 4 * b;
+    block_mass[b] = Add(Add(ch[0], ch[1]), Add(ch[2], ch[3]));
+  }
+  __syncthreads();
   if (threadIdx.x == 0) {
     double total = 0.0;
-    for (int b = 0; b < num_blocks; ++b) {
-      const double* ch = s.chain + 4 * b;
-      total = Add(total, Add(Add(ch[0], ch[1]), Add(ch[2], ch[3])));
-    }
+    for (int b = 0; b < num_blocks; ++b) total = Add(total, block_mass[b]);
     const double target = __dmul_rn(u, total);
     double cumulative = 0.0;
     int chosen = -1;
     for (int b = 0; b < num_blocks; ++b) {
-      const double* ch = s.chain + 4 * b;
-      const double mass = Add(Add(ch[0], ch[1]), Add(ch[2], ch[3]));
+      const double mass = block_mass[b];
       if (mass <= 0.0 || Add(cumulative, mass) <= target) {
         cumulative = Add(cumulative, mass);
         continue;
@@ -336,20 +375,33 @@ __device__ int32_t WalkFullVocab(const float* x, int n, float max_logit, float i
   __syncthreads();
   const int chosen = s.found;
   if (chosen >= 0) {
+    // The block's weights, zero-padded to kWalkBlock (zero weights are skipped by the walk).
     float* w = reinterpret_cast<float*>(s.hist);
     const int begin = chosen * kWalkBlock;
     const int size = min(kWalkBlock, n - begin);
-    for (int j = threadIdx.x; j < size; j += kThreads) w[j] = TemperatureWeight(x[begin + j], max_logit, inv_t);
+    for (int j = threadIdx.x; j < kWalkBlock; j += kThreads) {
+      w[j] = j < size ? TemperatureWeight(x[begin + j], max_logit, inv_t) : 0.0f;
+    }
     __syncthreads();
     if (threadIdx.x == 0) {
       double cumulative = s.bucket_mass[0];
       const double target = s.bucket_mass[1];
       int32_t result = -1;
-      for (int j = 0; j < size; ++j) {
-        if (w[j] <= 0.0f) continue;
-        result = begin + j;
-        cumulative = Add(cumulative, static_cast<double>(w[j]));
-        if (cumulative > target) break;
+      // Four weights per shared load, the next quad loaded before the current one is walked.
+      const float4* w4 = reinterpret_cast<const float4*>(w);
+      float4 next = w4[0];
+      bool done = false;
+      for (int q = 0; q < kWalkBlock / 4 && !done; ++q) {
+        const float4 cur = next;
+        if (q + 1 < kWalkBlock / 4) next = w4[q + 1];
+        const float quad[4] = {cur.x, cur.y, cur.z, cur.w};
+#pragma unroll
+        for (int t = 0; t < 4; ++t) {
+          if (done || quad[t] <= 0.0f) continue;
+          result = begin + 4 * q + t;
+          cumulative = Add(cumulative, static_cast<double>(quad[t]));
+          done = cumulative > target;
+        }
       }
       s.found = result;
     }
@@ -372,24 +424,53 @@ __device__ __forceinline__ uint32_t BucketOf(float weight) {
   return min(below_one >> kBucketShift, static_cast<uint32_t>(kNumBuckets - 1));
 }
 
+// Lowest biased exponent of the weights in bucket b (b < kNumBuckets - 1): a bucket spans
+// 2^21 float encodings, so at most two adjacent binades.
+__device__ __forceinline__ uint32_t BucketLowExponent(uint32_t b) {
+  return (kOneBits - ((b + 1) << kBucketShift) + 1) >> 23;
+}
+
 // Nucleus without top-k: the weight floor of the buckets the nucleus reaches (truncation.cc's
-// Nucleus up to the gather). Every bucket but the last sums weights of at most two adjacent
-// binades, whose partial sums are exact in double, so any order gives the host's value; the
-// last (weights below 2^-39) is summed in another order than the host's (NOTES.md).
+// Nucleus up to the gather). Every bucket but the last holds weights of at most two adjacent
+// binades, all multiples of the lower binade's ulp q, at most 2^18 of them: every partial sum of the
+// host's double sum is exact whatever its order, and equals (integer count of q) * q. The
+// device adds those integers (24-bit significand, shifted by one in the upper binade) with
+// 32-bit shared atomics and a carry word, one copy per warp (in s.cand, unused until the
+// gather), and converts once: the same doubles as the host, bit for bit. The last bucket
+// (weights below 2^-39) is summed in double in another order than the host's (NOTES.md).
 __device__ float NucleusFloor(const float* x, int n, float max_logit, float inv_t, float top_p, double* target_out,
                               Shared& s) {
-  for (int b = threadIdx.x; b < kNumBuckets; b += kThreads) s.bucket_mass[b] = 0.0;
+  static_assert(2 * kWarps * kNumBuckets * sizeof(uint32_t) <= sizeof(Shared::cand), "bucket counters in s.cand");
+  uint32_t* const lo_all = reinterpret_cast<uint32_t*>(s.cand);      // [kWarps, kNumBuckets]
+  uint32_t* const hi_all = lo_all + kWarps * kNumBuckets;            // [kWarps, kNumBuckets]
+  for (int i = threadIdx.x; i < 2 * kWarps * kNumBuckets; i += kThreads) lo_all[i] = 0;
   __syncthreads();
+  uint32_t* const lo = lo_all + (threadIdx.x / 32) * kNumBuckets;
+  uint32_t* const hi = hi_all + (threadIdx.x / 32) * kNumBuckets;
   double tail = 0.0;
   ForEach(x, n, [&](int, float v) {
     const float w = TemperatureWeight(v, max_logit, inv_t);
     const uint32_t b = BucketOf(w);
     if (b == kNumBuckets - 1) {
       tail = Add(tail, static_cast<double>(w));
-    } else {
-      atomicAdd(&s.bucket_mass[b], static_cast<double>(w));
+      return;
     }
+    const uint32_t bits = __float_as_uint(w);
+    const uint32_t units = ((bits & 0x7FFFFFu) | 0x800000u) << ((bits >> 23) - BucketLowExponent(b));
+    const uint32_t old = atomicAdd(&lo[b], units);
+    if (old + units < old) atomicAdd(&hi[b], 1u);
   });
+  __syncthreads();
+  for (int b = threadIdx.x; b < kNumBuckets - 1; b += kThreads) {
+    uint64_t units = 0;  // below 2^18 * 2^25 = 2^43: exact in double
+    for (int w = 0; w < kWarps; ++w) {
+      units += (static_cast<uint64_t>(hi_all[w * kNumBuckets + b]) << 32) | lo_all[w * kNumBuckets + b];
+    }
+    // q = 2^(low exponent - 127 - 23), a normal double; the product is exact.
+    const double q = __longlong_as_double(
+        static_cast<int64_t>(static_cast<int>(BucketLowExponent(static_cast<uint32_t>(b))) - 150 + 1023) << 52);
+    s.bucket_mass[b] = __dmul_rn(static_cast<double>(units), q);
+  }
   tail = BlockReduce(tail, SumD{}, s);
   if (threadIdx.x == 0) {
     s.bucket_mass[kNumBuckets - 1] = tail;
@@ -519,7 +600,7 @@ __device__ __forceinline__ float RawLogprob(float logit, double log_normalizer) 
   return isnan(lp) ? kNegInf : __double2float_rn(lp);
 }
 
-__global__ void __launch_bounds__(kThreads) SamplingKernel(const SamplingKernelParams p) {
+__global__ void __launch_bounds__(kThreads, 1) SamplingKernel(const SamplingKernelParams p) {
   extern __shared__ __align__(16) unsigned char smem[];
   Shared& s = *reinterpret_cast<Shared*>(smem);
   const int64_t row = blockIdx.x;
