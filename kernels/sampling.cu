@@ -289,13 +289,17 @@ __device__ int GatherTop(const float* x, int n, uint32_t k, int bits, KeyFn key,
 
 // Every element with TemperatureWeight > floor (>= when inclusive) into s.cand as MoreLikely
 // keys; -1 when more than kCap. The exponent pre-test only skips the exponential (truncation.cc).
+// Once the count is seen past kCap the row is an overflow whatever follows (the count only
+// grows), so the remaining candidates skip the exponential and the contended atomic.
 __device__ int GatherAbove(const float* x, int n, float max_logit, float inv_t, float floor, bool inclusive,
                            Shared& s) {
   const float exponent_floor = floor > 0.0f ? logf(floor) - kExponentSlack : kNegInf;
   if (threadIdx.x == 0) s.count = 0;
   __syncthreads();
+  const volatile uint32_t* const count_seen = &s.count;
   ForEach(x, n, [&](int i, float v) {
     if (!(v >= max_logit || __fmul_rn(__fsub_rn(v, max_logit), inv_t) >= exponent_floor)) return;
+    if (*count_seen > static_cast<uint32_t>(kCap)) return;
     const float w = TemperatureWeight(v, max_logit, inv_t);
     if (!(w > floor || (inclusive && w == floor))) return;
     const uint32_t slot = atomicAdd(&s.count, 1u);
