@@ -3,6 +3,8 @@
 // chosen token are bit-identical to src/sampling. See bench/sampling_gpu/NOTES.md.
 #include "kernels/sampling.cuh"
 
+#include <cooperative_groups.h>
+
 #include <cstdint>
 
 namespace peregrine::kernels {
@@ -35,6 +37,7 @@ struct Shared {
   uint32_t sel_bin;
   uint32_t sel_above;
   int32_t found;
+  float cluster_max;  // the row maximum, read by the other CTAs of a cluster (full-vocabulary walk)
 };
 
 // ---- exactly the host's arithmetic (src/sampling/exp.h, weights.h) -------------------------
@@ -318,15 +321,48 @@ __device__ float RowMax(const float* x, int n, Shared& s) {
   return BlockReduce(m, MaxF{}, s);
 }
 
+// ---- clusters (sm_90): a full-vocabulary walk spreads its chains over the CTAs of one row ------
+
+// Barrier over every thread of the cluster, release/acquire at cluster scope: the edits rank 0
+// wrote to the logits and its shared memory are visible to every rank after it.
+__device__ __forceinline__ void ClusterSync() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  cooperative_groups::this_cluster().sync();
+#else
+  __trap();  // never launched: LaunchSampling uses clusters on sm_90 and later only
+#endif
+}
+__device__ __forceinline__ int ClusterRank() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  return static_cast<int>(cooperative_groups::this_cluster().block_rank());
+#else
+  return 0;
+#endif
+}
+template <typename T>
+__device__ __forceinline__ T* ClusterPeer(T* local, int rank) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  return cooperative_groups::this_cluster().map_shared_rank(local, static_cast<unsigned>(rank));
+#else
+  __trap();
+  return local;
+#endif
+}
+
+// The 1024-blocks whose chains rank `rank` of `cluster` CTAs sums: [*begin, *end).
+__device__ __forceinline__ void ChainRange(int num_blocks, int cluster, int rank, int* begin, int* end) {
+  const int per = (num_blocks + cluster - 1) / cluster;
+  *begin = min(num_blocks, rank * per);
+  *end = min(num_blocks, *begin + per);
+}
+
 // ---- the paths ------------------------------------------------------------------------------
 
-// WalkFullVocab: per 1024-block FixedOrderSum (four chains, tail to the first), block masses
-// added in order, then one block walked token by token. Every sum is the host's, in the host's
-// order; only the loads are batched ahead of the dependent adds.
-__device__ int32_t WalkFullVocab(const float* x, int n, float max_logit, float inv_t, double u, Shared& s) {
+// FixedOrderSum chains of the 1024-blocks [block_begin, block_end) into s.chain.
+__device__ void SumChains(const float* x, int n, float max_logit, float inv_t, int block_begin, int block_end,
+                          Shared& s) {
   constexpr int kChainBatch = 16;
-  const int num_blocks = (n + kWalkBlock - 1) / kWalkBlock;
-  for (int c = threadIdx.x; c < 4 * num_blocks; c += kThreads) {
+  for (int c = 4 * block_begin + static_cast<int>(threadIdx.x); c < 4 * block_end; c += kThreads) {
     const int b = c >> 2, k = c & 3;
     const int begin = b * kWalkBlock;
     const int size = min(kWalkBlock, n - begin);
@@ -347,7 +383,46 @@ __device__ int32_t WalkFullVocab(const float* x, int n, float max_logit, float i
     }
     s.chain[c] = sum;
   }
-  __syncthreads();
+}
+
+// The ranks other than 0 of a cluster on a full-vocabulary-walk row: their share of the chains,
+// between the barriers WalkFullVocab<kCluster> on rank 0 matches one for one.
+template <int kCluster>
+__device__ void WalkFullVocabPeer(const float* x, int n, float inv_t, Shared& s) {
+  ClusterSync();  // 1: rank 0 has applied the edits and published the maximum
+  const float max_logit = *ClusterPeer(&s.cluster_max, 0);
+  int begin, end;
+  ChainRange((n + kWalkBlock - 1) / kWalkBlock, kCluster, ClusterRank(), &begin, &end);
+  SumChains(x, n, max_logit, inv_t, begin, end, s);
+  ClusterSync();  // 2: every chain is summed
+  ClusterSync();  // 3: rank 0 has copied them; this CTA's shared memory may go
+}
+
+// WalkFullVocab: per 1024-block FixedOrderSum (four chains, tail to the first), block masses
+// added in order, then one block walked token by token. Every sum is the host's, in the host's
+// order; only the loads are batched ahead of the dependent adds. With kCluster > 1 the chains
+// are summed by the kCluster CTAs of the row's cluster (each a range of blocks, the same sums)
+// and copied here through distributed shared memory.
+template <int kCluster>
+__device__ int32_t WalkFullVocab(const float* x, int n, float max_logit, float inv_t, double u, Shared& s) {
+  const int num_blocks = (n + kWalkBlock - 1) / kWalkBlock;
+  if constexpr (kCluster > 1) {
+    if (threadIdx.x == 0) s.cluster_max = max_logit;
+    ClusterSync();  // 1
+    int begin, end;
+    ChainRange(num_blocks, kCluster, 0, &begin, &end);
+    SumChains(x, n, max_logit, inv_t, begin, end, s);
+    ClusterSync();  // 2
+    for (int rank = 1; rank < kCluster; ++rank) {
+      ChainRange(num_blocks, kCluster, rank, &begin, &end);
+      const double* peer = ClusterPeer(s.chain, rank);
+      for (int c = 4 * begin + static_cast<int>(threadIdx.x); c < 4 * end; c += kThreads) s.chain[c] = peer[c];
+    }
+    ClusterSync();  // 3
+  } else {
+    SumChains(x, n, max_logit, inv_t, 0, num_blocks, s);
+    __syncthreads();
+  }
   // Block masses side by side (s.cand is unused on this path), so that the serial loops below
   // do one dependent add per block.
   static_assert(kSamplingMaxVocab / kWalkBlock * sizeof(double) <= sizeof(Shared::cand), "block masses in s.cand");
@@ -604,14 +679,32 @@ __device__ __forceinline__ float RawLogprob(float logit, double log_normalizer) 
   return isnan(lp) ? kNegInf : __double2float_rn(lp);
 }
 
+// The setting whose sampling is WalkFullVocab: the kernel's branch below, spelled once more for
+// the other ranks of a cluster, which must take the same barriers exactly when rank 0 does.
+__device__ __forceinline__ bool IsFullWalk(const SamplingRow& r, int n) {
+  const bool has_top_k = r.top_k > 0 && r.top_k < n;
+  const bool has_top_p = r.top_p < 1.0f;
+  const float min_p = fminf(r.min_p, 1.0f);
+  return r.temperature > 0.0f && !has_top_k && !(has_top_p || min_p > 0.0f);
+}
+
+// kCluster CTAs per row (a thread-block cluster when > 1): rank 0 does everything; the others
+// only help with a full-vocabulary walk's chains and leave at once on any other row.
+template <int kCluster>
 __global__ void __launch_bounds__(kThreads, 1) SamplingKernel(const SamplingKernelParams p) {
   extern __shared__ __align__(16) unsigned char smem[];
   Shared& s = *reinterpret_cast<Shared*>(smem);
-  const int64_t row = blockIdx.x;
+  const int64_t row = blockIdx.x / kCluster;
   const int n = p.vocab;
   float* x = p.logits + row * n;
   const SamplingRow r = p.rows[row];
   const int tid = threadIdx.x;
+  if constexpr (kCluster > 1) {
+    if (ClusterRank() != 0) {
+      if (IsFullWalk(r, n)) WalkFullVocabPeer<kCluster>(x, n, r.inv_temperature, s);
+      return;
+    }
+  }
 
   // 1. Raw logprobs, before any edit (raw_logprobs.cc; the normalizer to ~1e-7, not bit-exact).
   double log_normalizer = 0.0;
@@ -705,7 +798,7 @@ __global__ void __launch_bounds__(kThreads, 1) SamplingKernel(const SamplingKern
         token = FinishKept(got, m, inv_t, r.top_p, target, min_p, r.u, has_top_p, s);
       }
     } else {
-      token = WalkFullVocab(x, n, RowMax(x, n, s), inv_t, r.u, s);
+      token = WalkFullVocab<kCluster>(x, n, RowMax(x, n, s), inv_t, r.u, s);  // IsFullWalk(r, n)
     }
   }
 
@@ -728,17 +821,47 @@ __global__ void __launch_bounds__(kThreads, 1) SamplingKernel(const SamplingKern
   }
 }
 
+template <int kCluster>
+cudaError_t LaunchWithCluster(const SamplingKernelParams& p, cudaStream_t stream) {
+  constexpr size_t kSmem = sizeof(Shared);
+  const cudaError_t attr = cudaFuncSetAttribute(SamplingKernel<kCluster>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                static_cast<int>(kSmem));
+  if (attr != cudaSuccess) return attr;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(p.batch * kCluster));
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = kSmem;
+  config.stream = stream;
+  cudaLaunchAttribute cluster[1] = {};
+  cluster[0].id = cudaLaunchAttributeClusterDimension;
+  cluster[0].val.clusterDim.x = kCluster;
+  cluster[0].val.clusterDim.y = 1;
+  cluster[0].val.clusterDim.z = 1;
+  config.attrs = cluster;
+  config.numAttrs = kCluster > 1 ? 1 : 0;
+  return cudaLaunchKernelEx(&config, SamplingKernel<kCluster>, p);
+}
+
 }  // namespace
 
 cudaError_t LaunchSampling(const SamplingKernelParams& p, cudaStream_t stream) {
   if (p.batch <= 0) return cudaSuccess;
   if (p.batch > (int64_t{1} << 31) - 1 || p.vocab <= 0 || p.vocab > kSamplingMaxVocab) return cudaErrorInvalidValue;
-  constexpr size_t kSmem = sizeof(Shared);
-  const cudaError_t attr = cudaFuncSetAttribute(SamplingKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                static_cast<int>(kSmem));
-  if (attr != cudaSuccess) return attr;
-  SamplingKernel<<<static_cast<unsigned>(p.batch), kThreads, kSmem, stream>>>(p);
-  return cudaGetLastError();
+  // Small batches leave SMs idle with one CTA per row: on sm_90 a cluster of 2 or 4 CTAs per row
+  // (one CTA per SM) shares a full-vocabulary walk's exponentials. The limits keep every
+  // cluster resident at once on a 132-SM H100/H200 (GPCs of 16 or 18 SMs: 32 clusters of 4,
+  // 66 of 2). A cluster launch the device refuses falls back to one CTA per row (same tokens).
+  int device = 0, major = 0;
+  if (const cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return e;
+  if (const cudaError_t e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device); e != cudaSuccess) {
+    return e;
+  }
+  if (major >= 9 && p.batch <= 66) {
+    const cudaError_t e = p.batch <= 32 ? LaunchWithCluster<4>(p, stream) : LaunchWithCluster<2>(p, stream);
+    if (e == cudaSuccess) return cudaSuccess;
+    (void)cudaGetLastError();  // the refused configuration; nothing was launched
+  }
+  return LaunchWithCluster<1>(p, stream);
 }
 
 }  // namespace peregrine::kernels

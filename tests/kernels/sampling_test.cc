@@ -4,6 +4,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cmath>
+#include <initializer_list>
 #include <limits>
 #include <sstream>
 
@@ -202,10 +203,12 @@ class SamplingTest : public GpuTest {
   }
 
   // Rows of every shape x parameter set x seed at one vocabulary size.
-  void Sweep(int64_t vocab, int seeds, int steps) {
+  // One launch per step over every row: 21 parameter sets x `shapes` x `seeds`.
+  void Sweep(int64_t vocab, int seeds, int steps,
+             std::initializer_list<Shape> shapes = {Shape::kPeaked, Shape::kFlat, Shape::kTies, Shape::kSpecial}) {
     std::mt19937 rng(static_cast<uint32_t>(vocab * 7 + 1));
     std::vector<Row> rows;
-    for (Shape shape : {Shape::kPeaked, Shape::kFlat, Shape::kTies, Shape::kSpecial}) {
+    for (Shape shape : shapes) {
       for (const Case& c : ParamSets(vocab)) {
         for (int seed = 0; seed < seeds; ++seed) {
           Row r;
@@ -253,6 +256,19 @@ TEST_F(SamplingTest, MatchesHostAwkwardVocab) {
 }
 
 TEST_F(SamplingTest, MatchesHostFullVocab) { Sweep(129280, 2, 2); }
+
+// Batches of 21 and 42 rows: on sm_90 the launcher gives each row a cluster of 4 and of 2 CTAs
+// (the full-vocabulary walk's chains summed across them); the sweeps above (84+ rows) take
+// one CTA per row.
+TEST_F(SamplingTest, MatchesHostSmallBatches) {
+  Sweep(129280, 1, 2, {Shape::kPeaked});
+  if (HasFatalFailure()) return;
+  Sweep(129280, 1, 2, {Shape::kFlat, Shape::kSpecial});
+  if (HasFatalFailure()) return;
+  Sweep(20001, 1, 2, {Shape::kTies});
+  if (HasFatalFailure()) return;
+  Sweep(3, 1, 2, {Shape::kSpecial});
+}
 
 TEST_F(SamplingTest, AllMaskedRows) {
   // Every logit -inf or NaN: the host still returns an id in the vocabulary.
