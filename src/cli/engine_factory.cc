@@ -51,7 +51,7 @@ Result<std::unique_ptr<ModelRunner>> MakeRunner(const EngineOptions& o, ModelSou
                static_cast<double>(model->weight_bytes()) / 1e9, static_cast<double>(model->state_bytes()) / 1e9,
                static_cast<long long>(co.num_slots), static_cast<long long>(co.max_context),
                std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-  return std::unique_ptr<ModelRunner>(std::make_unique<CudaModelRunner>(std::move(model), o.device_sampling));
+  return std::unique_ptr<ModelRunner>(std::make_unique<CudaModelRunner>(std::move(model), o.device_sampling, o.overlap));
 #else
   return Unimplemented("this build has no CUDA backend (nvcc was not found when it was built)");
 #endif

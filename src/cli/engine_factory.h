@@ -28,6 +28,7 @@ struct EngineOptions {
   std::string expert_format = "bf16";     // CUDA routed experts: "bf16" or "mxfp4"
   bool enforce_eager = false;             // CUDA: no decode graphs
   bool device_sampling = true;            // CUDA: sample on the GPU
+  bool overlap = true;                    // CUDA: plan step n+1 while the GPU runs step n
   int cuda_device = 0;
 };
 

@@ -28,6 +28,7 @@ peregrine::Result<std::unique_ptr<peregrine::EngineClient>> MakeServingEngine(
   o.expert_format = serve.expert_format;
   o.enforce_eager = serve.enforce_eager;
   o.device_sampling = !serve.host_sampling;
+  o.overlap = !serve.disable_overlap_schedule;
   PG_ASSIGN_OR_RETURN(std::unique_ptr<peregrine::Engine> engine, peregrine::cli::MakeEngine(o));
   return std::unique_ptr<peregrine::EngineClient>(std::move(engine));
 }

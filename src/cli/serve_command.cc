@@ -121,6 +121,8 @@ void AddServeCommand(CLI::App& app, EngineFactory factory) {
       ->check(CLI::IsMember({"bf16", "mxfp4"}))->capture_default_str();
   cmd->add_flag("--enforce-eager", options->enforce_eager, "CUDA: launch every op, no decode graphs");
   cmd->add_flag("--host-sampling", options->host_sampling, "CUDA: copy the logits and sample on the host");
+  cmd->add_flag("--disable-overlap-schedule", options->disable_overlap_schedule,
+                "CUDA: wait for each step's tokens before planning the next (no CPU/GPU overlap)");
   cmd->add_option("--max-num-seqs", options->max_num_seqs, "Running sequences per step")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   cmd->add_option("--max-num-batched-tokens", options->max_num_batched_tokens,

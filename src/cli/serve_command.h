@@ -31,6 +31,7 @@ struct ServeOptions {
   std::string expert_format = "bf16";     // CUDA routed experts: bf16 or mxfp4
   bool enforce_eager = false;             // CUDA: no decode graphs
   bool host_sampling = false;             // CUDA: copy logits and sample on the host
+  bool disable_overlap_schedule = false;  // CUDA: wait for each step before planning the next
   server::ServerConfig server;
 };
 

@@ -33,10 +33,12 @@ void Engine::Stop() {
   }
   wake_.notify_all();
   if (thread_.joinable()) thread_.join();
+  while (!launched_.empty()) CollectOldest();
   TakeInbox();
   std::vector<Sequence*> left;
   for (auto& [id, seq] : live_) left.push_back(seq.get());
   for (Sequence* seq : left) Finish(seq, FinishReason::kAbort);
+  graveyard_.clear();
 }
 
 Status Engine::Submit(EngineRequest request, EventSink sink) {
@@ -112,25 +114,62 @@ void Engine::TakeInbox() {
 }
 
 void Engine::Finish(Sequence* seq, FinishReason reason, const std::string& error) {
-  scheduler_.remove(seq);
-  runner_->Release(seq->id);
   EngineEvent ev;
   ev.finish = reason;
   ev.error = error;
   ev.num_prompt_tokens = seq->num_prompt_tokens;
   ev.time = std::chrono::steady_clock::now();
   seq->sink(ev);
-  live_.erase(seq->request.id);
+  Close(seq);
+}
+
+void Engine::Close(Sequence* seq) {
+  seq->finished = true;
+  scheduler_.remove(seq);
+  runner_->Release(seq->id);
+  auto it = live_.find(seq->request.id);
+  PG_CHECK(it != live_.end() && it->second.get() == seq, "closing a sequence that is not live");
+  std::unique_ptr<Sequence> owned = std::move(it->second);
+  live_.erase(it);
+  (launched_.empty() ? graveyard_ : launched_.back().retired).push_back(std::move(owned));
   std::lock_guard<std::mutex> lock(mu_);
   --num_queued_;
 }
 
 void Engine::FailStep(const SchedulerOutput& out, const Status& status) {
-  for (const ScheduledChunk& c : out.chunks) Finish(c.seq, FinishReason::kError, status.ToString());
+  for (const ScheduledChunk& c : out.chunks)
+    if (!c.seq->finished) Finish(c.seq, FinishReason::kError, status.ToString());
+}
+
+void Engine::Emit(Sequence* seq, SampleResult sample, std::chrono::steady_clock::time_point now) {
+  ++seq->num_generated;
+  const EngineRequest& r = seq->request;
+  std::optional<FinishReason> finish;
+  const bool is_eos = std::find(eos_ids_.begin(), eos_ids_.end(), sample.token) != eos_ids_.end();
+  const bool is_stop =
+      std::find(r.stop_token_ids.begin(), r.stop_token_ids.end(), sample.token) != r.stop_token_ids.end();
+  const int64_t known = static_cast<int64_t>(seq->tokens.size()) - seq->num_pending;
+  if ((is_eos && !r.ignore_eos) || is_stop) finish = FinishReason::kStop;
+  else if (seq->num_generated >= r.max_tokens || known >= max_context_) finish = FinishReason::kLength;
+
+  EngineEvent ev;
+  ev.token_ids = {sample.token};
+  ev.samples = {std::move(sample)};
+  ev.num_prompt_tokens = seq->num_prompt_tokens;
+  ev.time = now;
+  ev.finish = finish;
+  seq->sink(ev);
+  if (finish) Close(seq);
 }
 
 bool Engine::Step() {
   TakeInbox();
+  const bool did = runner_->supports_overlap() ? StepOverlapped() : StepSync();
+  graveyard_.clear();
+  return did;
+}
+
+bool Engine::StepSync() {
   SchedulerOutput plan = scheduler_.schedule();                       // schedule
   for (Sequence* seq : plan.preempted) runner_->Release(seq->id);
   if (plan.chunks.empty()) {
@@ -154,41 +193,119 @@ bool Engine::Step() {
 
   const auto now = std::chrono::steady_clock::now();
   size_t row = 0;
-  for (const ScheduledChunk& c : plan.chunks) {
+  for (const ScheduledChunk& c : plan.chunks) {                         // post-process, emit
     if (!c.samples) continue;
-    Sequence* seq = c.seq;
     SampleResult sample = std::move(samples[row++]);
-
-    seq->tokens.push_back(sample.token);                                 // post-process
-    ++seq->num_generated;
-    const EngineRequest& r = seq->request;
-    std::optional<FinishReason> finish;
-    const bool is_eos = std::find(eos_ids_.begin(), eos_ids_.end(), sample.token) != eos_ids_.end();
-    const bool is_stop = std::find(r.stop_token_ids.begin(), r.stop_token_ids.end(), sample.token) !=
-                         r.stop_token_ids.end();
-    if ((is_eos && !r.ignore_eos) || is_stop) finish = FinishReason::kStop;
-    else if (seq->num_generated >= r.max_tokens || static_cast<int64_t>(seq->tokens.size()) >= max_context_)
-      finish = FinishReason::kLength;
-
-    EngineEvent ev;                                                      // emit
-    ev.token_ids = {sample.token};
-    ev.samples = {std::move(sample)};
-    ev.num_prompt_tokens = seq->num_prompt_tokens;
-    ev.time = now;
-    if (!finish) {
-      seq->sink(ev);
-      continue;
-    }
-    ev.finish = finish;
-    seq->sink(ev);
-    scheduler_.remove(seq);
-    runner_->Release(seq->id);
-    live_.erase(r.id);
-    std::lock_guard<std::mutex> lock(mu_);
-    --num_queued_;
+    c.seq->tokens.push_back(sample.token);
+    Emit(c.seq, std::move(sample), now);
   }
   UpdateStats();
   return true;
+}
+
+namespace {
+
+// Sampling that counts the request's own tokens (penalties) needs the newest one on the host
+// before the next row can be built.
+bool CountsOwnTokens(const SamplingParams& p) {
+  return p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f || p.repetition_penalty != 1.0f;
+}
+
+constexpr int32_t kPlaceholder = -1;
+
+}  // namespace
+
+bool Engine::StepOverlapped() {
+  if (!launched_.empty()) {
+    bool wait = false;
+    for (const LaunchedRow& r : launched_.back().rows)
+      wait = wait || (!r.seq->finished && !r.discard && CountsOwnTokens(r.seq->request.sampling));
+    if (wait) CollectOldest();
+  }
+  SchedulerOutput plan = scheduler_.schedule();                        // schedule
+  for (Sequence* seq : plan.preempted) runner_->Release(seq->id);
+  if (plan.chunks.empty()) {
+    const bool collected = !launched_.empty();
+    if (collected) CollectOldest();
+    UpdateStats();
+    return collected;
+  }
+
+  std::vector<RunnerChunk> chunks;
+  std::vector<RunnerSampling> sampling;
+  chunks.reserve(plan.chunks.size());
+  for (const ScheduledChunk& c : plan.chunks) {
+    Sequence* seq = c.seq;
+    RunnerChunk rc{seq->id, kv_.get(seq->id).slot, c.first,
+                   std::span<const int32_t>(seq->tokens).subspan(static_cast<size_t>(c.first),
+                                                                 static_cast<size_t>(c.num_tokens)),
+                   c.samples};
+    // A pending placeholder is the sequence's last token, sampled by the newest launched step.
+    if (seq->num_pending > 0 && c.samples) {
+      PG_CHECK(seq->num_pending == 1 && !launched_.empty(), "a placeholder without its launched step");
+      rc.fed_from = seq->pending_row;
+    }
+    chunks.push_back(rc);
+    if (c.samples) sampling.push_back({&seq->request.sampling, seq->sampling.get()});
+  }
+  if (Status s = runner_->Launch(chunks, sampling); !s.ok()) {          // launch
+    FailStep(plan, s);
+    while (!launched_.empty()) CollectOldest();
+    UpdateStats();
+    return true;
+  }
+  scheduler_.on_computed(plan);
+  LaunchedStep step;
+  for (const ScheduledChunk& c : plan.chunks) {
+    if (!c.samples) continue;
+    Sequence* seq = c.seq;
+    seq->tokens.push_back(kPlaceholder);
+    ++seq->num_pending;
+    seq->pending_row = static_cast<int32_t>(step.rows.size());
+    step.rows.push_back({seq, seq->tokens.size() - 1});
+    // The step's token ends the sequence by length: plan nothing past it.
+    if (seq->num_generated + seq->num_pending >= seq->request.max_tokens ||
+        static_cast<int64_t>(seq->tokens.size()) >= max_context_)
+      scheduler_.remove(seq);
+  }
+  step.plan = std::move(plan);
+  launched_.push_back(std::move(step));
+  while (launched_.size() > 1) CollectOldest();                       // collect the previous step
+  UpdateStats();
+  return true;
+}
+
+void Engine::CollectOldest() {
+  LaunchedStep step = std::move(launched_.front());
+  launched_.pop_front();
+  std::vector<uint8_t> skip(step.rows.size(), 0);
+  for (size_t i = 0; i < step.rows.size(); ++i) skip[i] = step.rows[i].seq->finished || step.rows[i].discard;
+  std::vector<SampleResult> samples;
+  std::vector<uint8_t> refeed_failed;
+  if (Status s = runner_->Collect(skip, &samples, &refeed_failed); !s.ok()) {
+    FailStep(step.plan, s);
+    return;
+  }
+  const auto now = std::chrono::steady_clock::now();
+  for (size_t i = 0; i < step.rows.size(); ++i) {                       // post-process, emit
+    if (skip[i]) continue;
+    Sequence* seq = step.rows[i].seq;
+    seq->tokens[step.rows[i].token_index] = samples[i].token;
+    --seq->num_pending;
+    const bool restart = refeed_failed[i] && seq->num_pending > 0;
+    Emit(seq, std::move(samples[i]), now);
+    if (restart && !seq->finished) Restart(seq);
+  }
+  // step.retired goes here: nothing names those sequences any more.
+}
+
+void Engine::Restart(Sequence* seq) {
+  PG_CHECK(!launched_.empty() && seq->num_pending == 1, "restart without a pending row");
+  launched_.back().rows[static_cast<size_t>(seq->pending_row)].discard = true;
+  seq->tokens.pop_back();
+  seq->num_pending = 0;
+  scheduler_.requeue(seq);
+  runner_->Release(seq->id);
 }
 
 Status Engine::RunAndSample(const SchedulerOutput& plan, std::span<const RunnerChunk> chunks,

@@ -1,9 +1,24 @@
 // Engine: owns requests from submission to their last event and runs the step loop on its
 // own thread: schedule -> run -> sample -> post-process -> emit.
+//
+// With a runner that overlaps steps (ModelRunner::supports_overlap) the loop runs one step
+// ahead: it plans and launches step n+1 while the device runs step n, then collects and
+// post-processes step n while the device runs step n+1. A sequence that sampled in step n
+// takes part in step n+1 with a placeholder for that token, which the device fills in from
+// step n's samples. What the engine cannot know ahead is handled after the fact:
+// - a sequence that finishes in step n (stop token, abort) has its step n+1 row dropped;
+// - a sequence that reaches its length in step n is not planned into step n+1 at all;
+// - a row the device could not sample (finished on the host) fed step n+1 a wrong token, so
+//   that sequence drops its step n+1 row and restarts (recompute, as after a preemption);
+// - sequences whose sampling counts their own tokens (penalties) need step n's token on the
+//   host before step n+1's rows exist: such a step is collected before the next is planned.
+// A request's tokens are therefore the same with and without overlap.
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -39,8 +54,9 @@ class Engine final : public EngineClient {
   int64_t vocab_size() const override { return vocab_size_; }
   int64_t max_context() const override { return max_context_; }
 
-  // One step on the calling thread (tests drive the engine this way without Start()).
-  // Returns false when there was nothing to do.
+  // One step on the calling thread (tests drive the engine this way without Start()); with
+  // an overlapping runner a call launches a step and collects the previous one. Returns
+  // false when there was nothing to do.
   bool Step();
 
  private:
@@ -49,9 +65,36 @@ class Engine final : public EngineClient {
     std::unordered_set<std::string> aborted;
   };
 
+  // A launched, uncollected step (overlap): its plan and, per sampling row, the sequence and
+  // the index of the placeholder its token replaces.
+  struct LaunchedRow {
+    Sequence* seq = nullptr;
+    size_t token_index = 0;
+    bool discard = false;  // the sequence restarted: drop this row's sample
+  };
+  struct LaunchedStep {
+    SchedulerOutput plan;
+    std::vector<LaunchedRow> rows;
+    // Sequences that finished while this step (or an older one) still named them; they are
+    // destroyed with it, after it has been collected.
+    std::vector<std::unique_ptr<Sequence>> retired;
+  };
+
   void TakeInbox();
   void Finish(Sequence* seq, FinishReason reason, const std::string& error = {});
+  // Takes a finished sequence out of the schedule and the live set; it is destroyed once no
+  // launched step names it.
+  void Close(Sequence* seq);
+  // Records the sequence's newest token (already in seq->tokens) and emits it, finishing the
+  // sequence on a stop token or at its length.
+  void Emit(Sequence* seq, SampleResult sample, std::chrono::steady_clock::time_point now);
   void FailStep(const SchedulerOutput& out, const Status& status);
+  bool StepSync();
+  bool StepOverlapped();
+  // Collects the oldest launched step and post-processes its samples.
+  void CollectOldest();
+  // Drops the sequence's pending row in the newest launched step and recomputes it.
+  void Restart(Sequence* seq);
   // Runs the step's chunks and samples one token per chunk that samples, on the device when
   // the runner can, else with Sample() on the host logits.
   Status RunAndSample(const SchedulerOutput& plan, std::span<const RunnerChunk> chunks,
@@ -70,6 +113,8 @@ class Engine final : public EngineClient {
   Scheduler scheduler_;
   std::unordered_map<std::string, std::unique_ptr<Sequence>> live_;  // by request id
   int64_t next_seq_id_ = 1;
+  std::deque<LaunchedStep> launched_;  // oldest first; at most one between Step() calls
+  std::vector<std::unique_ptr<Sequence>> graveyard_;  // finished with no launched step left; freed per Step
 
   // Shared with submitting threads.
   mutable std::mutex mu_;

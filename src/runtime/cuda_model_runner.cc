@@ -1,18 +1,37 @@
 #include "runtime/cuda_model_runner.h"
 
 #include <algorithm>
+#include <cstring>
 #include <string>
 
 #include "backend/cuda/cuda_status.h"
 #include "backend/cuda/ops/sampling.h"
+#include "backend/cuda/ops/step_feed.h"
 #include "kernels/sampling.cuh"
 
 namespace peregrine {
 
-CudaModelRunner::CudaModelRunner(std::unique_ptr<deepseek_v4::cuda::CudaModel> model, bool device_sampling)
+namespace {
+
+constexpr size_t kTop = kernels::kSamplingMaxTopLogprobs;
+
+Tensor DeviceView(const peregrine::cuda::DeviceBuffer& b, DType t, Shape s) {
+  return Tensor::Contiguous(b.data(), t, s, Device::kCuda);
+}
+
+}  // namespace
+
+CudaModelRunner::CudaModelRunner(std::unique_ptr<deepseek_v4::cuda::CudaModel> model, bool device_sampling,
+                                 bool overlap)
     : model_(std::move(model)),
       device_sampling_(device_sampling),
+      overlap_(overlap),
       slot_positions_(static_cast<size_t>(model_->options().num_slots), -1) {}
+
+CudaModelRunner::~CudaModelRunner() {
+  // Launched steps write into this runner's pinned buffers: let them finish first.
+  for (int s : launched_) (void)launch_slots_[static_cast<size_t>(s)].done.Synchronize();
+}
 
 std::vector<int32_t> CudaModelRunner::eos_token_ids() const {
   std::vector<int32_t> ids;
@@ -22,7 +41,7 @@ std::vector<int32_t> CudaModelRunner::eos_token_ids() const {
 
 void CudaModelRunner::Release(int64_t) {
   // Slots are the engine's: a released sequence's slot is restarted (position 0) by its next
-  // owner, which overwrites the state as it goes.
+  // owner, which overwrites the state as it goes (in stream order after any launched step).
 }
 
 Status CudaModelRunner::PlanChunks(std::span<const RunnerChunk> chunks) {
@@ -33,7 +52,9 @@ Status CudaModelRunner::PlanChunks(std::span<const RunnerChunk> chunks) {
     const int64_t at = slot_positions_[static_cast<size_t>(chunk.slot)];
     if (chunk.first_position != 0 && chunk.first_position != at)
       return Internal("runner state out of step for sequence " + std::to_string(chunk.seq_id));
-    step_.push_back({chunk.slot, chunk.first_position, chunk.tokens, chunk.needs_logits});
+    deepseek_v4::StepChunk step{chunk.slot, chunk.first_position, chunk.tokens, chunk.needs_logits};
+    step.fed_from = chunk.fed_from;
+    step_.push_back(step);
   }
   return Status::Ok();
 }
@@ -45,129 +66,198 @@ void CudaModelRunner::Advance(std::span<const RunnerChunk> chunks, const Status&
 }
 
 Status CudaModelRunner::Run(std::span<const RunnerChunk> chunks, std::vector<float>* logits) {
+  if (!launched_.empty()) return Internal("a synchronous step while launched steps wait to be collected");
+  for (const RunnerChunk& chunk : chunks)
+    if (chunk.fed_from >= 0) return InvalidArgument("a synchronous step cannot feed tokens from a previous step");
   PG_RETURN_IF_ERROR(PlanChunks(chunks));
   const Status s = model_->Forward(step_, logits);
   Advance(chunks, s);
   return s;
 }
 
-Status CudaModelRunner::EnsureSamplingBuffers(size_t rows, size_t edits) {
-  peregrine::cuda::CachingAllocator& a = model_->allocator();
-  if (rows > row_capacity_) {
-    const size_t n = std::max<size_t>(rows, 2 * row_capacity_);
-    PG_ASSIGN_OR_RETURN(rows_d_, a.Allocate(n * sizeof(DeviceSamplingRow)));
-    PG_ASSIGN_OR_RETURN(offsets_d_, a.Allocate((n + 1) * 4));
-    PG_ASSIGN_OR_RETURN(tokens_d_, a.Allocate(n * 4));
-    PG_ASSIGN_OR_RETURN(logprobs_d_, a.Allocate(n * 4));
-    PG_ASSIGN_OR_RETURN(top_tokens_d_, a.Allocate(n * kernels::kSamplingMaxTopLogprobs * 4));
-    PG_ASSIGN_OR_RETURN(top_logprobs_d_, a.Allocate(n * kernels::kSamplingMaxTopLogprobs * 4));
-    PG_ASSIGN_OR_RETURN(status_d_, a.Allocate(n * 4));
-    row_capacity_ = n;
+Status CudaModelRunner::EnsureCapacity(LaunchSlot& slot, size_t rows, size_t edits) {
+  namespace pc = peregrine::cuda;
+  pc::CachingAllocator& a = model_->allocator();
+  const size_t vocab = static_cast<size_t>(model_->config().vocab_size);
+  if (rows > slot.row_capacity) {
+    const size_t n = std::max<size_t>(rows, 2 * slot.row_capacity);
+    PG_ASSIGN_OR_RETURN(slot.in_rows, pc::PinnedHostBuffer::Allocate(n * sizeof(DeviceSamplingRow)));
+    PG_ASSIGN_OR_RETURN(slot.in_offsets, pc::PinnedHostBuffer::Allocate((n + 1) * 4));
+    PG_ASSIGN_OR_RETURN(slot.out_tokens, pc::PinnedHostBuffer::Allocate(n * 4));
+    PG_ASSIGN_OR_RETURN(slot.out_logprobs, pc::PinnedHostBuffer::Allocate(n * 4));
+    PG_ASSIGN_OR_RETURN(slot.out_status, pc::PinnedHostBuffer::Allocate(n * 4));
+    PG_ASSIGN_OR_RETURN(slot.out_top_tokens, pc::PinnedHostBuffer::Allocate(n * kTop * 4));
+    PG_ASSIGN_OR_RETURN(slot.out_top_logprobs, pc::PinnedHostBuffer::Allocate(n * kTop * 4));
+    PG_ASSIGN_OR_RETURN(slot.rows_d, a.Allocate(n * sizeof(DeviceSamplingRow)));
+    PG_ASSIGN_OR_RETURN(slot.offsets_d, a.Allocate((n + 1) * 4));
+    PG_ASSIGN_OR_RETURN(slot.tokens_d, a.Allocate(n * 4));
+    PG_ASSIGN_OR_RETURN(slot.logprobs_d, a.Allocate(n * 4));
+    PG_ASSIGN_OR_RETURN(slot.top_tokens_d, a.Allocate(n * kTop * 4));
+    PG_ASSIGN_OR_RETURN(slot.top_logprobs_d, a.Allocate(n * kTop * 4));
+    PG_ASSIGN_OR_RETURN(slot.status_d, a.Allocate(n * 4));
+    PG_ASSIGN_OR_RETURN(slot.saved_logits_d, a.Allocate(n * vocab * 4));
+    slot.row_capacity = n;
   }
-  if (edits > edit_capacity_) {
-    const size_t n = std::max<size_t>(edits, 2 * edit_capacity_);
-    PG_ASSIGN_OR_RETURN(edits_d_, a.Allocate(n * sizeof(DeviceLogitEdit)));
-    PG_ASSIGN_OR_RETURN(edit_raw_d_, a.Allocate(n * 4));
-    edit_capacity_ = n;
+  if (edits > slot.edit_capacity) {
+    const size_t n = std::max<size_t>(edits, 2 * slot.edit_capacity);
+    PG_ASSIGN_OR_RETURN(slot.in_edits, pc::PinnedHostBuffer::Allocate(n * sizeof(DeviceLogitEdit)));
+    PG_ASSIGN_OR_RETURN(slot.out_edit_raw, pc::PinnedHostBuffer::Allocate(n * 4));
+    PG_ASSIGN_OR_RETURN(slot.edits_d, a.Allocate(n * sizeof(DeviceLogitEdit)));
+    PG_ASSIGN_OR_RETURN(slot.edit_raw_d, a.Allocate(n * 4));
+    slot.edit_capacity = n;
+  }
+  if (slot.done.get() == nullptr) {
+    PG_ASSIGN_OR_RETURN(slot.done, pc::Event::Create(false));
+  }
+  return Status::Ok();
+}
+
+Status CudaModelRunner::EnqueueSampling(LaunchSlot& slot, const Tensor& logits, cudaStream_t stream) {
+  const size_t r = slot.rows, e = slot.edits;
+  if (r > 0) {
+    const int64_t rr = static_cast<int64_t>(r), ee = static_cast<int64_t>(e);
+    const int64_t vocab = model_->config().vocab_size;
+    std::memcpy(slot.in_rows.data(), slot.batch.rows.data(), r * sizeof(DeviceSamplingRow));
+    std::memcpy(slot.in_offsets.data(), slot.batch.edit_offsets.data(), (r + 1) * 4);
+    if (e > 0) std::memcpy(slot.in_edits.data(), slot.batch.edits.data(), e * sizeof(DeviceLogitEdit));
+    auto h2d = [&](const peregrine::cuda::DeviceBuffer& d, const peregrine::cuda::PinnedHostBuffer& h, size_t bytes) {
+      return cudaMemcpyAsync(d.data(), h.data(), bytes, cudaMemcpyHostToDevice, stream);
+    };
+    auto d2h = [&](const peregrine::cuda::PinnedHostBuffer& h, const peregrine::cuda::DeviceBuffer& d, size_t bytes) {
+      return cudaMemcpyAsync(h.data(), d.data(), bytes, cudaMemcpyDeviceToHost, stream);
+    };
+    PG_CUDA_RETURN_IF_ERROR(h2d(slot.rows_d, slot.in_rows, r * sizeof(DeviceSamplingRow)));
+    PG_CUDA_RETURN_IF_ERROR(h2d(slot.offsets_d, slot.in_offsets, (r + 1) * 4));
+    if (e > 0) PG_CUDA_RETURN_IF_ERROR(h2d(slot.edits_d, slot.in_edits, e * sizeof(DeviceLogitEdit)));
+    peregrine::cuda::SamplingArgs a;
+    a.logits = logits;
+    a.rows = DeviceView(slot.rows_d, DType::kU8, {rr, static_cast<int64_t>(sizeof(DeviceSamplingRow))});
+    a.edit_offsets = DeviceView(slot.offsets_d, DType::kI32, {rr + 1});
+    if (e > 0) {
+      a.edits = DeviceView(slot.edits_d, DType::kU8, {ee, static_cast<int64_t>(sizeof(DeviceLogitEdit))});
+      a.edit_raw = DeviceView(slot.edit_raw_d, DType::kF32, {ee});
+    }
+    a.tokens = DeviceView(slot.tokens_d, DType::kI32, {rr});
+    a.logprobs = DeviceView(slot.logprobs_d, DType::kF32, {rr});
+    a.top_tokens = DeviceView(slot.top_tokens_d, DType::kI32, {rr, static_cast<int64_t>(kTop)});
+    a.top_logprobs = DeviceView(slot.top_logprobs_d, DType::kF32, {rr, static_cast<int64_t>(kTop)});
+    a.status = DeviceView(slot.status_d, DType::kI32, {rr});
+    PG_RETURN_IF_ERROR(peregrine::cuda::Sample(a, stream));
+    // Rows the device gave up on keep their edited logits here: the next step overwrites the
+    // logits before the host gets to finish them.
+    peregrine::cuda::CopyFlaggedRowsArgs save;
+    save.src = logits;
+    save.dst = DeviceView(slot.saved_logits_d, DType::kF32, {rr, vocab});
+    save.flags = a.status;
+    PG_RETURN_IF_ERROR(peregrine::cuda::CopyFlaggedRows(save, stream));
+    PG_CUDA_RETURN_IF_ERROR(d2h(slot.out_tokens, slot.tokens_d, r * 4));
+    PG_CUDA_RETURN_IF_ERROR(d2h(slot.out_logprobs, slot.logprobs_d, r * 4));
+    PG_CUDA_RETURN_IF_ERROR(d2h(slot.out_status, slot.status_d, r * 4));
+    PG_CUDA_RETURN_IF_ERROR(d2h(slot.out_top_tokens, slot.top_tokens_d, r * kTop * 4));
+    PG_CUDA_RETURN_IF_ERROR(d2h(slot.out_top_logprobs, slot.top_logprobs_d, r * kTop * 4));
+    if (e > 0) PG_CUDA_RETURN_IF_ERROR(d2h(slot.out_edit_raw, slot.edit_raw_d, e * 4));
+  }
+  return slot.done.Record(stream);
+}
+
+Status CudaModelRunner::Launch(std::span<const RunnerChunk> chunks, std::span<const RunnerSampling> sampling) {
+  if (!device_sampling_) return Internal("overlapped steps need device sampling");
+  if (launched_.size() >= launch_slots_.size()) return Internal("two launched steps wait to be collected already");
+  const int index = (last_launched_ + 1) % static_cast<int>(launch_slots_.size());
+  LaunchSlot& slot = launch_slots_[static_cast<size_t>(index)];
+  bool fed = false;
+  for (const RunnerChunk& chunk : chunks) fed = fed || chunk.fed_from >= 0;
+  const LaunchSlot* previous = last_launched_ >= 0 ? &launch_slots_[static_cast<size_t>(last_launched_)] : nullptr;
+  if (fed && previous == nullptr) return InvalidArgument("a chunk is fed from a previous step, but none was launched");
+  PG_RETURN_IF_ERROR(PlanChunks(chunks));
+
+  const int64_t vocab = model_->config().vocab_size;
+  slot.batch.Clear();
+  slot.rng_before.resize(sampling.size());
+  slot.sampling.assign(sampling.begin(), sampling.end());
+  slot.slots.clear();
+  for (const RunnerChunk& chunk : chunks) slot.slots.push_back(chunk.slot);
+  for (size_t i = 0; i < sampling.size(); ++i)
+    AppendDeviceRow(*sampling[i].params, *sampling[i].state, vocab, slot.batch, &slot.rng_before[i]);
+  slot.rows = slot.batch.num_rows();
+  slot.edits = slot.batch.edits.size();
+  PG_RETURN_IF_ERROR(EnsureCapacity(slot, std::max<size_t>(slot.rows, 1), slot.edits));
+
+  auto hook = [&](const Tensor& logits, cudaStream_t stream) { return EnqueueSampling(slot, logits, stream); };
+  const Status s = model_->Launch(step_, hook, fed ? previous->tokens_d.as<int32_t>() : nullptr,
+                                  fed ? static_cast<int64_t>(previous->rows) : 0);
+  Advance(chunks, s);
+  if (!s.ok()) {
+    // Nothing waits on this slot; its RNG draws are rolled back so a retry draws the same.
+    for (size_t i = 0; i < sampling.size(); ++i) sampling[i].state->rng() = slot.rng_before[i];
+    return s;
+  }
+  launched_.push_back(index);
+  last_launched_ = index;
+  return Status::Ok();
+}
+
+Status CudaModelRunner::Collect(std::span<const uint8_t> skip, std::vector<SampleResult>* results,
+                                std::vector<uint8_t>* refeed_failed) {
+  if (launched_.empty()) return Internal("no launched step to collect");
+  const int index = launched_.front();
+  launched_.pop_front();
+  LaunchSlot& slot = launch_slots_[static_cast<size_t>(index)];
+  if (Status s = slot.done.Synchronize(); !s.ok()) {
+    for (int32_t state_slot : slot.slots) slot_positions_[static_cast<size_t>(state_slot)] = -1;
+    return s;
+  }
+  const size_t r = slot.rows;
+  if (skip.size() != r) return Internal("collect: one skip flag per sampling row expected");
+  const int32_t* tokens = slot.out_tokens.as<int32_t>();
+  const float* logprobs = slot.out_logprobs.as<float>();
+  const int32_t* status = slot.out_status.as<int32_t>();
+  const int32_t* top_tokens = slot.out_top_tokens.as<int32_t>();
+  const float* top_logprobs = slot.out_top_logprobs.as<float>();
+  const int64_t vocab = model_->config().vocab_size;
+  results->assign(r, SampleResult{});
+  refeed_failed->assign(r, 0);
+  std::vector<float> row_logits;
+  for (size_t i = 0; i < r; ++i) {
+    if (status[i] != kernels::kSamplingOk) (*refeed_failed)[i] = 1;
+    if (skip[i]) continue;
+    const SamplingParams& params = *slot.sampling[i].params;
+    SequenceSamplingState& state = *slot.sampling[i].state;
+    if (status[i] != kernels::kSamplingOk) {
+      // The device gave this row up (too many candidates): finish it on the host from the
+      // device's edited row, with the RNG as it was before this step's draw.
+      row_logits.resize(static_cast<size_t>(vocab));
+      PG_CUDA_RETURN_IF_ERROR(cudaMemcpy(row_logits.data(),
+                                         slot.saved_logits_d.as<float>() + i * static_cast<size_t>(vocab),
+                                         row_logits.size() * 4, cudaMemcpyDeviceToHost));
+      const auto begin = static_cast<size_t>(slot.batch.edit_offsets[i]);
+      const auto end = static_cast<size_t>(slot.batch.edit_offsets[i + 1]);
+      (*results)[i] = SampleOverflowRow(row_logits, std::span(slot.batch.edits).subspan(begin, end - begin),
+                                        std::span<const float>(slot.out_edit_raw.as<float>() + begin, end - begin),
+                                        params, state, slot.rng_before[i]);
+      continue;
+    }
+    SampleResult& out = (*results)[i];
+    out.token = tokens[i];
+    if (params.logprobs >= 0) {
+      out.logprob = logprobs[i];
+      for (int32_t k = 0; k < std::min<int32_t>(params.logprobs, static_cast<int32_t>(kTop)); ++k) {
+        const size_t at = i * kTop + static_cast<size_t>(k);
+        if (top_tokens[at] < 0) break;
+        out.top_logprobs.push_back({top_tokens[at], top_logprobs[at]});
+      }
+    }
+    state.Append(out.token);
   }
   return Status::Ok();
 }
 
 Status CudaModelRunner::RunAndSample(std::span<const RunnerChunk> chunks, std::span<const RunnerSampling> sampling,
                                      std::vector<SampleResult>* results) {
-  PG_RETURN_IF_ERROR(PlanChunks(chunks));
-  const int64_t vocab = model_->config().vocab_size;
-  batch_.Clear();
-  rng_before_.resize(sampling.size());
-  for (size_t i = 0; i < sampling.size(); ++i)
-    AppendDeviceRow(*sampling[i].params, *sampling[i].state, vocab, batch_, &rng_before_[i]);
-  const size_t r = batch_.num_rows();
-  const size_t e = batch_.edits.size();
-  PG_RETURN_IF_ERROR(EnsureSamplingBuffers(std::max<size_t>(r, 1), e));
-  const int64_t rr = static_cast<int64_t>(r);
-  const int64_t ee = static_cast<int64_t>(e);
-  tokens_.resize(r);
-  logprobs_.resize(r);
-  status_.resize(r);
-  top_tokens_.resize(r * kernels::kSamplingMaxTopLogprobs);
-  top_logprobs_.resize(top_tokens_.size());
-  edit_raw_.resize(e);
-  Tensor device_logits;
-  auto sample = [&](const Tensor& logits, cudaStream_t stream) -> Status {
-    device_logits = logits;
-    if (r == 0) return Status::Ok();
-    auto dev = [](const peregrine::cuda::DeviceBuffer& b, DType t, Shape s) {
-      return Tensor::Contiguous(b.data(), t, s, Device::kCuda);
-    };
-    PG_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(rows_d_.data(), batch_.rows.data(), r * sizeof(DeviceSamplingRow),
-                                            cudaMemcpyHostToDevice, stream));
-    PG_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(offsets_d_.data(), batch_.edit_offsets.data(), (r + 1) * 4,
-                                            cudaMemcpyHostToDevice, stream));
-    if (e > 0)
-      PG_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(edits_d_.data(), batch_.edits.data(), e * sizeof(DeviceLogitEdit),
-                                              cudaMemcpyHostToDevice, stream));
-    peregrine::cuda::SamplingArgs a;
-    a.logits = logits;
-    a.rows = dev(rows_d_, DType::kU8, {rr, static_cast<int64_t>(sizeof(DeviceSamplingRow))});
-    a.edit_offsets = dev(offsets_d_, DType::kI32, {rr + 1});
-    if (e > 0) {
-      a.edits = dev(edits_d_, DType::kU8, {ee, static_cast<int64_t>(sizeof(DeviceLogitEdit))});
-      a.edit_raw = dev(edit_raw_d_, DType::kF32, {ee});
-    }
-    a.tokens = dev(tokens_d_, DType::kI32, {rr});
-    a.logprobs = dev(logprobs_d_, DType::kF32, {rr});
-    a.top_tokens = dev(top_tokens_d_, DType::kI32, {rr, kernels::kSamplingMaxTopLogprobs});
-    a.top_logprobs = dev(top_logprobs_d_, DType::kF32, {rr, kernels::kSamplingMaxTopLogprobs});
-    a.status = dev(status_d_, DType::kI32, {rr});
-    PG_RETURN_IF_ERROR(peregrine::cuda::Sample(a, stream));
-    PG_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(tokens_.data(), tokens_d_.data(), r * 4, cudaMemcpyDeviceToHost, stream));
-    PG_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(logprobs_.data(), logprobs_d_.data(), r * 4, cudaMemcpyDeviceToHost, stream));
-    PG_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(status_.data(), status_d_.data(), r * 4, cudaMemcpyDeviceToHost, stream));
-    PG_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(top_tokens_.data(), top_tokens_d_.data(), top_tokens_.size() * 4,
-                                            cudaMemcpyDeviceToHost, stream));
-    PG_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(top_logprobs_.data(), top_logprobs_d_.data(), top_logprobs_.size() * 4,
-                                            cudaMemcpyDeviceToHost, stream));
-    if (e > 0)
-      PG_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(edit_raw_.data(), edit_raw_d_.data(), e * 4, cudaMemcpyDeviceToHost,
-                                              stream));
-    return Status::Ok();
-  };
-  const Status s = model_->Forward(step_, nullptr, sample);
-  Advance(chunks, s);
-  PG_RETURN_IF_ERROR(s);
-
-  results->clear();
-  std::vector<float> row_logits;
-  for (size_t i = 0; i < r; ++i) {
-    const SamplingParams& params = *sampling[i].params;
-    SequenceSamplingState& state = *sampling[i].state;
-    if (status_[i] != kernels::kSamplingOk) {
-      // The device gave this row up (too many candidates): finish it on the host from the
-      // device's edited row, with the RNG as it was before this step's draw.
-      row_logits.resize(static_cast<size_t>(vocab));
-      PG_CUDA_RETURN_IF_ERROR(cudaMemcpy(row_logits.data(), device_logits.as<float>() + i * static_cast<size_t>(vocab),
-                                         row_logits.size() * 4, cudaMemcpyDeviceToHost));
-      const auto begin = static_cast<size_t>(batch_.edit_offsets[i]);
-      const auto end = static_cast<size_t>(batch_.edit_offsets[i + 1]);
-      results->push_back(SampleOverflowRow(row_logits, std::span(batch_.edits).subspan(begin, end - begin),
-                                           std::span<const float>(edit_raw_).subspan(begin, end - begin), params,
-                                           state, rng_before_[i]));
-      continue;
-    }
-    SampleResult out;
-    out.token = tokens_[i];
-    if (params.logprobs >= 0) {
-      out.logprob = logprobs_[i];
-      for (int32_t k = 0; k < std::min(params.logprobs, kernels::kSamplingMaxTopLogprobs); ++k) {
-        const size_t at = i * kernels::kSamplingMaxTopLogprobs + static_cast<size_t>(k);
-        if (top_tokens_[at] < 0) break;
-        out.top_logprobs.push_back({top_tokens_[at], top_logprobs_[at]});
-      }
-    }
-    state.Append(out.token);
-    results->push_back(std::move(out));
-  }
-  return Status::Ok();
+  if (!launched_.empty()) return Internal("a synchronous step while launched steps wait to be collected");
+  PG_RETURN_IF_ERROR(Launch(chunks, sampling));
+  std::vector<uint8_t> skip(sampling.size(), 0), refeed_failed;
+  return Collect(skip, results, &refeed_failed);
 }
 
 }  // namespace peregrine

@@ -1,12 +1,21 @@
 // ModelRunner on the CUDA backend: the engine's steps run as DeepSeek-V4 forwards on one GPU
 // (deepseek_v4::cuda::CudaModel); each sequence's device state lives in its KV slot.
+//
+// With device sampling the runner can overlap steps: Launch enqueues a step (forward,
+// sampling, result copies into pinned host memory, an event) and returns; Collect waits for
+// the oldest launched step's event. Two launch slots alternate, each with its own sampling
+// buffers, so step n+1 can be launched, and read step n's sampled tokens on the device,
+// before the host has collected step n.
 #pragma once
 
+#include <array>
+#include <deque>
 #include <memory>
 #include <random>
 #include <vector>
 
 #include "backend/cuda/allocator.h"
+#include "backend/cuda/stream.h"
 #include "sampling/device_rows.h"
 
 #include "model/deepseek_v4/cuda/cuda_model.h"
@@ -17,8 +26,10 @@ namespace peregrine {
 class CudaModelRunner final : public ModelRunner {
  public:
   // `device_sampling`: sample on the GPU (kernels/sampling.cuh), so only token ids cross to
-  // the host; otherwise the engine samples the copied logits.
-  CudaModelRunner(std::unique_ptr<deepseek_v4::cuda::CudaModel> model, bool device_sampling);
+  // the host; otherwise the engine samples the copied logits. `overlap` (needs device
+  // sampling): let the engine launch step n+1 before collecting step n.
+  CudaModelRunner(std::unique_ptr<deepseek_v4::cuda::CudaModel> model, bool device_sampling, bool overlap = true);
+  ~CudaModelRunner() override;
 
   // Fails (Internal) when a chunk continues a slot at another position than where its
   // state stands: the engine and the device state disagree.
@@ -26,31 +37,50 @@ class CudaModelRunner final : public ModelRunner {
   bool samples_on_device() const override { return device_sampling_; }
   Status RunAndSample(std::span<const RunnerChunk> chunks, std::span<const RunnerSampling> sampling,
                       std::vector<SampleResult>* results) override;
+  bool supports_overlap() const override { return device_sampling_ && overlap_; }
+  Status Launch(std::span<const RunnerChunk> chunks, std::span<const RunnerSampling> sampling) override;
+  Status Collect(std::span<const uint8_t> skip, std::vector<SampleResult>* results,
+                 std::vector<uint8_t>* refeed_failed) override;
   void Release(int64_t seq_id) override;
   int64_t vocab_size() const override { return model_->config().vocab_size; }
   int64_t max_context() const override { return model_->options().max_context; }
   std::vector<int32_t> eos_token_ids() const override;
 
  private:
+  // One launched step's sampling: its rows, the RNG of each row before its draw, pinned
+  // staging for the uploads and the results, device buffers, and the event behind its copies.
+  struct LaunchSlot {
+    DeviceSamplingBatch batch;
+    std::vector<std::mt19937_64> rng_before;
+    std::vector<RunnerSampling> sampling;
+    std::vector<int32_t> slots;  // the chunks' state slots (marked unusable if the step fails)
+    size_t rows = 0, edits = 0;
+    size_t row_capacity = 0, edit_capacity = 0;
+    peregrine::cuda::PinnedHostBuffer in_rows, in_offsets, in_edits;
+    peregrine::cuda::PinnedHostBuffer out_tokens, out_logprobs, out_status, out_top_tokens, out_top_logprobs,
+        out_edit_raw;
+    peregrine::cuda::DeviceBuffer rows_d, offsets_d, edits_d, edit_raw_d, tokens_d, logprobs_d, top_tokens_d,
+        top_logprobs_d, status_d, saved_logits_d;
+    peregrine::cuda::Event done;
+  };
+
   // Builds the step's chunks, checking each slot's position.
   Status PlanChunks(std::span<const RunnerChunk> chunks);
-  // Records where each slot's state stands after a step (or that it is unusable).
+  // Records where each slot's state stands after a step is enqueued (or that it is unusable).
   void Advance(std::span<const RunnerChunk> chunks, const Status& status);
-  // Device buffers for the sampling rows and results, grown (outside any capture) as needed.
-  Status EnsureSamplingBuffers(size_t rows, size_t edits);
+  // Grows a slot's buffers (only while no launched step uses them).
+  Status EnsureCapacity(LaunchSlot& slot, size_t rows, size_t edits);
+  // The step's sampling, enqueued behind its logits.
+  Status EnqueueSampling(LaunchSlot& slot, const Tensor& logits, cudaStream_t stream);
 
   std::unique_ptr<deepseek_v4::cuda::CudaModel> model_;
   bool device_sampling_ = false;
+  bool overlap_ = true;
   std::vector<int64_t> slot_positions_;  // [num_slots] next position of the slot's state, -1 free
   std::vector<deepseek_v4::StepChunk> step_;
-  // Device sampling.
-  DeviceSamplingBatch batch_;
-  std::vector<std::mt19937_64> rng_before_;
-  size_t row_capacity_ = 0, edit_capacity_ = 0;
-  peregrine::cuda::DeviceBuffer rows_d_, offsets_d_, edits_d_, edit_raw_d_, tokens_d_, logprobs_d_, top_tokens_d_,
-      top_logprobs_d_, status_d_;
-  std::vector<int32_t> tokens_, top_tokens_, status_;
-  std::vector<float> logprobs_, top_logprobs_, edit_raw_;
+  std::array<LaunchSlot, 2> launch_slots_;
+  std::deque<int> launched_;  // launch slots of the launched, uncollected steps, oldest first
+  int last_launched_ = -1;    // the slot of the newest launched step (its tokens feed the next)
 };
 
 }  // namespace peregrine

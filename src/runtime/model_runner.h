@@ -19,6 +19,10 @@ struct RunnerChunk {
   int64_t first_position = 0;        // 0 starts (or restarts, after preemption) the sequence
   std::span<const int32_t> tokens;   // [T]
   bool needs_logits = false;         // the last token's logits feed the sampler
+  // Overlapped steps only: >= 0 when the last token is the one the previous launched step
+  // sampled for its sampling row `fed_from` (not on the host yet; tokens.back() is a
+  // placeholder the runner ignores).
+  int32_t fed_from = -1;
 };
 
 // A chunk's sampling inputs, for runners that sample on their device.
@@ -45,6 +49,33 @@ class ModelRunner {
     (void)sampling;
     (void)results;
     return Unimplemented("this runner samples on the host");
+  }
+  // Overlapped steps: runners that can launch a step before the previous one's tokens reach
+  // the host say so; the engine then plans and launches step n+1 while the device runs step n
+  // and post-processes step n while the device runs step n+1.
+  virtual bool supports_overlap() const { return false; }
+  // Enqueues a step and returns without waiting for it; its samples come from Collect, in
+  // launch order. A chunk with fed_from >= 0 reads its last token from the previous launched
+  // step's samples. At most two launched steps may wait to be collected; sampling states must
+  // stay alive until their step is collected. A failure enqueues nothing and leaves the
+  // chunks' sequences' state unusable.
+  virtual Status Launch(std::span<const RunnerChunk> chunks, std::span<const RunnerSampling> sampling) {
+    (void)chunks;
+    (void)sampling;
+    return Unimplemented("this runner does not overlap steps");
+  }
+  // Waits for the oldest launched step and returns one result per sampling row, as
+  // RunAndSample would. Rows with skip[i] set are not wanted any more (their sequence finished
+  // or restarts): their sampling state is left untouched and their result is empty.
+  // refeed_failed[i] is set when the device had no token for row i when the next step read it
+  // (the row was finished on the host), so a chunk fed from that row computed on a wrong token
+  // and its sequence must restart. A failure leaves the step's sequences' state unusable.
+  virtual Status Collect(std::span<const uint8_t> skip, std::vector<SampleResult>* results,
+                         std::vector<uint8_t>* refeed_failed) {
+    (void)skip;
+    (void)results;
+    (void)refeed_failed;
+    return Unimplemented("this runner does not overlap steps");
   }
   // Drops a sequence's state (finished, aborted or preempted).
   virtual void Release(int64_t seq_id) = 0;

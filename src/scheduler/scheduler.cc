@@ -16,6 +16,12 @@ void Scheduler::remove(Sequence* seq) {
   kv_.free(seq->id);
 }
 
+void Scheduler::requeue(Sequence* seq) {
+  remove(seq);
+  seq->num_computed = 0;
+  waiting_.push_front(seq);
+}
+
 void Scheduler::preempt(Sequence* seq, SchedulerOutput& out) {
   std::erase(running_, seq);
   kv_.free(seq->id);

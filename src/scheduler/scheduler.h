@@ -43,6 +43,9 @@ class Scheduler {
   void add(Sequence* seq);
   // Removes the sequence wherever it is and frees its KV.
   void remove(Sequence* seq);
+  // Frees the sequence's KV and puts it at the front of the waiting queue, to be recomputed
+  // from its tokens (as a preemption does, without counting one).
+  void requeue(Sequence* seq);
 
   SchedulerOutput schedule();
   // Marks a step's chunks as computed (after the runner succeeded).

@@ -1,6 +1,7 @@
 // The small ops the CUDA model runner adds around the kernels: the cuBLAS projection
-// (bf16 and f32, against cpu::Linear), row copies (the window ring update) and the
-// deterministic random fills of synthetic weights.
+// (bf16 and f32, against cpu::Linear), row copies (the window ring update), the
+// deterministic random fills of synthetic weights, and the overlapped step's token feed and
+// flagged-row save.
 #include <cmath>
 
 #include "backend/cpu/cpu_ops.h"
@@ -9,6 +10,7 @@
 #include "backend/cuda/ops/copy_rows.h"
 #include "backend/cuda/ops/linear.h"
 #include "backend/cuda/ops/random_fill.h"
+#include "backend/cuda/ops/step_feed.h"
 #include "gpu_test_util.h"
 
 namespace peregrine::testing {
@@ -115,6 +117,50 @@ TEST_F(ModelOpsTest, RandomFillIsDeterministicAndInRange) {
   EXPECT_GT(seen[0], 250);
   EXPECT_GT(seen[1], 250);
   EXPECT_GT(seen[2], 250);
+}
+
+
+TEST_F(ModelOpsTest, FeedTokensWritesThePreviousStepsSamples) {
+  std::vector<int32_t> ids = {11, 12, 13, 14, 15, 16, 17, 18};
+  const std::vector<int32_t> sampled = {100, -1, 102, 103};
+  // (row, index): rows 1, 4, 7 fed; index 1 has no token (fed 0); out-of-range pairs skipped.
+  const std::vector<int32_t> feeds = {1, 0, 4, 1, 7, 3, 9, 2, 2, 7};
+  cuda::DeviceBuffer ids_d = Upload(ids), sampled_d = Upload(sampled), feeds_d = Upload(feeds);
+  cuda::FeedTokensArgs a;
+  a.token_ids = View(ids_d, DType::kI32, {8});
+  a.feeds = View(feeds_d, DType::kI32, {5, 2});
+  a.sampled = View(sampled_d, DType::kI32, {4});
+  PG_ASSERT_OK(cuda::FeedTokens(a, stream_.get()));
+  Sync();
+  EXPECT_EQ(Download<int32_t>(ids_d, 8), (std::vector<int32_t>{11, 100, 13, 14, 0, 16, 17, 103}));
+  // No feeds: nothing to do; a bad shape is refused.
+  a.feeds = Tensor();
+  PG_ASSERT_OK(cuda::FeedTokens(a, stream_.get()));
+  a.feeds = View(feeds_d, DType::kI32, {2, 5});
+  EXPECT_EQ(cuda::FeedTokens(a, stream_.get()).code(), StatusCode::kInvalidArgument);
+}
+
+TEST_F(ModelOpsTest, CopyFlaggedRowsCopiesOnlyFlaggedRows) {
+  const int64_t rows = 5, width = 20000;  // wider than one CTA's chunk
+  std::mt19937 rng(3);
+  const std::vector<float> src = RandomNormal(rng, static_cast<size_t>(rows * width));
+  const std::vector<float> before = RandomNormal(rng, static_cast<size_t>(rows * width));
+  const std::vector<int32_t> flags = {0, 1, 0, 0, 1};
+  cuda::DeviceBuffer src_d = Upload(src), dst_d = Upload(before), flags_d = Upload(flags);
+  cuda::CopyFlaggedRowsArgs a;
+  a.src = View(src_d, DType::kF32, {rows, width});
+  a.dst = View(dst_d, DType::kF32, {rows, width});
+  a.flags = View(flags_d, DType::kI32, {rows});
+  PG_ASSERT_OK(cuda::CopyFlaggedRows(a, stream_.get()));
+  Sync();
+  const std::vector<float> got = Download<float>(dst_d, src.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    const std::vector<float>& want = flags[static_cast<size_t>(r)] ? src : before;
+    for (int64_t c = 0; c < width; ++c) {
+      const size_t i = static_cast<size_t>(r * width + c);
+      ASSERT_EQ(got[i], want[i]) << "row " << r << " column " << c;
+    }
+  }
 }
 
 }  // namespace

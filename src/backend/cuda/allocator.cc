@@ -128,4 +128,31 @@ AllocatorStats CachingAllocator::stats() const {
   return stats_;
 }
 
+Result<PinnedHostBuffer> PinnedHostBuffer::Allocate(size_t bytes) {
+  PinnedHostBuffer b;
+  if (bytes == 0) return b;
+  if (cudaMallocHost(&b.data_, bytes) != cudaSuccess) {
+    (void)cudaGetLastError();
+    b.data_ = nullptr;
+    return ResourceExhausted("cannot pin " + std::to_string(bytes) + " bytes of host memory");
+  }
+  b.bytes_ = bytes;
+  return b;
+}
+
+PinnedHostBuffer& PinnedHostBuffer::operator=(PinnedHostBuffer&& other) noexcept {
+  if (this != &other) {
+    if (data_ != nullptr) (void)cudaFreeHost(data_);
+    data_ = other.data_;
+    bytes_ = other.bytes_;
+    other.data_ = nullptr;
+    other.bytes_ = 0;
+  }
+  return *this;
+}
+
+PinnedHostBuffer::~PinnedHostBuffer() {
+  if (data_ != nullptr) (void)cudaFreeHost(data_);
+}
+
 }  // namespace peregrine::cuda

@@ -106,4 +106,30 @@ class CachingAllocator {
   AllocatorStats stats_;
 };
 
+// Move-only owner of page-locked host memory (cudaMallocHost): the host end of asynchronous
+// copies that must not wait for the stream (pageable memory would make a device-to-host copy
+// synchronous).
+class PinnedHostBuffer {
+ public:
+  // ResourceExhausted when the host cannot pin `bytes`; zero bytes gives an empty buffer.
+  static Result<PinnedHostBuffer> Allocate(size_t bytes);
+  PinnedHostBuffer() = default;
+  PinnedHostBuffer(PinnedHostBuffer&& other) noexcept { *this = std::move(other); }
+  PinnedHostBuffer& operator=(PinnedHostBuffer&& other) noexcept;
+  PinnedHostBuffer(const PinnedHostBuffer&) = delete;
+  PinnedHostBuffer& operator=(const PinnedHostBuffer&) = delete;
+  ~PinnedHostBuffer();
+
+  void* data() const { return data_; }
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(data_);
+  }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+};
+
 }  // namespace peregrine::cuda

@@ -27,6 +27,9 @@ struct StepChunk {
   std::span<const int32_t> tokens; // [T]
   bool needs_logits = false;       // the last token's logits are wanted
   bool all_logits = false;         // every token's logits are wanted (tests, scoring)
+  // >= 0: the last token is not known on the host yet; the device reads it from the previous
+  // step's sampled tokens at this index when the step runs (tokens.back() is a placeholder).
+  int32_t fed_from = -1;
 };
 
 struct StepPlan {

@@ -11,6 +11,7 @@
 #include "backend/cuda/ops/embedding.h"
 #include "backend/cuda/ops/hyper_connection.h"
 #include "backend/cuda/ops/linear.h"
+#include "backend/cuda/ops/step_feed.h"
 #include "backend/cuda/ops/sparse_attention.h"
 #include "backend/cuda/ops/sparse_attention_plan.h"
 #include "kernels/indexer_scores.cuh"
@@ -61,7 +62,10 @@ bool BuiltIndexer(int64_t heads, int64_t dim) {
 CudaModel::Impl::~Impl() {
   graphs.clear();
   for (cudaEvent_t e : event_pool) (void)cudaEventDestroy(e);
-  if (meta_host != nullptr) (void)cudaFreeHost(meta_host);
+  for (int32_t* h : meta_host)
+    if (h != nullptr) (void)cudaFreeHost(h);
+  for (cudaEvent_t e : meta_copied)
+    if (e != nullptr) (void)cudaEventDestroy(e);
 }
 
 Status CudaModel::Impl::Allocate() {
@@ -190,11 +194,16 @@ Status CudaModel::Impl::Allocate() {
     PG_RETURN_IF_ERROR(alloc(DType::kF32, {attention_layout.max_segments, h}, &x.partial_lse));
   }
 
-  // Metadata: per token 9 ints + the window list, per chunk 4, the logit rows, 3 schedules.
+  // Metadata: per token 9 ints + the window list + a feed pair, per chunk 4, the logit rows,
+  // 3 schedules.
   const int64_t schedule_ints = fast_attention ? attention_layout.num_ints() : 0;
-  meta_capacity = n * (w + 10) + 4 * (n + 1) + 3 * schedule_ints + 64;
+  meta_capacity = n * (w + 12) + 4 * (n + 1) + 3 * schedule_ints + 64;
   PG_RETURN_IF_ERROR(alloc(DType::kI32, {meta_capacity}, &meta));
-  PG_CUDA_RETURN_IF_ERROR(cudaMallocHost(reinterpret_cast<void**>(&meta_host), static_cast<size_t>(meta_capacity) * 4));
+  for (size_t i = 0; i < meta_host.size(); ++i) {
+    PG_CUDA_RETURN_IF_ERROR(
+        cudaMallocHost(reinterpret_cast<void**>(&meta_host[i]), static_cast<size_t>(meta_capacity) * 4));
+    PG_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&meta_copied[i], cudaEventDisableTiming));
+  }
   PG_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream.get()));
   return Status::Ok();
 }
@@ -203,7 +212,8 @@ Tensor CudaModel::Impl::MetaView(int64_t offset, Shape shape) const {
   return Tensor::Contiguous(meta.view.as<int32_t>() + offset, DType::kI32, shape, Device::kCuda);
 }
 
-Status CudaModel::Impl::UploadPlan(const StepPlan& plan, int64_t rows) {
+Status CudaModel::Impl::UploadPlan(const StepPlan& plan, int64_t rows, std::span<const StepChunk> step_chunks,
+                                   const int32_t* fed_tokens, int64_t num_fed_tokens) {
   const int64_t w = config.sliding_window;
   const int64_t chunks = plan.num_chunks;
   int64_t at = 0;
@@ -226,12 +236,19 @@ Status CudaModel::Impl::UploadPlan(const StepPlan& plan, int64_t rows) {
   m.chunk_positions = place(std::max(rows, chunks));
   m.chunk_slots = place(std::max(rows, chunks));
   m.logit_rows = place(std::max<int64_t>(rows, 1));
+  m.num_feeds = 0;
+  for (const StepChunk& chunk : step_chunks) m.num_feeds += chunk.fed_from >= 0 ? 1 : 0;
+  m.feeds = place(2 * m.num_feeds);
   const int64_t schedule_ints = fast_attention ? attention_layout.num_ints() : 0;
   for (int64_t& s : m.schedules) s = place(schedule_ints);
   m.total = at;
   if (m.total > meta_capacity) return Internal("step metadata exceeds its buffer");
 
-  int32_t* h = meta_host;
+  // The staging buffer of two uploads ago: its copy has been enqueued, wait until it ran.
+  const int turn = meta_turn;
+  meta_turn ^= 1;
+  PG_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(meta_copied[static_cast<size_t>(turn)]));
+  int32_t* h = meta_host[static_cast<size_t>(turn)];
   const int64_t n = plan.num_tokens;
   // Real rows first, then padding rows that every kernel skips (no window rows, no
   // entries, negative positions, no ring update).
@@ -254,6 +271,19 @@ Status CudaModel::Impl::UploadPlan(const StepPlan& plan, int64_t rows) {
   copy(m.chunk_positions, plan.chunk_positions, padded_chunks, -1);
   copy(m.chunk_slots, plan.chunk_slots, padded_chunks, -1);
   copy(m.logit_rows, plan.logit_rows, rows, 0);
+  if (m.num_feeds > 0) {
+    if (fed_tokens == nullptr) return InvalidArgument("a chunk is fed from the previous step, but no tokens were given");
+    int32_t* feed = h + m.feeds;
+    int64_t row = 0;
+    for (const StepChunk& chunk : step_chunks) {
+      row += static_cast<int64_t>(chunk.tokens.size());
+      if (chunk.fed_from < 0) continue;
+      if (chunk.fed_from >= num_fed_tokens) return InvalidArgument("a chunk is fed from outside the previous step's tokens");
+      *feed++ = static_cast<int32_t>(row - 1);
+      *feed++ = chunk.fed_from;
+      h[m.token_ids + row - 1] = 0;  // the placeholder, until the feed overwrites it
+    }
+  }
   if (fast_attention) {
     const std::vector<int64_t>* kinds[3] = {&plan.sliding_rows, &plan.csa_rows, &plan.hca_rows};
     std::vector<int64_t> padded;
@@ -266,7 +296,13 @@ Status CudaModel::Impl::UploadPlan(const StepPlan& plan, int64_t rows) {
   }
   PG_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(meta.view.data, h, static_cast<size_t>(m.total) * 4, cudaMemcpyHostToDevice,
                                           stream.get()));
-  return Status::Ok();
+  PG_CUDA_RETURN_IF_ERROR(cudaEventRecord(meta_copied[static_cast<size_t>(turn)], stream.get()));
+  if (m.num_feeds == 0) return Status::Ok();
+  pc::FeedTokensArgs feed;
+  feed.token_ids = MetaView(m.token_ids, {rows});
+  feed.feeds = MetaView(m.feeds, {m.num_feeds, 2});
+  feed.sampled = Tensor::Contiguous(const_cast<int32_t*>(fed_tokens), DType::kI32, {num_fed_tokens}, Device::kCuda);
+  return pc::FeedTokens(feed, stream.get());
 }
 
 Status CudaModel::Impl::EnqueueStep(int64_t rows, int64_t chunks, int64_t logit_rows) {
@@ -341,10 +377,13 @@ Result<std::unique_ptr<CudaModel>> CudaModel::Create(ModelConfig config, const C
 
 namespace {
 
+// Token ids known on the host (a fed chunk's last token is a placeholder).
 Status CheckTokens(const ModelConfig& c, std::span<const StepChunk> chunks) {
-  for (const StepChunk& chunk : chunks)
-    for (int32_t id : chunk.tokens)
+  for (const StepChunk& chunk : chunks) {
+    const size_t known = chunk.tokens.size() - (chunk.fed_from >= 0 ? 1 : 0);
+    for (int32_t id : chunk.tokens.first(known))
       if (id < 0 || id >= c.vocab_size) return InvalidArgument("token id out of range: " + std::to_string(id));
+  }
   return Status::Ok();
 }
 
@@ -361,36 +400,44 @@ peregrine::cuda::CachingAllocator& CudaModel::allocator() { return *impl_->alloc
 
 double CudaModel::last_host_ms() const { return impl_->last_host_ms; }
 
-Status CudaModel::Forward(std::span<const StepChunk> chunks, std::vector<float>* logits, const LogitsHook& hook) {
-  Impl& m = *impl_;
+Status CudaModel::Impl::Enqueue(std::span<const StepChunk> chunks, const int32_t* fed_tokens, int64_t num_fed_tokens,
+                                int64_t* logit_rows) {
   const auto started = std::chrono::steady_clock::now();
-  PG_RETURN_IF_ERROR(CheckTokens(m.config, chunks));
-  const StepLimits limits{m.options.num_slots, m.options.max_tokens, m.options.max_context};
-  PG_ASSIGN_OR_RETURN(StepPlan plan, PlanStep(chunks, m.config, limits));
+  PG_RETURN_IF_ERROR(CheckTokens(config, chunks));
+  const StepLimits limits{options.num_slots, options.max_tokens, options.max_context};
+  PG_ASSIGN_OR_RETURN(StepPlan plan, PlanStep(chunks, config, limits));
   const int64_t r = static_cast<int64_t>(plan.logit_rows.size());
-  if (r > m.max_logit_rows)
+  if (r > max_logit_rows)
     return InvalidArgument("step wants " + std::to_string(r) + " logits rows; the model holds " +
-                           std::to_string(m.max_logit_rows));
+                           std::to_string(max_logit_rows));
   const bool decode = plan.num_tokens == plan.num_chunks;
   const int64_t bucket = Bucket(plan.num_tokens);
-  if (decode && plan.num_tokens <= m.graph_max_batch && bucket <= m.options.max_tokens && bucket <= m.max_logit_rows &&
+  if (decode && plan.num_tokens <= graph_max_batch && bucket <= options.max_tokens && bucket <= max_logit_rows &&
       r == plan.num_tokens) {
     // One token per chunk, each wanting logits: replay the bucket's graph (captured on first use).
-    PG_RETURN_IF_ERROR(m.UploadPlan(plan, bucket));
-    auto it = m.graphs.find(bucket);
-    if (it == m.graphs.end()) {
-      PG_RETURN_IF_ERROR(pc::Graph::BeginCapture(m.stream.get()));
-      const Status enqueued = m.EnqueueStep(bucket, bucket, bucket);
-      PG_ASSIGN_OR_RETURN(pc::Graph graph, pc::Graph::EndCapture(m.stream.get()));
+    PG_RETURN_IF_ERROR(UploadPlan(plan, bucket, chunks, fed_tokens, num_fed_tokens));
+    auto it = graphs.find(bucket);
+    if (it == graphs.end()) {
+      PG_RETURN_IF_ERROR(pc::Graph::BeginCapture(stream.get()));
+      const Status enqueued = EnqueueStep(bucket, bucket, bucket);
+      PG_ASSIGN_OR_RETURN(pc::Graph graph, pc::Graph::EndCapture(stream.get()));
       PG_RETURN_IF_ERROR(enqueued);
-      it = m.graphs.emplace(bucket, std::move(graph)).first;
+      it = graphs.emplace(bucket, std::move(graph)).first;
     }
-    PG_RETURN_IF_ERROR(it->second.Launch(m.stream.get()));
+    PG_RETURN_IF_ERROR(it->second.Launch(stream.get()));
   } else {
-    PG_RETURN_IF_ERROR(m.UploadPlan(plan, plan.num_tokens));
-    PG_RETURN_IF_ERROR(m.EnqueueStep(plan.num_tokens, plan.num_chunks, r));
+    PG_RETURN_IF_ERROR(UploadPlan(plan, plan.num_tokens, chunks, fed_tokens, num_fed_tokens));
+    PG_RETURN_IF_ERROR(EnqueueStep(plan.num_tokens, plan.num_chunks, r));
   }
-  m.last_host_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
+  *logit_rows = r;
+  last_host_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
+  return Status::Ok();
+}
+
+Status CudaModel::Forward(std::span<const StepChunk> chunks, std::vector<float>* logits, const LogitsHook& hook) {
+  Impl& m = *impl_;
+  int64_t r = 0;
+  PG_RETURN_IF_ERROR(m.Enqueue(chunks, nullptr, 0, &r));
   if (hook) {
     PG_RETURN_IF_ERROR(hook(View(m.ws.logits, DType::kF32, {r, m.config.vocab_size}), m.stream.get()));
     return m.stream.Synchronize();
@@ -403,6 +450,14 @@ Status CudaModel::Forward(std::span<const StepChunk> chunks, std::vector<float>*
                                             logits->size() * sizeof(float), cudaMemcpyDeviceToHost, m.stream.get()));
   }
   return m.stream.Synchronize();
+}
+
+Status CudaModel::Launch(std::span<const StepChunk> chunks, const LogitsHook& hook, const int32_t* fed_tokens,
+                         int64_t num_fed_tokens) {
+  Impl& m = *impl_;
+  int64_t r = 0;
+  PG_RETURN_IF_ERROR(m.Enqueue(chunks, fed_tokens, num_fed_tokens, &r));
+  return hook(View(m.ws.logits, DType::kF32, {r, m.config.vocab_size}), m.stream.get());
 }
 
 Status CudaModel::EnableGraphs(int64_t max_batch) {

@@ -3,8 +3,9 @@
 // chunks and decode tokens together), built from the ops in backend/cuda.
 //
 // Ownership: one CudaModel owns its device allocations, one stream and one cuBLAS handle,
-// and is used by one thread (the engine's step thread). Every Forward enqueues the whole
-// step on the stream and waits for the logits; state slots are the engine's KV slots.
+// and is used by one thread (the engine's step thread). Forward enqueues the whole step on
+// the stream and waits for the logits; Launch enqueues it and returns, so the host can plan
+// the next step while this one runs. State slots are the engine's KV slots.
 #pragma once
 
 #include <cstdint>
@@ -64,9 +65,18 @@ class CudaModel {
   // leaves the touched slots' state unusable (their sequences must restart).
   Status Forward(std::span<const StepChunk> chunks, std::vector<float>* logits, const LogitsHook& hook = {});
 
-  // Host time of the last Forward from its start until the step's GPU work was enqueued
-  // (checks, plan, metadata upload, graph launch or op launches): the part of a step the
-  // GPU waits for, since steps are not overlapped yet.
+  // Enqueues the step and returns without waiting for it: `hook` gets the step's device
+  // logits and enqueues what reads them (sampling, copies, an event to wait on); it must not
+  // wait for the stream either. Chunks with fed_from >= 0 take their last token from
+  // `fed_tokens` [num_fed_tokens] (device memory the previous step's hook wrote; read when
+  // this step runs, in stream order). The host's staging for a step is reused two launches
+  // later, after its copy has run, so any number of steps may be queued. Errors as Forward.
+  Status Launch(std::span<const StepChunk> chunks, const LogitsHook& hook, const int32_t* fed_tokens = nullptr,
+                int64_t num_fed_tokens = 0);
+
+  // Host time of the last Forward or Launch from its start until the step's GPU work was
+  // enqueued (checks, plan, metadata upload, graph launch or op launches). With Launch the
+  // host does this while the GPU runs the previous step.
   double last_host_ms() const;
 
   // The model's device allocator (for callers' own step buffers, allocated outside capture).

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -77,6 +78,7 @@ struct MetaLayout {
   int64_t token_ids = 0, positions = 0, token_slots = 0, window_indices = 0, window_lengths = 0;
   int64_t ring_src = 0, ring_dst = 0, csa_entries = 0, hca_entries = 0;
   int64_t chunk_offsets = 0, chunk_positions = 0, chunk_slots = 0, logit_rows = 0;
+  int64_t feeds = 0, num_feeds = 0;  // [num_feeds, 2] (row, index into the fed tokens)
   std::array<int64_t, 3> schedules{};  // sliding, CSA, HCA
   int64_t total = 0;
 };
@@ -108,8 +110,12 @@ struct CudaModel::Impl {
   bool fast_indexer = false;
   kernels::SparseAttentionScheduleLayout attention_layout;
 
-  // Step metadata: pinned staging and its device copy.
-  int32_t* meta_host = nullptr;
+  // Step metadata: pinned staging and its device copy. Two staging buffers alternate, so a
+  // step can be planned while the previous one's copy may still be queued; each is reused
+  // only after the event recorded behind its copy has passed.
+  std::array<int32_t*, 2> meta_host{};
+  std::array<cudaEvent_t, 2> meta_copied{};
+  int meta_turn = 0;
   DeviceTensor meta;
   int64_t meta_capacity = 0;
   MetaLayout layout;
@@ -136,9 +142,14 @@ struct CudaModel::Impl {
   Status Allocate();
   // Views of the metadata buffer for the current step.
   Tensor MetaView(int64_t offset, Shape shape) const;
-  // Fills the pinned staging buffer from `plan` (padded to `rows` tokens / chunks) and
-  // enqueues its copy.
-  Status UploadPlan(const StepPlan& plan, int64_t rows);
+  // Fills a pinned staging buffer from `plan` (padded to `rows` tokens / chunks) and enqueues
+  // its copy, then the feed of the chunks' fed tokens from `fed_tokens` (device).
+  Status UploadPlan(const StepPlan& plan, int64_t rows, std::span<const StepChunk> chunks = {},
+                    const int32_t* fed_tokens = nullptr, int64_t num_fed_tokens = 0);
+  // Checks, plans, uploads and enqueues a step (graph replay for decode buckets); `*logit_rows`
+  // gets the number of logits rows it computes.
+  Status Enqueue(std::span<const StepChunk> chunks, const int32_t* fed_tokens, int64_t num_fed_tokens,
+                 int64_t* logit_rows);
   // The whole step on the stream for `rows` tokens (the plan's, or a graph bucket's).
   Status EnqueueStep(int64_t rows, int64_t chunks, int64_t logit_rows);
   Status EnqueueLayer(int64_t layer, int64_t rows, int64_t chunks);

@@ -1,0 +1,50 @@
+#include "kernels/step_feed.cuh"
+
+namespace peregrine::kernels {
+
+namespace {
+
+constexpr int kFeedThreads = 128;
+constexpr int kCopyThreads = 256;
+constexpr int64_t kCopyChunk = 8192;  // floats per CTA
+
+__global__ void __launch_bounds__(kFeedThreads) FeedTokensKernel(const FeedTokensParams p) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * kFeedThreads + threadIdx.x;
+  if (i >= p.n) return;
+  const int32_t row = p.feeds[2 * i];
+  const int32_t index = p.feeds[2 * i + 1];
+  if (row < 0 || row >= p.num_rows || index < 0 || index >= p.num_sampled) return;
+  const int32_t token = p.sampled[index];
+  p.token_ids[row] = token < 0 ? 0 : token;
+}
+
+// Grid (chunks of the row, rows): a CTA whose row is not flagged returns after one load.
+__global__ void __launch_bounds__(kCopyThreads) CopyFlaggedRowsKernel(const CopyFlaggedRowsParams p) {
+  const int64_t row = blockIdx.y;
+  if (p.flags[row] == 0) return;
+  const int64_t begin = static_cast<int64_t>(blockIdx.x) * kCopyChunk;
+  const int64_t end = begin + kCopyChunk < p.width ? begin + kCopyChunk : p.width;
+  const float* src = p.src + row * p.width;
+  float* dst = p.dst + row * p.width;
+  for (int64_t c = begin + threadIdx.x; c < end; c += kCopyThreads) dst[c] = src[c];
+}
+
+}  // namespace
+
+cudaError_t LaunchFeedTokens(const FeedTokensParams& p, cudaStream_t stream) {
+  if (p.n <= 0) return cudaSuccess;
+  if (p.n > INT32_MAX) return cudaErrorInvalidValue;
+  const auto blocks = static_cast<unsigned>((p.n + kFeedThreads - 1) / kFeedThreads);
+  FeedTokensKernel<<<blocks, kFeedThreads, 0, stream>>>(p);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchCopyFlaggedRows(const CopyFlaggedRowsParams& p, cudaStream_t stream) {
+  if (p.rows <= 0 || p.width <= 0) return cudaSuccess;
+  if (p.rows > 65535) return cudaErrorInvalidValue;
+  const dim3 grid(static_cast<unsigned>((p.width + kCopyChunk - 1) / kCopyChunk), static_cast<unsigned>(p.rows));
+  CopyFlaggedRowsKernel<<<grid, kCopyThreads, 0, stream>>>(p);
+  return cudaGetLastError();
+}
+
+}  // namespace peregrine::kernels
