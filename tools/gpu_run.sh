@@ -17,6 +17,9 @@
 #   bash tools/gpu_run.sh final     FP8 test, profile with host times, the demo model served on the GPU
 #   bash tools/gpu_run.sh kernels   attention + MoE kernel tests, parity, MoE/attention benchmarks, profile
 #   bash tools/gpu_run.sh all-tests every GPU test binary, then the MoE and sampling benchmarks
+#   bash tools/gpu_run.sh overlap   every GPU test binary, the MoE/sampling/FP8 benchmarks, then
+#                                   serve + bench with overlapped steps on and off (V4-Flash
+#                                   shapes and the demo model)
 # Results go to $OUT (default ./gpu-out).
 set -uo pipefail
 
@@ -80,6 +83,53 @@ if [ "$PHASE" = "all-tests" ]; then
       timeout 120 "$BIN/$bench" --out "$OUT/$bench.jsonl" >"$OUT/$bench.log" 2>&1
       tail -25 "$OUT/$bench.log"
     fi
+  done
+  exit $status
+fi
+
+# serve_bench NAME PORT BENCH_ARGS -- SERVE_ARGS: one server, one bench run, results as NAME.*
+serve_bench() {
+  local name="$1" port="$2" bench_args="$3"
+  shift 4
+  "$PEREGRINE" serve --device cuda --port "$port" "$@" >"$OUT/serve_$name.log" 2>&1 &
+  local server=$!
+  for i in $(seq 1 90); do
+    curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break
+    kill -0 $server 2>/dev/null || break
+    sleep 1
+  done
+  echo "== serve + bench: $name"
+  grep -E "CUDA model|error" "$OUT/serve_$name.log"
+  # shellcheck disable=SC2086
+  timeout 150 "$PEREGRINE" bench --base-url "http://127.0.0.1:$port" $bench_args \
+    --result-file "$OUT/serve_bench_$name.jsonl" >"$OUT/bench_$name.log" 2>&1 || status=1
+  grep -E "concurrency|output throughput|TPOT|TTFT" "$OUT/bench_$name.log" | head -24
+  kill -INT $server 2>/dev/null
+  wait $server 2>/dev/null
+}
+
+if [ "$PHASE" = "overlap" ]; then
+  for t in model_ops_test cuda_engine_test cuda_parity_test sampling_kernels_test moe_kernels_test \
+           generic_attention_test attention_kernels_test hc_kernels_test fp8_linear_test fp8_w8a16_test; do
+    [ -x "$BIN/$t" ] && run_test "$t" 150
+  done
+  for bench in peregrine_moe_bench peregrine_sampling_bench peregrine_fp8_bench; do
+    if [ -x "$BIN/$bench" ]; then
+      echo "== $bench"
+      timeout 120 "$BIN/$bench" --out "$OUT/$bench.jsonl" >"$OUT/$bench.log" 2>&1 || status=1
+      tail -30 "$OUT/$bench.log"
+    fi
+  done
+  FLASH="$ROOT/bench/configs/deepseek-v4-flash"
+  for mode in overlap sync; do
+    extra=""
+    [ "$mode" = sync ] && extra="--disable-overlap-schedule"
+    # shellcheck disable=SC2086
+    serve_bench "flash_$mode" 8123 "--num-prompts 128 --input-len 256 --output-len 64 --concurrency 1,16,64 --warmup 4" -- \
+      --model-path "$FLASH" --synthetic-weights --num-layers 4 --expert-format mxfp4 --max-num-seqs 64 \
+      --max-model-len 4096 --max-num-batched-tokens 2048 $extra
+    # shellcheck disable=SC2086
+    serve_bench "demo_$mode" 8124 "--num-prompts 64 --input-len 128 --output-len 64 --concurrency 1,16" -- $extra
   done
   exit $status
 fi
