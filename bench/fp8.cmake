@@ -1,5 +1,6 @@
-# peregrine_fp8_bench: the block-scaled FP8 projection (cuBLASLt) at V4-Flash dense shapes,
-# decode and prefill, against the bf16 cuBLAS projection in the same process.
+# peregrine_fp8_bench: the block-scaled FP8 projections (cuBLASLt Fp8Linear; the W8A16 decode
+# kernel) at V4-Flash dense shapes, decode and prefill, against the bf16 cuBLAS projection in
+# the same process.
 if(PEREGRINE_HAVE_CUDA)
   add_executable(peregrine_fp8_bench ${CMAKE_CURRENT_LIST_DIR}/fp8/fp8_bench.cc)
   target_compile_options(peregrine_fp8_bench PRIVATE ${PEREGRINE_WARNINGS})

@@ -1,9 +1,12 @@
-// peregrine_fp8_bench: the block-scaled FP8 projection (Fp8Linear: activation quantisation +
-// cuBLASLt VEC128 x BLK128x128 GEMM) at V4-Flash dense shapes, decode batches 1/16/64/128
-// (judged in TB/s over the weight bytes) and a 4096-token prefill (judged in TFLOP/s), with
-// the bf16 cuBLAS projection (cuda::Linear) on the same shapes in the same process as the
-// peer. Median of 25 CUDA-event-timed runs after 3 warm-ups, L2 flushed before each run.
-// Prints and appends JSON lines.
+// peregrine_fp8_bench: the block-scaled FP8 projections at V4-Flash dense shapes, with the
+// bf16 cuBLAS projection (cuda::Linear) on the same shapes in the same process as the peer:
+//  * "fp8_linear": Fp8Linear (activation quantisation + cuBLASLt VEC128 x BLK128x128 GEMM),
+//    decode batches (judged in TB/s over the weight bytes) and a 4096-token prefill (TFLOP/s);
+//  * "fp8_w8a16": the W8A16 decode kernel (Fp8W8A16Linear) at N <= 128, judged in TB/s over
+//    the weight bytes against the H200's 4.8 TB/s HBM roofline, with its time ratio to
+//    Fp8Linear and to the bf16 projection.
+// Median of 25 CUDA-event-timed runs after 3 warm-ups, L2 flushed before each run (each run
+// is one call: the small shapes are launch-bound). Prints and appends JSON lines.
 //
 //   peregrine_fp8_bench [--out FILE.jsonl]
 #include <cuda_runtime_api.h>
@@ -18,6 +21,7 @@
 #include "backend/cuda/allocator.h"
 #include "backend/cuda/blas.h"
 #include "backend/cuda/ops/fp8_linear.h"
+#include "backend/cuda/ops/fp8_w8a16.h"
 #include "backend/cuda/ops/linear.h"
 #include "backend/cuda/stream.h"
 #include "bench/common/gpu_bench.h"
@@ -26,6 +30,7 @@ namespace peregrine {
 namespace {
 
 constexpr double kCopyTBs = 4.3;          // measured device-to-device copy
+constexpr double kHbmRooflineTBs = 4.8;   // H200 HBM3e datasheet
 constexpr double kFp8DatasheetTFs = 1979; // H200 dense fp8
 constexpr double kBf16MeasuredTFs = 790;  // measured 8192^3 bf16 matmul
 
@@ -37,9 +42,10 @@ struct Projection {
 constexpr Projection kShapes[] = {
     {"wq_a", 1024, 4096},      {"wq_b", 32768, 1024},       {"wkv", 512, 4096},
     {"wo_b", 4096, 8192},      {"shared_w13", 4096, 4096},  {"shared_w1", 2048, 4096},
-    {"shared_w2", 4096, 2048},
+    {"shared_w2", 4096, 2048}, {"index_wq_b", 8192, 1024},
 };
-constexpr int64_t kBatches[] = {1, 16, 64, 128, 4096};
+constexpr int64_t kBatches[] = {1, 2, 4, 8, 16, 32, 64, 128, 4096};
+constexpr int64_t kMaxW8A16Batch = 128;
 
 using bench::GpuTimer;
 using bench::kFlushBytes;
@@ -101,6 +107,11 @@ int Main(int argc, char** argv) {
 
       const double fp8_ms = timer.Median([&] { Must(cuda::Fp8Linear(blas, args, stream.get()), "fp8_linear"); });
       const double peer_ms = timer.Median([&] { Must(cuda::Linear(blas, peer_args, stream.get()), "linear"); });
+      const cuda::Fp8W8A16Args w8a16_args{args.x, args.w, args.w_scale, args.y};
+      const double w8a16_ms =
+          n <= kMaxW8A16Batch
+              ? timer.Median([&] { Must(cuda::Fp8W8A16Linear(w8a16_args, stream.get()), "fp8_w8a16"); })
+              : 0.0;
       // Counted from the shapes: the weight (+ its scales) is what decode must stream; the
       // activations add x read, x_q + scales written and read again, y written.
       const double weight_bytes = static_cast<double>(s.m * s.k) + static_cast<double>(s.m / 128 * (s.k / 128)) * 4;
@@ -121,6 +132,18 @@ int Main(int argc, char** argv) {
                     s.name, static_cast<long long>(s.m), static_cast<long long>(s.k), static_cast<long long>(n),
                     prefill ? "prefill" : "decode", weight_bytes, weight_bytes + act_bytes, flops, us, tbs, tflops,
                     tbs / kCopyTBs, tflops / kFp8DatasheetTFs, tflops / kBf16MeasuredTFs, peer_us, peer_us / us);
+      std::printf("%s\n", line);
+      if (out != nullptr) std::fprintf(out, "%s\n", line);
+      if (n > kMaxW8A16Batch) continue;
+      const double w_us = w8a16_ms * 1e3;
+      const double w_tbs = weight_bytes / (w_us * 1e-6) / 1e12;
+      std::snprintf(line, sizeof(line),
+                    "{\"op\":\"fp8_w8a16\",\"shape\":\"%s\",\"m\":%lld,\"k\":%lld,\"n\":%lld,\"regime\":\"decode\","
+                    "\"weight_bytes\":%.0f,\"time_us\":%.2f,\"tb_s_weights\":%.3f,\"frac_roofline_4.8tbs\":%.3f,"
+                    "\"fp8_linear_time_us\":%.2f,\"speedup_vs_fp8_linear\":%.2f,\"bf16_linear_time_us\":%.2f,"
+                    "\"speedup_vs_bf16_linear\":%.2f}",
+                    s.name, static_cast<long long>(s.m), static_cast<long long>(s.k), static_cast<long long>(n),
+                    weight_bytes, w_us, w_tbs, w_tbs / kHbmRooflineTBs, us, us / w_us, peer_us, peer_us / w_us);
       std::printf("%s\n", line);
       if (out != nullptr) std::fprintf(out, "%s\n", line);
     }
