@@ -81,6 +81,8 @@ class SafetensorsCheckpoint final : public Checkpoint {
   bool Has(std::string_view name) const override { return Find(name) != nullptr; }
   Result<HostTensor> ReadF32(std::string_view name, const Shape& expected) const override;
   Result<HostTensor> ReadI64(std::string_view name, const Shape& expected) const override;
+  Result<std::optional<Fp8BlockTensor>> ReadFp8Blocks(std::string_view name,
+                                                      const Shape& expected) const override;
   Result<Shape> LogicalShape(std::string_view name) const override;
   std::vector<std::string> CanonicalNames() const override;
   uint64_t TotalBytes() const override { return total_bytes_; }
@@ -234,6 +236,21 @@ Result<HostTensor> SafetensorsCheckpoint::ReadF32(std::string_view name,
   return out;
 }
 
+Result<std::optional<Fp8BlockTensor>> SafetensorsCheckpoint::ReadFp8Blocks(
+    std::string_view name, const Shape& expected) const {
+  PG_ASSIGN_OR_RETURN(const F32Plan plan, PlanF32(name));
+  const StoredTensor& w = *plan.weight;
+  if (!(plan.logical == expected))
+    return InvalidArgument(fmt::format("{} has shape {}, expected {}", Describe(name, w),
+                                       plan.logical.ToString(), expected.ToString()));
+  if (plan.encoding != Encoding::kFp8Blocks) return std::optional<Fp8BlockTensor>();
+  const StoredTensor& s = *plan.scale;
+  float* dst = nullptr;
+  PG_ASSIGN_OR_RETURN(HostTensor scales, OwnedTensor(DType::kF32, s.shape, &dst));
+  ConvertToF32(s.dtype, s.data, static_cast<size_t>(s.shape.numel()), dst);
+  return std::optional<Fp8BlockTensor>(Fp8BlockTensor{Borrowed(w, DType::kF8E4M3, w.shape), std::move(scales)});
+}
+
 Result<HostTensor> SafetensorsCheckpoint::ReadI64(std::string_view name,
                                                   const Shape& expected) const {
   PG_ASSIGN_OR_RETURN(const StoredTensor* w, Require(name));
@@ -270,6 +287,11 @@ std::vector<std::string> SafetensorsCheckpoint::CanonicalNames() const {
 }
 
 }  // namespace
+
+Result<std::optional<Fp8BlockTensor>> Checkpoint::ReadFp8Blocks(std::string_view,
+                                                                const Shape&) const {
+  return std::optional<Fp8BlockTensor>();
+}
 
 Result<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::filesystem::path& dir) {
   auto checkpoint = std::make_unique<SafetensorsCheckpoint>(dir);

@@ -18,6 +18,7 @@
 
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -38,6 +39,14 @@ struct HostTensor {
   const int64_t* i64() const { return view.as<const int64_t>(); }
 };
 
+// A weight stored as FP8 e4m3 with 128x128 block scales, as stored: the codes [rows, cols]
+// (f8e4m3, possibly borrowing the mapping) and the scales as f32 [ceil(rows/128),
+// ceil(cols/128)] (UE8M0 converted exactly). dequant = code * scale, as ReadF32 computes it.
+struct Fp8BlockTensor {
+  HostTensor codes;
+  HostTensor scales;
+};
+
 class Checkpoint {
  public:
   virtual ~Checkpoint() = default;
@@ -52,6 +61,12 @@ class Checkpoint {
   // Fails (naming file and tensor) when missing or when the logical shape != expected.
   virtual Result<HostTensor> ReadF32(std::string_view canonical_name,
                                      const Shape& expected) const = 0;
+  // The stored codes and block scales of a weight kept as FP8 e4m3 + 128x128 block scales,
+  // for backends that compute on them directly; nullopt when the tensor is stored in another
+  // format (read it with ReadF32). Fails like ReadF32 (missing, wrong logical shape, bad
+  // scale). The default (checkpoints that never store FP8) always says nullopt.
+  virtual Result<std::optional<Fp8BlockTensor>> ReadFp8Blocks(std::string_view canonical_name,
+                                                              const Shape& expected) const;
   // Reads an integer tensor (I64 or I32 on disk) as i64.
   virtual Result<HostTensor> ReadI64(std::string_view canonical_name,
                                      const Shape& expected) const = 0;

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <numeric>
 
 #include "safetensors_writer.h"
@@ -180,6 +181,38 @@ TEST(CheckpointTest, Fp8BlockScales) {
           E4M3ToF32(w[i]) * UE8M0ToF32(scale[static_cast<size_t>((r / 128) * 3 + c / 128)]);
       ASSERT_EQ(t->f32()[i], want) << r << "," << c;
     }
+}
+
+TEST(CheckpointTest, Fp8BlocksReadAsStored) {
+  // The codes as stored and the UE8M0 scales as f32; other encodings say nullopt.
+  const int64_t rows = 130, cols = 260;
+  std::vector<uint8_t> w(static_cast<size_t>(rows * cols));
+  for (size_t i = 0; i < w.size(); ++i) w[i] = static_cast<uint8_t>((i * 53) % 127);
+  std::vector<uint8_t> scale = {127, 120, 130, 100, 127, 140};
+  TempDir dir("ckpt_fp8_blocks");
+  WriteBytes(dir / "a.safetensors",
+             SafetensorsBuilder()
+                 .Add("layers.0.attn.wq_b.weight", "F8_E4M3", {rows, cols}, w)
+                 .Add("layers.0.attn.wq_b.scale", "F8_E8M0", {2, 3}, scale)
+                 .Add("layers.0.attn.wkv.weight", "F32", {2, 2}, Bytes(std::vector<float>{1, 2, 3, 4}))
+                 .Build());
+  auto ckpt = OpenOk(dir.path());
+  ASSERT_NE(ckpt, nullptr);
+  auto blocks = ckpt->ReadFp8Blocks("layers.0.attn.wq_b.weight", Shape{rows, cols});
+  ASSERT_TRUE(blocks.ok()) << blocks.status().ToString();
+  ASSERT_TRUE(blocks->has_value());
+  const Fp8BlockTensor& b = **blocks;
+  EXPECT_EQ(b.codes.view.dtype, DType::kF8E4M3);
+  EXPECT_EQ(b.codes.view.shape, (Shape{rows, cols}));
+  EXPECT_EQ(std::memcmp(b.codes.view.data, w.data(), w.size()), 0);
+  ASSERT_EQ(b.scales.view.shape, (Shape{2, 3}));
+  for (size_t i = 0; i < scale.size(); ++i) EXPECT_EQ(b.scales.f32()[i], UE8M0ToF32(scale[i])) << i;
+  auto plain = ckpt->ReadFp8Blocks("layers.0.attn.wkv.weight", Shape{2, 2});
+  ASSERT_TRUE(plain.ok()) << plain.status().ToString();
+  EXPECT_FALSE(plain->has_value());
+  EXPECT_EQ(ckpt->ReadFp8Blocks("layers.0.attn.wq_b.weight", Shape{rows, 128}).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(ckpt->ReadFp8Blocks("layers.0.attn.wq_a.weight", Shape{2, 2}).status().code(), StatusCode::kNotFound);
 }
 
 TEST(CheckpointTest, Mxfp4ExpertsAsI8AndF4) {
