@@ -87,10 +87,16 @@ if [ "$PHASE" = "all-tests" ]; then
   exit $status
 fi
 
-# serve_bench NAME PORT BENCH_ARGS -- SERVE_ARGS: one server, one bench run, results as NAME.*
+# device_seconds PORT: "busy idle" from the server's device-time counters.
+device_seconds() {
+  curl -s "http://127.0.0.1:$1/metrics" | awk '/^peregrine:device_busy_seconds_total/ {b=$2} /^peregrine:device_idle_seconds_total/ {i=$2} END {print b+0, i+0}'
+}
+
+# serve_bench NAME PORT "CONCURRENCIES" BENCH_ARGS -- SERVE_ARGS: one server, one bench run per
+# concurrency (results as NAME.*), with the device idle fraction between steps of each run.
 serve_bench() {
-  local name="$1" port="$2" bench_args="$3"
-  shift 4
+  local name="$1" port="$2" levels="$3" bench_args="$4"
+  shift 5
   "$PEREGRINE" serve --device cuda --port "$port" "$@" >"$OUT/serve_$name.log" 2>&1 &
   local server=$!
   for i in $(seq 1 90); do
@@ -100,10 +106,18 @@ serve_bench() {
   done
   echo "== serve + bench: $name"
   grep -E "CUDA model|error" "$OUT/serve_$name.log"
-  # shellcheck disable=SC2086
-  timeout 150 "$PEREGRINE" bench --base-url "http://127.0.0.1:$port" $bench_args \
-    --result-file "$OUT/serve_bench_$name.jsonl" >"$OUT/bench_$name.log" 2>&1 || status=1
-  grep -E "concurrency|output throughput|TPOT|TTFT" "$OUT/bench_$name.log" | head -24
+  for c in $levels; do
+    read -r b0 i0 <<<"$(device_seconds "$port")"
+    # shellcheck disable=SC2086
+    timeout 150 "$PEREGRINE" bench --base-url "http://127.0.0.1:$port" $bench_args --concurrency "$c" \
+      --result-file "$OUT/serve_bench_$name.jsonl" >"$OUT/bench_${name}_c$c.log" 2>&1 || status=1
+    read -r b1 i1 <<<"$(device_seconds "$port")"
+    grep -E "output throughput|TPOT|TTFT" "$OUT/bench_${name}_c$c.log" | head -8 | sed "s/^/  c=$c /"
+    awk -v b="$b1" -v B="$b0" -v i="$i1" -v I="$i0" -v c="$c" -v n="$name" 'BEGIN {
+      busy = b - B; idle = i - I; f = (busy + idle > 0) ? idle / (busy + idle) : 0;
+      printf "{\"run\": \"%s\", \"concurrency\": %s, \"device_busy_s\": %.4f, \"device_idle_s\": %.4f, \"idle_fraction\": %.4f}\n", n, c, busy, idle, f }' \
+      | tee -a "$OUT/device_idle.jsonl"
+  done
   kill -INT $server 2>/dev/null
   wait $server 2>/dev/null
 }
@@ -125,11 +139,11 @@ if [ "$PHASE" = "overlap" ]; then
     extra=""
     [ "$mode" = sync ] && extra="--disable-overlap-schedule"
     # shellcheck disable=SC2086
-    serve_bench "flash_$mode" 8123 "--num-prompts 128 --input-len 256 --output-len 64 --concurrency 1,16,64 --warmup 4" -- \
+    serve_bench "flash_$mode" 8123 "1 16 64" "--num-prompts 128 --input-len 256 --output-len 64 --warmup 4" -- \
       --model-path "$FLASH" --synthetic-weights --num-layers 4 --expert-format mxfp4 --max-num-seqs 64 \
       --max-model-len 4096 --max-num-batched-tokens 2048 $extra
     # shellcheck disable=SC2086
-    serve_bench "demo_$mode" 8124 "--num-prompts 64 --input-len 128 --output-len 64 --concurrency 1,16" -- $extra
+    serve_bench "demo_$mode" 8124 "1 16" "--num-prompts 64 --input-len 128 --output-len 64" -- $extra
   done
   exit $status
 fi

@@ -334,6 +334,9 @@ void Engine::UpdateStats() {
   stats_.num_waiting = scheduler_.num_waiting();
   stats_.kv_usage = kv_.usage();
   stats_.num_preemptions = scheduler_.num_preemptions();
+  const DeviceTime device = runner_->device_time();
+  stats_.device_busy_seconds = device.busy_s;
+  stats_.device_idle_seconds = device.idle_s;
 }
 
 void Engine::Loop() {
@@ -343,6 +346,7 @@ void Engine::Loop() {
       if (stopping_) return;
     }
     if (Step()) continue;
+    runner_->NoteIdle();
     std::unique_lock<std::mutex> lock(mu_);
     wake_.wait(lock, [this] { return stopping_ || !inbox_.submitted.empty() || !inbox_.aborted.empty(); });
     if (stopping_) return;

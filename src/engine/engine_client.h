@@ -55,6 +55,8 @@ struct EngineStats {
   int64_t num_preemptions = 0;         // cumulative
   int64_t prefix_cache_queries = 0;    // cumulative tokens looked up
   int64_t prefix_cache_hits = 0;       // cumulative tokens found
+  double device_busy_seconds = 0.0;    // cumulative device time of steps (runners that time it)
+  double device_idle_seconds = 0.0;    // cumulative device idle time between steps of a busy engine
   bool is_ready = false;
 };
 

@@ -157,6 +157,7 @@ Status CudaModelRunner::EnqueueSampling(LaunchSlot& slot, const Tensor& logits, 
     PG_CUDA_RETURN_IF_ERROR(d2h(slot.out_top_logprobs, slot.top_logprobs_d, r * kTop * 4));
     if (e > 0) PG_CUDA_RETURN_IF_ERROR(d2h(slot.out_edit_raw, slot.edit_raw_d, e * 4));
   }
+  PG_RETURN_IF_ERROR(step_end_[slot.timing].Record(stream));
   return slot.done.Record(stream);
 }
 
@@ -182,6 +183,12 @@ Status CudaModelRunner::Launch(std::span<const RunnerChunk> chunks, std::span<co
   slot.rows = slot.batch.num_rows();
   slot.edits = slot.batch.edits.size();
   PG_RETURN_IF_ERROR(EnsureCapacity(slot, std::max<size_t>(slot.rows, 1), slot.edits));
+  slot.timing = num_launches_ % step_start_.size();
+  for (size_t i = 0; i < step_start_.size() && step_start_[i].get() == nullptr; ++i) {
+    PG_ASSIGN_OR_RETURN(step_start_[i], peregrine::cuda::Event::Create(true));
+    PG_ASSIGN_OR_RETURN(step_end_[i], peregrine::cuda::Event::Create(true));
+  }
+  PG_RETURN_IF_ERROR(step_start_[slot.timing].Record(model_->stream()));
 
   auto hook = [&](const Tensor& logits, cudaStream_t stream) { return EnqueueSampling(slot, logits, stream); };
   const Status s = model_->Launch(step_, hook, fed ? previous->tokens_d.as<int32_t>() : nullptr,
@@ -194,6 +201,7 @@ Status CudaModelRunner::Launch(std::span<const RunnerChunk> chunks, std::span<co
   }
   launched_.push_back(index);
   last_launched_ = index;
+  ++num_launches_;
   return Status::Ok();
 }
 
@@ -207,6 +215,18 @@ Status CudaModelRunner::Collect(std::span<const uint8_t> skip, std::vector<Sampl
     for (int32_t state_slot : slot.slots) slot_positions_[static_cast<size_t>(state_slot)] = -1;
     return s;
   }
+  // Device time: the step itself, and the gap since the previous step ended (the device
+  // waited for the host) unless the engine ran out of work in between.
+  if (auto busy = peregrine::cuda::Event::ElapsedMs(step_start_[slot.timing], step_end_[slot.timing]); busy.ok())
+    device_time_.busy_s += *busy * 1e-3;
+  if (last_timing_ >= 0 && !idle_since_collect_) {
+    auto gap = peregrine::cuda::Event::ElapsedMs(step_end_[static_cast<size_t>(last_timing_)], step_start_[slot.timing]);
+    if (gap.ok() && *gap > 0.0f) device_time_.idle_s += *gap * 1e-3;
+  }
+  last_timing_ = static_cast<int64_t>(slot.timing);
+  idle_since_collect_ = false;
+  ++device_time_.steps;
+
   const size_t r = slot.rows;
   if (skip.size() != r) return Internal("collect: one skip flag per sampling row expected");
   const int32_t* tokens = slot.out_tokens.as<int32_t>();

@@ -41,6 +41,8 @@ class CudaModelRunner final : public ModelRunner {
   Status Launch(std::span<const RunnerChunk> chunks, std::span<const RunnerSampling> sampling) override;
   Status Collect(std::span<const uint8_t> skip, std::vector<SampleResult>* results,
                  std::vector<uint8_t>* refeed_failed) override;
+  DeviceTime device_time() const override { return device_time_; }
+  void NoteIdle() override { idle_since_collect_ = true; }
   void Release(int64_t seq_id) override;
   int64_t vocab_size() const override { return model_->config().vocab_size; }
   int64_t max_context() const override { return model_->options().max_context; }
@@ -62,6 +64,7 @@ class CudaModelRunner final : public ModelRunner {
     peregrine::cuda::DeviceBuffer rows_d, offsets_d, edits_d, edit_raw_d, tokens_d, logprobs_d, top_tokens_d,
         top_logprobs_d, status_d, saved_logits_d;
     peregrine::cuda::Event done;
+    size_t timing = 0;  // its events in the timing ring
   };
 
   // Builds the step's chunks, checking each slot's position.
@@ -81,6 +84,14 @@ class CudaModelRunner final : public ModelRunner {
   std::array<LaunchSlot, 2> launch_slots_;
   std::deque<int> launched_;  // launch slots of the launched, uncollected steps, oldest first
   int last_launched_ = -1;    // the slot of the newest launched step (its tokens feed the next)
+  // Step timing: a start and an end event per launch, in a ring longer than the launches
+  // alive at once (two launched + the last collected), so the last collected step's end
+  // event is still valid when the next step is collected.
+  std::array<peregrine::cuda::Event, 4> step_start_, step_end_;
+  size_t num_launches_ = 0;
+  int64_t last_timing_ = -1;  // ring entry of the last collected step
+  bool idle_since_collect_ = false;
+  DeviceTime device_time_;
 };
 
 }  // namespace peregrine

@@ -25,6 +25,15 @@ struct RunnerChunk {
   int32_t fed_from = -1;
 };
 
+// Device time of the steps a runner has completed (runners that time their device; zero
+// otherwise). idle_s counts the device's waits between consecutive steps while the engine
+// had work (the host's share of a step that overlap hides), not its waits for requests.
+struct DeviceTime {
+  double busy_s = 0.0;
+  double idle_s = 0.0;
+  int64_t steps = 0;
+};
+
 // A chunk's sampling inputs, for runners that sample on their device.
 struct RunnerSampling {
   const SamplingParams* params = nullptr;
@@ -77,6 +86,10 @@ class ModelRunner {
     (void)refeed_failed;
     return Unimplemented("this runner does not overlap steps");
   }
+  virtual DeviceTime device_time() const { return {}; }
+  // The engine has run out of work and waits for requests: the wait before the next step is
+  // not idle time of a busy device.
+  virtual void NoteIdle() {}
   // Drops a sequence's state (finished, aborted or preempted).
   virtual void Release(int64_t seq_id) = 0;
   virtual int64_t vocab_size() const = 0;

@@ -151,6 +151,12 @@ std::string ServerMetrics::Render(const EngineStats& stats) const {
           stats.prefix_cache_queries);
   counter("peregrine:prefix_cache_hits_total",
           "Prefix cache hits, in terms of number of cached tokens.", stats.prefix_cache_hits);
+  AppendHeader("peregrine:device_busy_seconds_total", "Device time of engine steps, in seconds.", "counter", out);
+  AppendSample("peregrine:device_busy_seconds_total", labels_, stats.device_busy_seconds, out);
+  AppendHeader("peregrine:device_idle_seconds_total",
+               "Device idle time between consecutive engine steps while requests were running, in seconds.",
+               "counter", out);
+  AppendSample("peregrine:device_idle_seconds_total", labels_, stats.device_idle_seconds, out);
 
   AppendHeader("peregrine:request_success_total", "Count of successfully processed requests.",
                "counter", out);

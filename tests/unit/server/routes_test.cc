@@ -222,6 +222,8 @@ TEST_F(ServerTest, MetricsExpositionParsesWithVllmNames) {
   stats.num_preemptions = 3;
   stats.prefix_cache_queries = 100;
   stats.prefix_cache_hits = 40;
+  stats.device_busy_seconds = 12.5;
+  stats.device_idle_seconds = 0.25;
   engine_->SetStats(stats);
   ClientResponse r = Fetch(port_, "GET", "/metrics");
   ASSERT_EQ(r.status, 200);
@@ -242,6 +244,8 @@ TEST_F(ServerTest, MetricsExpositionParsesWithVllmNames) {
   EXPECT_EQ(value("peregrine:num_preemptions_total" + l), 3);
   EXPECT_EQ(value("peregrine:prefix_cache_queries_total" + l), 100);
   EXPECT_EQ(value("peregrine:prefix_cache_hits_total" + l), 40);
+  EXPECT_EQ(value("peregrine:device_busy_seconds_total" + l), 12.5);
+  EXPECT_EQ(value("peregrine:device_idle_seconds_total" + l), 0.25);
   EXPECT_GE(value("peregrine:num_requests_running" + l), 0);
   const double generated = value("peregrine:generation_tokens_total" + l);
   EXPECT_EQ(generated, 3.0 * static_cast<double>(Encode("one two three").size() + 1));

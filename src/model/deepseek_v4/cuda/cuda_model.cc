@@ -398,6 +398,8 @@ int64_t Bucket(int64_t batch) {
 
 peregrine::cuda::CachingAllocator& CudaModel::allocator() { return *impl_->allocator; }
 
+cudaStream_t CudaModel::stream() const { return impl_->stream.get(); }
+
 double CudaModel::last_host_ms() const { return impl_->last_host_ms; }
 
 Status CudaModel::Impl::Enqueue(std::span<const StepChunk> chunks, const int32_t* fed_tokens, int64_t num_fed_tokens,

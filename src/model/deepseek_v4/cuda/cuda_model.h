@@ -79,6 +79,9 @@ class CudaModel {
   // host does this while the GPU runs the previous step.
   double last_host_ms() const;
 
+  // The stream every step runs on (callers time steps with events on it).
+  cudaStream_t stream() const;
+
   // The model's device allocator (for callers' own step buffers, allocated outside capture).
   peregrine::cuda::CachingAllocator& allocator();
 
