@@ -83,6 +83,7 @@ class SafetensorsCheckpoint final : public Checkpoint {
   Result<HostTensor> ReadI64(std::string_view name, const Shape& expected) const override;
   Result<std::optional<Fp8BlockTensor>> ReadFp8Blocks(std::string_view name,
                                                       const Shape& expected) const override;
+  Result<std::optional<Mxfp4Tensor>> ReadMxfp4(std::string_view name, const Shape& expected) const override;
   Result<Shape> LogicalShape(std::string_view name) const override;
   std::vector<std::string> CanonicalNames() const override;
   uint64_t TotalBytes() const override { return total_bytes_; }
@@ -251,6 +252,19 @@ Result<std::optional<Fp8BlockTensor>> SafetensorsCheckpoint::ReadFp8Blocks(
   return std::optional<Fp8BlockTensor>(Fp8BlockTensor{Borrowed(w, DType::kF8E4M3, w.shape), std::move(scales)});
 }
 
+Result<std::optional<Mxfp4Tensor>> SafetensorsCheckpoint::ReadMxfp4(std::string_view name,
+                                                                     const Shape& expected) const {
+  PG_ASSIGN_OR_RETURN(const F32Plan plan, PlanF32(name));
+  const StoredTensor& w = *plan.weight;
+  if (!(plan.logical == expected))
+    return InvalidArgument(fmt::format("{} has shape {}, expected {}", Describe(name, w),
+                                       plan.logical.ToString(), expected.ToString()));
+  if (plan.encoding != Encoding::kMxfp4) return std::optional<Mxfp4Tensor>();
+  const int64_t rows = plan.logical[0], cols = plan.logical[1];
+  return std::optional<Mxfp4Tensor>(Mxfp4Tensor{Borrowed(w, DType::kU8, Shape{rows, cols / 2}),
+                                                Borrowed(*plan.scale, DType::kU8, plan.scale->shape)});
+}
+
 Result<HostTensor> SafetensorsCheckpoint::ReadI64(std::string_view name,
                                                   const Shape& expected) const {
   PG_ASSIGN_OR_RETURN(const StoredTensor* w, Require(name));
@@ -291,6 +305,10 @@ std::vector<std::string> SafetensorsCheckpoint::CanonicalNames() const {
 Result<std::optional<Fp8BlockTensor>> Checkpoint::ReadFp8Blocks(std::string_view,
                                                                 const Shape&) const {
   return std::optional<Fp8BlockTensor>();
+}
+
+Result<std::optional<Mxfp4Tensor>> Checkpoint::ReadMxfp4(std::string_view, const Shape&) const {
+  return std::optional<Mxfp4Tensor>();
 }
 
 Result<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::filesystem::path& dir) {

@@ -47,6 +47,15 @@ struct Fp8BlockTensor {
   HostTensor scales;
 };
 
+// A weight stored as MXFP4 (the routed experts), as stored: the packed e2m1 codes [rows,
+// cols/2] (u8, two per byte, the low nibble the even column) and the UE8M0 scales [rows,
+// cols/32] (u8 exponent bytes), both borrowing the mapping. dequant = e2m1(code) * 2^(scale-127),
+// as ReadF32 computes it.
+struct Mxfp4Tensor {
+  HostTensor codes;
+  HostTensor scales;
+};
+
 class Checkpoint {
  public:
   virtual ~Checkpoint() = default;
@@ -67,6 +76,10 @@ class Checkpoint {
   // scale). The default (checkpoints that never store FP8) always says nullopt.
   virtual Result<std::optional<Fp8BlockTensor>> ReadFp8Blocks(std::string_view canonical_name,
                                                               const Shape& expected) const;
+  // The stored codes and scales of a weight kept as MXFP4, for backends that compute on them
+  // directly; nullopt when the tensor is stored in another format. `expected` is the logical
+  // shape (twice the stored columns). Fails like ReadF32. The default always says nullopt.
+  virtual Result<std::optional<Mxfp4Tensor>> ReadMxfp4(std::string_view canonical_name, const Shape& expected) const;
   // Reads an integer tensor (I64 or I32 on disk) as i64.
   virtual Result<HostTensor> ReadI64(std::string_view canonical_name,
                                      const Shape& expected) const = 0;

@@ -210,6 +210,9 @@ TEST(CheckpointTest, Fp8BlocksReadAsStored) {
   auto plain = ckpt->ReadFp8Blocks("layers.0.attn.wkv.weight", Shape{2, 2});
   ASSERT_TRUE(plain.ok()) << plain.status().ToString();
   EXPECT_FALSE(plain->has_value());
+  auto not_fp4 = ckpt->ReadMxfp4("layers.0.attn.wq_b.weight", Shape{rows, cols});
+  ASSERT_TRUE(not_fp4.ok()) << not_fp4.status().ToString();
+  EXPECT_FALSE(not_fp4->has_value());
   EXPECT_EQ(ckpt->ReadFp8Blocks("layers.0.attn.wq_b.weight", Shape{rows, 128}).status().code(),
             StatusCode::kInvalidArgument);
   EXPECT_EQ(ckpt->ReadFp8Blocks("layers.0.attn.wq_a.weight", Shape{2, 2}).status().code(), StatusCode::kNotFound);
@@ -246,6 +249,17 @@ TEST(CheckpointTest, Mxfp4ExpertsAsI8AndF4) {
         ASSERT_EQ(t->f32()[i], want) << name << " " << r << "," << c;
       }
   }
+  // The stored bytes, for backends that compute on MXFP4.
+  for (const char* name : {"layers.3.ffn.experts.5.w1.weight", "f4.weight"}) {
+    auto m = ckpt->ReadMxfp4(name, Shape{rows, cols});
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    ASSERT_TRUE(m->has_value()) << name;
+    EXPECT_EQ((*m)->codes.view.shape, (Shape{rows, cols / 2}));
+    EXPECT_EQ(std::memcmp((*m)->codes.view.data, packed.data(), packed.size()), 0);
+    EXPECT_EQ((*m)->scales.view.shape, (Shape{rows, 2}));
+    EXPECT_EQ(std::memcmp((*m)->scales.view.data, scale.data(), scale.size()), 0);
+  }
+  EXPECT_EQ(ckpt->ReadMxfp4("f4.weight", Shape{rows, cols / 2}).status().code(), StatusCode::kInvalidArgument);
   // Asking for the stored (packed) shape is a shape error naming both shapes.
   auto wrong = ckpt->ReadF32("layers.3.ffn.experts.5.w1.weight", Shape{rows, cols / 2});
   ASSERT_FALSE(wrong.ok());
