@@ -19,7 +19,7 @@
 #   bash tools/gpu_run.sh all-tests every GPU test binary, then the MoE and sampling benchmarks
 #   bash tools/gpu_run.sh overlap   every GPU test binary, the MoE/sampling/FP8 benchmarks, then
 #                                   serve + bench with overlapped steps on and off (V4-Flash
-#                                   shapes and the demo model)
+#                                   shapes and the demo model); PARTS="tests" or "serve" for one half
 # Results go to $OUT (default ./gpu-out).
 set -uo pipefail
 
@@ -123,17 +123,19 @@ serve_bench() {
 }
 
 if [ "$PHASE" = "overlap" ]; then
-  for t in model_ops_test cuda_engine_test cuda_parity_test sampling_kernels_test moe_kernels_test \
+  PARTS="${PARTS:-tests serve}"  # either or both
+  [[ " $PARTS " == *" tests "* ]] && for t in model_ops_test cuda_engine_test cuda_mxfp4_test cuda_fp8_test cuda_parity_test sampling_kernels_test moe_kernels_test \
            generic_attention_test attention_kernels_test hc_kernels_test fp8_linear_test fp8_w8a16_test; do
     [ -x "$BIN/$t" ] && run_test "$t" 150
   done
-  for bench in peregrine_moe_bench peregrine_sampling_bench peregrine_fp8_bench; do
+  [[ " $PARTS " == *" tests "* ]] && for bench in peregrine_moe_bench peregrine_sampling_bench peregrine_fp8_bench; do
     if [ -x "$BIN/$bench" ]; then
       echo "== $bench"
       timeout 120 "$BIN/$bench" --out "$OUT/$bench.jsonl" >"$OUT/$bench.log" 2>&1 || status=1
       tail -30 "$OUT/$bench.log"
     fi
   done
+  [[ " $PARTS " == *" serve "* ]] || exit $status
   FLASH="$ROOT/bench/configs/deepseek-v4-flash"
   for mode in overlap sync; do
     extra=""
