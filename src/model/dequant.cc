@@ -1,6 +1,8 @@
 #include "model/dequant.h"
 
+#include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstring>
 
 #include "base/check.h"
@@ -117,6 +119,38 @@ void ConvertToI64(DType dtype, const uint8_t* src, size_t count, int64_t* dst) {
   }
   PG_CHECK(dtype == DType::kI32, "ConvertToI64 reads i64 or i32");
   for (size_t i = 0; i < count; ++i) dst[i] = Load<int32_t>(src + 4 * i);
+}
+
+void QuantizeMxfp4(const float* src, int64_t rows, int64_t cols, uint8_t* packed, uint8_t* scale) {
+  PG_CHECK(cols % kMxfp4BlockSize == 0, "MXFP4 needs a multiple of 32 columns");
+  // The non-negative e2m1 values by code 0..7; bit 3 is the sign.
+  static constexpr float kValues[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = src + r * cols;
+    uint8_t* out = packed + r * cols / 2;
+    for (int64_t b = 0; b < cols / kMxfp4BlockSize; ++b) {
+      const float* x = row + b * kMxfp4BlockSize;
+      float amax = 0.0f;
+      for (int64_t i = 0; i < kMxfp4BlockSize; ++i) amax = std::max(amax, std::fabs(x[i]));
+      const int exponent = static_cast<int>(std::ceil(std::log2(std::max<double>(amax, 1e-4) / 6.0)));
+      const int biased = std::clamp(exponent + 127, 0, 254);
+      scale[r * (cols / kMxfp4BlockSize) + b] = static_cast<uint8_t>(biased);
+      const float inv = std::ldexp(1.0f, -(biased - 127));
+      for (int64_t i = 0; i < kMxfp4BlockSize; ++i) {
+        const float v = x[i] * inv;
+        const float a = std::fabs(v);
+        int best = 0;
+        for (int c = 1; c < 8; ++c) {
+          const float d = std::fabs(a - kValues[c]), db = std::fabs(a - kValues[best]);
+          if (d < db || (d == db && c % 2 == 0)) best = c;
+        }
+        const uint8_t code = static_cast<uint8_t>(best | (std::signbit(v) ? 8 : 0));
+        const int64_t col = b * kMxfp4BlockSize + i;
+        uint8_t& byte = out[col / 2];
+        byte = col % 2 == 0 ? static_cast<uint8_t>((byte & 0xf0) | code) : static_cast<uint8_t>((byte & 0x0f) | (code << 4));
+      }
+    }
+  }
 }
 
 }  // namespace peregrine

@@ -27,6 +27,13 @@ void DequantFp8Blocks(const uint8_t* weight, int64_t rows, int64_t cols, const u
 void DequantMxfp4(const uint8_t* packed, int64_t rows, int64_t cols, const uint8_t* scale,
                   float* dst);
 
+// The inverse for backends that keep routed experts in MXFP4, with the release's rule (and
+// tools/convert_to_official.py's): per 32 consecutive inputs s = 2^ceil(log2(max(amax, 1e-4)
+// / 6)), stored as the UE8M0 byte; each code is the e2m1 value nearest to x / s, ties to the
+// even code. src: f32 [rows, cols]; packed [rows, cols/2]; scale [rows, cols/32]. `cols` a
+// multiple of 32. DequantMxfp4 of the result is exact for values already in that grid.
+void QuantizeMxfp4(const float* src, int64_t rows, int64_t cols, uint8_t* packed, uint8_t* scale);
+
 // i64 or i32 elements to i64.
 void ConvertToI64(DType dtype, const uint8_t* src, size_t count, int64_t* dst);
 

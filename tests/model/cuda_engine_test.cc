@@ -68,7 +68,9 @@ class CudaEngineTest : public ::testing::TestWithParam<std::filesystem::path> {
     auto model = deepseek_v4::cuda::CudaModel::Create(*config, **checkpoint, o);
     EXPECT_TRUE(model.ok()) << model.status().ToString();
     if (!model.ok()) return {};
-    if (graphs) EXPECT_TRUE((*model)->EnableGraphs(kSeqs).ok());
+    if (graphs) {
+      EXPECT_TRUE((*model)->EnableGraphs(kSeqs).ok());
+    }
     EngineConfig ec;
     ec.scheduler.max_num_batched_tokens = o.max_tokens;
     ec.scheduler.max_num_seqs = kSeqs;

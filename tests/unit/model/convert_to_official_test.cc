@@ -12,6 +12,7 @@
 
 #include "config/model_config.h"
 #include "model/checkpoint.h"
+#include "model/dequant.h"
 #include "safetensors_writer.h"
 
 namespace peregrine {
@@ -146,6 +147,18 @@ void CheckConversion(const std::filesystem::path& hf_dir, const testing::TempDir
     num_mxfp4 += rule == Rule::kMxfp4;
     const std::vector<float> want = ExpectedDequant(rule, *original);
     EXPECT_TRUE(BitEqual(*a, want.data(), n)) << "quantisation rule not followed";
+    if (rule == Rule::kMxfp4) {
+      // The loader's own quantiser (QuantizeMxfp4, for backends keeping experts in MXFP4 when
+      // a checkpoint stores them in float) gives the converter's bytes.
+      const int64_t rows = (*shape)[0], cols = (*shape)[1];
+      std::vector<uint8_t> packed(static_cast<size_t>(rows * cols / 2)), scales(static_cast<size_t>(rows * cols / 32));
+      QuantizeMxfp4(original->f32(), rows, cols, packed.data(), scales.data());
+      const auto stored = (*official)->ReadMxfp4(name, *shape);
+      ASSERT_TRUE(stored.ok()) << stored.status().ToString();
+      ASSERT_TRUE(stored->has_value());
+      EXPECT_EQ(std::memcmp((*stored)->codes.view.data, packed.data(), packed.size()), 0) << "e2m1 codes differ";
+      EXPECT_EQ(std::memcmp((*stored)->scales.view.data, scales.data(), scales.size()), 0) << "scales differ";
+    }
   }
   EXPECT_GT(num_fp8, 0);
   EXPECT_GT(num_mxfp4, 0);
