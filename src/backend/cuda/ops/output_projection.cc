@@ -1,5 +1,6 @@
 #include "backend/cuda/ops/output_projection.h"
 
+#include "backend/cuda/ops/fp8_projection.h"
 #include "backend/cuda/ops/tensor_check.h"
 
 namespace peregrine::cuda {
@@ -12,7 +13,8 @@ Status GroupedOutputProjection(Blas& blas, const OutputProjectionArgs& a, cudaSt
   PG_RETURN_IF_ERROR(check.Require(groups.value() > 0 && group_in.value() * groups.value() == heads.value() * dim.value(),
                                    "wo_a's input width times G must equal H*D"));
   mid_in.Bind(groups.value() * rank.value());
-  PG_RETURN_IF_ERROR(check.Check("wo_b", a.wo_b, DType::kBF16, {&hidden, &mid_in}));
+  const bool fp8 = a.wo_b.dtype == DType::kF8E4M3;
+  PG_RETURN_IF_ERROR(check.Check("wo_b", a.wo_b, fp8 ? DType::kF8E4M3 : DType::kBF16, {&hidden, &mid_in}));
   PG_RETURN_IF_ERROR(check.Check("mid", a.mid, DType::kBF16, {&batch, &groups, &rank}));
   PG_RETURN_IF_ERROR(check.Check("out", a.out, DType::kBF16, {&batch, &hidden}));
   PG_RETURN_IF_ERROR(check.Require(batch.value() <= INT32_MAX && mid_in.value() <= INT32_MAX &&
@@ -34,6 +36,16 @@ Status GroupedOutputProjection(Blas& blas, const OutputProjectionArgs& a, cudaSt
       handle, CUBLAS_OP_T, CUBLAS_OP_N, r, b, gi, &one, a.wo_a.data, CUDA_R_16BF, gi,
       static_cast<long long>(r) * gi, a.o.data, CUDA_R_16BF, hd, gi, &zero, a.mid.data, CUDA_R_16BF, g * r, r, g,
       CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  if (fp8) {
+    // Fp8Projection checks wo_b_scale and the workspace.
+    Fp8ProjectionArgs p;
+    p.x = Tensor::Contiguous(a.mid.data, DType::kBF16, {batch.value(), mid_in.value()}, Device::kCuda);
+    p.w = a.wo_b;
+    p.w_scale = a.wo_b_scale;
+    p.y = a.out;
+    p.workspace = a.fp8_workspace;
+    return Fp8Projection(blas, p, stream);
+  }
   // out^T (hidden x B, ld hidden) = wo_b (hidden x G*R, stored row-major: op T) . mid^T (G*R x B).
   PG_CUBLAS_RETURN_IF_ERROR(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, h, b, g * r, &one, a.wo_b.data,
                                          CUDA_R_16BF, g * r, a.mid.data, CUDA_R_16BF, g * r, &zero, a.out.data,

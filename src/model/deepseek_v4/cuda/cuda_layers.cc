@@ -4,6 +4,7 @@
 
 #include "backend/cuda/ops/compressor_step.h"
 #include "backend/cuda/ops/copy_rows.h"
+#include "backend/cuda/ops/fp8_projection.h"
 #include "backend/cuda/ops/generic_attention.h"
 #include "backend/cuda/ops/hyper_connection.h"
 #include "backend/cuda/ops/indexer.h"
@@ -28,6 +29,14 @@ int64_t Index(AttentionType t) {
     case AttentionType::kHeavilyCompressed: return 2;
   }
   return 0;
+}
+
+// y = x . w^T for a dense projection in either format (fp8: W8A16 for decode-sized row
+// counts, cuBLASLt above; backend/cuda/ops/fp8_projection.h).
+Status ProjectWith(pc::Blas& blas, const Tensor& fp8_workspace, const Tensor& x, const DeviceProjection& p,
+                   const Tensor& y, cudaStream_t stream) {
+  if (!p.is_fp8()) return pc::Linear(blas, {x, p.w.view, y}, stream);
+  return pc::Fp8Projection(blas, {x, p.w.view, p.scale.view, y, fp8_workspace}, stream);
 }
 
 }  // namespace
@@ -104,6 +113,9 @@ Status CudaModel::Impl::EnqueueAttention(int64_t i, int64_t rows, int64_t chunks
   auto linear = [&](const Tensor& in, const Tensor& wt, const Tensor& out) {
     return Op(OpKind::kProjection, [&] { return pc::Linear(blas, {in, wt, out}, s); });
   };
+  auto project = [&](const Tensor& in, const DeviceProjection& p, const Tensor& out) {
+    return Op(OpKind::kProjection, [&] { return ProjectWith(blas, weights.fp8_workspace.view, in, p, out, s); });
+  };
   auto norm = [&](const Tensor& in, const Tensor& weight, const Tensor& out) {
     return Op(OpKind::kNorm, [&] { return pc::RmsNorm({in, weight, out, eps}, s); });
   };
@@ -124,15 +136,15 @@ Status CudaModel::Impl::EnqueueAttention(int64_t i, int64_t rows, int64_t chunks
   // written straight into the step's rows of the window buffer.
   const Tensor qr = View(ws.qr, DType::kF32, {rows, c.q_lora_rank});
   const Tensor qr_n = View(ws.qr_n, DType::kBF16, {rows, c.q_lora_rank});
-  PG_RETURN_IF_ERROR(linear(x, lw.wq_a.view, qr));
+  PG_RETURN_IF_ERROR(project(x, lw.wq_a, qr));
   PG_RETURN_IF_ERROR(norm(qr, lw.q_norm.view, qr_n));
   const Tensor q = View(ws.q, DType::kF32, {rows, h * hd});
-  PG_RETURN_IF_ERROR(linear(qr_n, lw.wq_b.view, q));
+  PG_RETURN_IF_ERROR(project(qr_n, lw.wq_b, q));
   const Tensor q_n = View(ws.q_n, DType::kBF16, {rows, h, hd});
   PG_RETURN_IF_ERROR(norm(View(ws.q, DType::kF32, {rows * h, hd}), Tensor{}, View(ws.q_n, DType::kBF16, {rows * h, hd})));
   PG_RETURN_IF_ERROR(rope(View(ws.q_n, DType::kBF16, {rows * h, hd}), false));
   const Tensor kv = View(ws.kv, DType::kF32, {rows, hd});
-  PG_RETURN_IF_ERROR(linear(x, lw.wkv.view, kv));
+  PG_RETURN_IF_ERROR(project(x, lw.wkv, kv));
   PG_RETURN_IF_ERROR(norm(kv, lw.kv_norm.view, new_kv));
   PG_RETURN_IF_ERROR(rope(new_kv, false));
 
@@ -176,7 +188,7 @@ Status CudaModel::Impl::EnqueueAttention(int64_t i, int64_t rows, int64_t chunks
     PG_RETURN_IF_ERROR(compress(*lw.index_compressor, st.index_kv_state, st.index_gate_state, st.index_keys.view,
                                 ws.ikv, ws.igate));
     const Tensor iq = View(ws.iq, DType::kBF16, {rows, ih * id});
-    PG_RETURN_IF_ERROR(linear(qr_n, lw.index_wq_b.view, iq));
+    PG_RETURN_IF_ERROR(project(qr_n, lw.index_wq_b, iq));
     PG_RETURN_IF_ERROR(rope(View(ws.iq, DType::kBF16, {rows * ih, id}), false));
     const Tensor iw = View(ws.iw, DType::kF32, {rows, ih});
     PG_RETURN_IF_ERROR(linear(x, lw.index_weights_proj.view, iw));
@@ -249,7 +261,9 @@ Status CudaModel::Impl::EnqueueAttention(int64_t i, int64_t rows, int64_t chunks
     pc::OutputProjectionArgs a;
     a.o = View(ws.o, DType::kBF16, {rows, h, hd});
     a.wo_a = lw.wo_a.view;
-    a.wo_b = lw.wo_b.view;
+    a.wo_b = lw.wo_b.w.view;
+    a.wo_b_scale = lw.wo_b.scale.view;
+    a.fp8_workspace = weights.fp8_workspace.view;
     a.mid = View(ws.mid, DType::kBF16, {rows, c.o_groups, c.o_lora_rank});
     a.out = View(ws.f, DType::kBF16, {rows, d});
     return pc::GroupedOutputProjection(blas, a, s);
@@ -319,13 +333,13 @@ Status CudaModel::Impl::EnqueueMoe(int64_t i, int64_t rows) {
   const Tensor sh = View(ws.shared_h, DType::kBF16, {rows, shared});
   const Tensor sy = View(ws.shared_y, DType::kBF16, {rows, d});
   PG_RETURN_IF_ERROR(Op(OpKind::kSharedExpert, [&]() -> Status {
-    PG_RETURN_IF_ERROR(pc::Linear(blas, {x, lw.shared_w13.view, sgu}, s));
+    PG_RETURN_IF_ERROR(ProjectWith(blas, weights.fp8_workspace.view, x, lw.shared_w13, sgu, s));
     pc::SwigluArgs a;
     a.gate_up = sgu;
     a.h = sh;
     a.limit = limit;
     PG_RETURN_IF_ERROR(pc::SwigluClamp(a, s));
-    return pc::Linear(blas, {sh, lw.shared_w2.view, sy}, s);
+    return ProjectWith(blas, weights.fp8_workspace.view, sh, lw.shared_w2, sy, s);
   }));
 
   return Op(OpKind::kMoeExperts, [&] {

@@ -1,17 +1,24 @@
 #include "model/deepseek_v4/cuda/device_weights.h"
 
+#include <algorithm>
 #include <cmath>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "backend/cuda/cuda_status.h"
+#include "backend/cuda/ops/fp8_projection.h"
+#include "backend/cuda/ops/fp8_w8a16.h"
 #include "backend/cuda/ops/random_fill.h"
+#include "model/dequant.h"
 
 namespace peregrine::deepseek_v4::cuda {
 
 namespace {
 
 using peregrine::cuda::CachingAllocator;
+
+constexpr int64_t kFp8Block = 128;  // the checkpoint's weight blocks
 
 uint64_t HashName(const std::string& name, uint64_t seed) {
   uint64_t h = 1469598103934665603ull ^ seed;  // FNV-1a
@@ -26,6 +33,7 @@ class Loader {
       : checkpoint_(checkpoint), options_(options), allocator_(allocator), stream_(stream) {}
 
   uint64_t bytes() const { return bytes_; }
+  size_t fp8_workspace_bytes() const { return fp8_workspace_bytes_; }
 
   Result<DeviceTensor> Allocate(DType dtype, const Shape& shape) {
     const size_t bytes = DTypeBytes(dtype, static_cast<size_t>(shape.numel()));
@@ -76,17 +84,100 @@ class Loader {
     return Status::Ok();
   }
 
+  // A dense projection stacked from `names`, each [part_rows, cols]: FP8 (e4m3 + f32 block
+  // scales) when the options ask for it and the blocks tile the shape, else bf16.
+  Status Projection(const std::vector<std::string>& names, int64_t part_rows, int64_t cols, DeviceProjection* out) {
+    const auto parts = static_cast<int64_t>(names.size());
+    const int64_t rows = part_rows * parts;
+    const bool fp8 = options_.dense_format == DenseFormat::kFP8 && part_rows % kFp8Block == 0 &&
+                     cols % kFp8Block == 0;
+    if (!fp8) {
+      PG_ASSIGN_OR_RETURN(out->w, Allocate(DType::kBF16, {rows, cols}));
+      char* dst = static_cast<char*>(out->w.view.data);
+      for (int64_t i = 0; i < parts; ++i)
+        PG_RETURN_IF_ERROR(MatrixInto(names[static_cast<size_t>(i)], {part_rows, cols}, dst + i * part_rows * cols * 2));
+      return Status::Ok();
+    }
+    PG_ASSIGN_OR_RETURN(out->w, Allocate(DType::kF8E4M3, {rows, cols}));
+    PG_ASSIGN_OR_RETURN(out->scale, Allocate(DType::kF32, {rows / kFp8Block, cols / kFp8Block}));
+    const int64_t part_blocks = part_rows / kFp8Block * (cols / kFp8Block);
+    for (int64_t i = 0; i < parts; ++i) {
+      PG_RETURN_IF_ERROR(Fp8Into(names[static_cast<size_t>(i)], {part_rows, cols},
+                                 static_cast<uint8_t*>(out->w.view.data) + i * part_rows * cols,
+                                 static_cast<float*>(out->scale.view.data) + i * part_blocks));
+    }
+    fp8_workspace_bytes_ = std::max(fp8_workspace_bytes_, peregrine::cuda::Fp8ProjectionWorkspaceBytes(cols, rows));
+    return Status::Ok();
+  }
+
+  // One FP8 weight [rows, cols] into `codes` / `scales` ([rows/128, cols/128]): the
+  // checkpoint's own bytes when it stores it as FP8, else its values (or synthetic ones)
+  // staged in bf16 and quantised on the device.
+  Status Fp8Into(const std::string& name, const Shape& shape, uint8_t* codes, float* scales) {
+    const int64_t blocks = shape[0] / kFp8Block * (shape[1] / kFp8Block);
+    if (!options_.synthetic_matrices) {
+      PG_ASSIGN_OR_RETURN(std::optional<Fp8BlockTensor> stored, checkpoint_.ReadFp8Blocks(name, shape));
+      if (stored.has_value()) {
+        PG_CUDA_RETURN_IF_ERROR(cudaMemcpy(codes, stored->codes.view.data, static_cast<size_t>(shape.numel()),
+                                           cudaMemcpyHostToDevice));
+        PG_CUDA_RETURN_IF_ERROR(cudaMemcpy(scales, stored->scales.view.data, static_cast<size_t>(blocks) * 4,
+                                           cudaMemcpyHostToDevice));
+        return Status::Ok();
+      }
+    }
+    auto staging = allocator_.Allocate(static_cast<size_t>(shape.numel()) * 2);
+    if (!staging.ok()) return staging.status();
+    PG_RETURN_IF_ERROR(MatrixInto(name, shape, staging->data()));
+    PG_RETURN_IF_ERROR(peregrine::cuda::QuantizeFp8Blocks(
+        {Tensor::Contiguous(staging->data(), DType::kBF16, shape, Device::kCuda),
+         Tensor::Contiguous(codes, DType::kF8E4M3, shape, Device::kCuda),
+         Tensor::Contiguous(scales, DType::kF32, {shape[0] / kFp8Block, shape[1] / kFp8Block}, Device::kCuda)},
+        stream_));
+    // The staging block returns to the allocator here; the next upload may reuse it.
+    PG_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+    return Status::Ok();
+  }
+
+  // Routed experts read into MXFP4 [E, rows, cols/2] codes + [E, rows, cols/32] scales: the
+  // checkpoint's own bytes when it stores them as MXFP4 (the release), else its float values
+  // quantised on the host with the release's rule (QuantizeMxfp4).
+  Status Mxfp4Experts(const std::string& fp, const char* which, int64_t e_n, int64_t rows, int64_t cols,
+                      const DeviceTensor& codes, const DeviceTensor& scales) {
+    const size_t code_bytes = static_cast<size_t>(rows * cols / 2), scale_bytes = static_cast<size_t>(rows * cols / 32);
+    std::vector<uint8_t> packed, exponents;
+    for (int64_t x = 0; x < e_n; ++x) {
+      const std::string name = fp + "experts." + std::to_string(x) + "." + which + ".weight";
+      char* code_dst = static_cast<char*>(codes.view.data) + static_cast<size_t>(x) * code_bytes;
+      char* scale_dst = static_cast<char*>(scales.view.data) + static_cast<size_t>(x) * scale_bytes;
+      PG_ASSIGN_OR_RETURN(std::optional<Mxfp4Tensor> stored, checkpoint_.ReadMxfp4(name, {rows, cols}));
+      const void* code_src = nullptr;
+      const void* scale_src = nullptr;
+      if (stored.has_value()) {
+        code_src = stored->codes.view.data;
+        scale_src = stored->scales.view.data;
+      } else {
+        PG_ASSIGN_OR_RETURN(HostTensor host, checkpoint_.ReadF32(name, {rows, cols}));
+        packed.assign(code_bytes, 0);
+        exponents.assign(scale_bytes, 0);
+        QuantizeMxfp4(host.f32(), rows, cols, packed.data(), exponents.data());
+        code_src = packed.data();
+        scale_src = exponents.data();
+      }
+      PG_CUDA_RETURN_IF_ERROR(cudaMemcpy(code_dst, code_src, code_bytes, cudaMemcpyHostToDevice));
+      PG_CUDA_RETURN_IF_ERROR(cudaMemcpy(scale_dst, scale_src, scale_bytes, cudaMemcpyHostToDevice));
+    }
+    return Status::Ok();
+  }
+
   // Routed experts of layer prefix `fp` stacked into [E, rows, cols].
   Status Experts(const std::string& fp, const char* which, int64_t e_n, int64_t rows, int64_t cols, DeviceTensor* out,
                  DeviceTensor* scale_out) {
     const std::string stacked = fp + "experts." + which;
     if (options_.expert_format == ExpertFormat::kMXFP4) {
-      if (!options_.synthetic_matrices)
-        return Unimplemented("MXFP4 routed experts are only generated (synthetic weights); loading them from a "
-                             "checkpoint keeps them in bf16");
       if (cols % 32 != 0) return InvalidArgument(stacked + ": MXFP4 needs the input width to be a multiple of 32");
       PG_ASSIGN_OR_RETURN(*out, Allocate(DType::kU8, {e_n, rows, cols / 2}));
       PG_ASSIGN_OR_RETURN(*scale_out, Allocate(DType::kU8, {e_n, rows, cols / 32}));
+      if (!options_.synthetic_matrices) return Mxfp4Experts(fp, which, e_n, rows, cols, *out, *scale_out);
       PG_RETURN_IF_ERROR(peregrine::cuda::RandomBytes(out->view, HashName(stacked, options_.seed), 0, 255, stream_));
       // e2m1 codes drawn uniformly have an rms of ~2.93: pick the power of two nearest to
       // 1 / (2.93 sqrt(cols)) so outputs keep unit scale, and jitter it by one binade.
@@ -145,16 +236,16 @@ class Loader {
     PG_RETURN_IF_ERROR(Hc(p + "hc_ffn_", (2 + hc) * hc, hc * d, 3, &l->hc_ffn));
 
     const std::string ap = p + "attn.";
-    PG_RETURN_IF_ERROR(Matrix(ap + "wq_a.weight", {c.q_lora_rank, d}, &l->wq_a));
+    PG_RETURN_IF_ERROR(Projection({ap + "wq_a.weight"}, c.q_lora_rank, d, &l->wq_a));
     PG_RETURN_IF_ERROR(F32(ap + "q_norm.weight", {c.q_lora_rank}, &l->q_norm));
-    PG_RETURN_IF_ERROR(Matrix(ap + "wq_b.weight", {c.num_heads * hd, c.q_lora_rank}, &l->wq_b));
-    PG_RETURN_IF_ERROR(Matrix(ap + "wkv.weight", {hd, d}, &l->wkv));
+    PG_RETURN_IF_ERROR(Projection({ap + "wq_b.weight"}, c.num_heads * hd, c.q_lora_rank, &l->wq_b));
+    PG_RETURN_IF_ERROR(Projection({ap + "wkv.weight"}, hd, d, &l->wkv));
     PG_RETURN_IF_ERROR(F32(ap + "kv_norm.weight", {hd}, &l->kv_norm));
     const int64_t group_in = c.num_heads * hd / c.o_groups;
     PG_RETURN_IF_ERROR(Matrix(ap + "wo_a.weight", {c.o_groups * c.o_lora_rank, group_in}, &l->wo_a));
     l->wo_a.view = Tensor::Contiguous(l->wo_a.view.data, DType::kBF16, {c.o_groups, c.o_lora_rank, group_in},
                                       Device::kCuda);
-    PG_RETURN_IF_ERROR(Matrix(ap + "wo_b.weight", {d, c.o_groups * c.o_lora_rank}, &l->wo_b));
+    PG_RETURN_IF_ERROR(Projection({ap + "wo_b.weight"}, d, c.o_groups * c.o_lora_rank, &l->wo_b));
     PG_RETURN_IF_ERROR(F32(ap + "attn_sink", {c.num_heads}, &l->sink));
     const int64_t ratio = c.CompressRatio(i);
     const bool is_csa = c.layer_types[static_cast<size_t>(i)] == AttentionType::kCompressedSparse;
@@ -163,8 +254,8 @@ class Loader {
       PG_RETURN_IF_ERROR(Compressor(ap + "compressor.", ratio, is_csa, hd, d, &*l->compressor));
     }
     if (is_csa) {
-      PG_RETURN_IF_ERROR(
-          Matrix(ap + "indexer.wq_b.weight", {c.index_n_heads * c.index_head_dim, c.q_lora_rank}, &l->index_wq_b));
+      PG_RETURN_IF_ERROR(Projection({ap + "indexer.wq_b.weight"}, c.index_n_heads * c.index_head_dim, c.q_lora_rank,
+                                    &l->index_wq_b));
       const float weight_scale = 1.0f / std::sqrt(static_cast<float>(c.index_n_heads));
       PG_RETURN_IF_ERROR(Matrix(ap + "indexer.weights_proj.weight", {c.index_n_heads, d}, &l->index_weights_proj,
                                 weight_scale, /*positive=*/true));
@@ -187,11 +278,9 @@ class Loader {
     PG_RETURN_IF_ERROR(Experts(fp, "w3", e, inter, d, &l->experts.w3, &l->experts.w3_scale));
     PG_RETURN_IF_ERROR(Experts(fp, "w2", e, d, inter, &l->experts.w2, &l->experts.w2_scale));
     const int64_t shared = inter * c.num_shared_experts;
-    PG_ASSIGN_OR_RETURN(l->shared_w13, Allocate(DType::kBF16, {2 * shared, d}));
-    char* w13 = static_cast<char*>(l->shared_w13.view.data);
-    PG_RETURN_IF_ERROR(MatrixInto(fp + "shared_experts.w1.weight", {shared, d}, w13));
-    PG_RETURN_IF_ERROR(MatrixInto(fp + "shared_experts.w3.weight", {shared, d}, w13 + shared * d * 2));
-    return Matrix(fp + "shared_experts.w2.weight", {d, shared}, &l->shared_w2);
+    PG_RETURN_IF_ERROR(
+        Projection({fp + "shared_experts.w1.weight", fp + "shared_experts.w3.weight"}, shared, d, &l->shared_w13));
+    return Projection({fp + "shared_experts.w2.weight"}, d, shared, &l->shared_w2);
   }
 
  private:
@@ -200,6 +289,7 @@ class Loader {
   CachingAllocator& allocator_;
   cudaStream_t stream_;
   uint64_t bytes_ = 0;
+  size_t fp8_workspace_bytes_ = 0;
 };
 
 }  // namespace
@@ -215,6 +305,9 @@ Result<DeviceWeights> LoadDeviceWeights(const ModelConfig& c, const Checkpoint& 
   PG_RETURN_IF_ERROR(ld.Hc("hc_head_", c.hc_mult, c.hc_mult * c.hidden_size, 1, &w.hc_head));
   w.layers.resize(static_cast<size_t>(c.num_layers));
   for (int64_t i = 0; i < c.num_layers; ++i) PG_RETURN_IF_ERROR(ld.Layer(c, i, &w.layers[static_cast<size_t>(i)]));
+  if (ld.fp8_workspace_bytes() > 0) {
+    PG_ASSIGN_OR_RETURN(w.fp8_workspace, ld.Allocate(DType::kU8, {static_cast<int64_t>(ld.fp8_workspace_bytes())}));
+  }
   PG_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
   w.bytes = ld.bytes();
   return w;

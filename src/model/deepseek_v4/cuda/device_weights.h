@@ -46,27 +46,37 @@ struct DeviceExperts {
   DeviceTensor w1_scale, w3_scale, w2_scale;  // MXFP4 only
 };
 
+enum class DenseFormat : uint8_t { kBF16, kFP8 };
+
+// A dense projection y = x . w^T: w bf16 [M, K], or (DenseFormat::kFP8, M and K multiples of
+// 128) e4m3 [M, K] with `scale` f32 [M/128, K/128] (backend/cuda/ops/fp8_projection.h).
+struct DeviceProjection {
+  DeviceTensor w;
+  DeviceTensor scale;  // fp8 only
+  bool is_fp8() const { return w.view.dtype == DType::kF8E4M3; }
+};
+
 struct DeviceLayer {
   DeviceTensor attn_norm, ffn_norm;  // [D] f32
   DeviceHyperConnection hc_attn, hc_ffn;
-  DeviceTensor wq_a;     // [q_lora, D] bf16
+  DeviceProjection wq_a;  // [q_lora, D]
   DeviceTensor q_norm;   // [q_lora] f32
-  DeviceTensor wq_b;     // [H*Dh, q_lora] bf16
-  DeviceTensor wkv;      // [Dh, D] bf16
+  DeviceProjection wq_b;  // [H*Dh, q_lora]
+  DeviceProjection wkv;   // [Dh, D]
   DeviceTensor kv_norm;  // [Dh] f32
   DeviceTensor wo_a;     // [G, R, H*Dh/G] bf16
-  DeviceTensor wo_b;     // [D, G*R] bf16
+  DeviceProjection wo_b;  // [D, G*R]
   DeviceTensor sink;     // [H] f32
   std::optional<DeviceCompressor> compressor;  // CSA and HCA layers
-  DeviceTensor index_wq_b;          // [IH*Id, q_lora] bf16 (CSA)
+  DeviceProjection index_wq_b;      // [IH*Id, q_lora] (CSA)
   DeviceTensor index_weights_proj;  // [IH, D] bf16, pre-scaled by IH^-1/2 (CSA)
   std::optional<DeviceCompressor> index_compressor;
   DeviceTensor gate;     // [E, D] bf16
   DeviceTensor bias;     // [E] f32 (learned routing)
   DeviceTensor tid2eid;  // [vocab, K] i32 (hash routing)
   DeviceExperts experts;
-  DeviceTensor shared_w13;            // [2*I_shared, D] bf16: gate rows, then up rows
-  DeviceTensor shared_w2;             // [D, I_shared] bf16
+  DeviceProjection shared_w13;  // [2*I_shared, D]: gate rows, then up rows
+  DeviceProjection shared_w2;   // [D, I_shared]
 };
 
 struct DeviceWeights {
@@ -75,6 +85,9 @@ struct DeviceWeights {
   DeviceTensor norm;   // [D] f32
   DeviceHyperConnection hc_head;
   std::vector<DeviceLayer> layers;
+  // Scratch of the FP8 projections' prefill path (quantised activations), shared by all of
+  // them (one stream): u8 [max Fp8ProjectionWorkspaceBytes]; empty without FP8 projections.
+  DeviceTensor fp8_workspace;
   uint64_t bytes = 0;  // device bytes held
 };
 
@@ -84,7 +97,14 @@ struct WeightLoadOptions {
   // (a synthetic one). Makes V4-Flash-sized models without host work.
   bool synthetic_matrices = false;
   uint64_t seed = 0;
-  ExpertFormat expert_format = ExpertFormat::kBF16;  // MXFP4 needs synthetic_matrices
+  // MXFP4 experts come from the checkpoint's MXFP4 tensors as stored, or are quantised at load
+  // from float ones, or are generated (synthetic_matrices).
+  ExpertFormat expert_format = ExpertFormat::kBF16;
+  // kFP8: wq_a, wq_b, wkv, wo_b, indexer wq_b and the shared expert stay e4m3 with 128x128
+  // block scales: the checkpoint's FP8 bytes when it stores them, else quantised at load
+  // (power-of-two scales, kernels/quantize_fp8_blocks.cuh), or generated (synthetic).
+  // Projections whose M or K is not a multiple of 128 stay bf16.
+  DenseFormat dense_format = DenseFormat::kBF16;
 };
 
 // Reads (or generates) every tensor the config implies, converts and uploads it; host
