@@ -43,6 +43,11 @@ Result<std::unique_ptr<ModelRunner>> MakeRunner(const EngineOptions& o, ModelSou
   } else if (o.expert_format != "bf16") {
     return InvalidArgument("unknown expert format '" + o.expert_format + "' (bf16 or mxfp4)");
   }
+  if (o.dense_format == "fp8") {
+    co.weights.dense_format = deepseek_v4::cuda::DenseFormat::kFP8;
+  } else if (o.dense_format != "bf16") {
+    return InvalidArgument("unknown dense format '" + o.dense_format + "' (bf16 or fp8)");
+  }
   const auto start = std::chrono::steady_clock::now();
   PG_ASSIGN_OR_RETURN(std::unique_ptr<deepseek_v4::cuda::CudaModel> model,
                       deepseek_v4::cuda::CudaModel::Create(std::move(source.config), *source.checkpoint, co));

@@ -26,6 +26,7 @@ struct EngineOptions {
   int64_t num_layers = 0;                 // > 0: keep only the first num_layers layers
   int64_t max_model_len = 0;              // > 0: context per sequence (CUDA state size)
   std::string expert_format = "bf16";     // CUDA routed experts: "bf16" or "mxfp4"
+  std::string dense_format = "bf16";      // CUDA dense projections: "bf16" or "fp8"
   bool enforce_eager = false;             // CUDA: no decode graphs
   bool device_sampling = true;            // CUDA: sample on the GPU
   bool overlap = true;                    // CUDA: plan step n+1 while the GPU runs step n

@@ -26,6 +26,7 @@ peregrine::Result<std::unique_ptr<peregrine::EngineClient>> MakeServingEngine(
   o.num_layers = serve.num_layers;
   o.max_model_len = serve.max_model_len;
   o.expert_format = serve.expert_format;
+  o.dense_format = serve.dense_format;
   o.enforce_eager = serve.enforce_eager;
   o.device_sampling = !serve.host_sampling;
   o.overlap = !serve.disable_overlap_schedule;

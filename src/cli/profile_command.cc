@@ -29,20 +29,26 @@ struct ProfileFlags {
 
 #ifdef PEREGRINE_WITH_CUDA
 // Bytes one decode step must read per layer at batch b: every dense weight once, the routed
-// experts the batch touches (expected count for uniform routing), and the KV rows.
-double LayerBytes(const ModelConfig& c, int64_t layer, int64_t b, int64_t context, bool mxfp4) {
+// experts the batch touches (expected count for uniform routing), and the KV rows. With
+// `dense_fp8` the FP8 projections (wq_a, wq_b, wkv, wo_b, indexer wq_b, shared expert) count
+// one byte per weight (plus a 4-byte scale per 128x128 block).
+double LayerBytes(const ModelConfig& c, int64_t layer, int64_t b, int64_t context, bool mxfp4, bool dense_fp8) {
   const double d = static_cast<double>(c.hidden_size);
   const double hd = static_cast<double>(c.head_dim);
   const double h = static_cast<double>(c.num_heads);
-  double params = d * c.q_lora_rank + static_cast<double>(c.q_lora_rank) * h * hd + d * hd +
-                  h * hd * c.o_lora_rank + static_cast<double>(c.o_groups) * c.o_lora_rank * d;
+  double params = h * hd * c.o_lora_rank;  // wo_a (bf16)
+  double fp8_params = d * c.q_lora_rank + static_cast<double>(c.q_lora_rank) * h * hd + d * hd +
+                      static_cast<double>(c.o_groups) * c.o_lora_rank * d;
   const int64_t ratio = c.CompressRatio(layer);
   const bool csa = c.layer_types[static_cast<size_t>(layer)] == AttentionType::kCompressedSparse;
   if (ratio > 0) params += 2.0 * (csa ? 2 : 1) * hd * d;
-  if (csa) params += static_cast<double>(c.q_lora_rank) * c.index_n_heads * c.index_head_dim + d * c.index_n_heads +
-                     4.0 * c.index_head_dim * d;
+  if (csa) {
+    params += d * c.index_n_heads + 4.0 * c.index_head_dim * d;
+    fp8_params += static_cast<double>(c.q_lora_rank) * c.index_n_heads * c.index_head_dim;
+  }
   const double inter = static_cast<double>(c.moe_intermediate_size);
-  params += d * c.num_experts + 3.0 * d * inter * c.num_shared_experts;
+  params += d * c.num_experts;
+  fp8_params += 3.0 * d * inter * c.num_shared_experts;
   const double e = static_cast<double>(c.num_experts);
   const double touched = e * (1.0 - std::pow(1.0 - static_cast<double>(c.num_experts_per_tok) / e, static_cast<double>(b)));
   const double expert_bytes = touched * 3.0 * d * inter * (mxfp4 ? 0.5 + 1.0 / 32.0 : 2.0);
@@ -51,7 +57,8 @@ double LayerBytes(const ModelConfig& c, int64_t layer, int64_t b, int64_t contex
                                 : static_cast<double>(context / ratio);
   double kv_bytes = static_cast<double>(b) * kv_rows * hd * 2.0;
   if (csa) kv_bytes += static_cast<double>(b) * (context / ratio) * c.index_head_dim * 2.0;
-  return params * 2.0 + expert_bytes + kv_bytes;
+  const double fp8_bytes = fp8_params * (dense_fp8 ? 1.0 + 4.0 / (128.0 * 128.0) : 2.0);
+  return params * 2.0 + fp8_bytes + expert_bytes + kv_bytes;
 }
 
 int Run(const ProfileFlags& f) {
@@ -70,6 +77,8 @@ int Run(const ProfileFlags& f) {
   o.weights.seed = 20260424;
   const bool mxfp4 = f.engine.expert_format == "mxfp4";
   if (mxfp4) o.weights.expert_format = deepseek_v4::cuda::ExpertFormat::kMXFP4;
+  const bool dense_fp8 = f.engine.dense_format == "fp8";
+  if (dense_fp8) o.weights.dense_format = deepseek_v4::cuda::DenseFormat::kFP8;
   const auto start = std::chrono::steady_clock::now();
   auto model = deepseek_v4::cuda::CudaModel::Create(config, *source->checkpoint, o);
   if (!model.ok()) {
@@ -77,9 +86,10 @@ int Run(const ProfileFlags& f) {
     return 1;
   }
   const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::printf("model: %lld layers, %.2f GB weights (%s experts), %.2f GB state, ready in %.1f s\n",
+  std::printf("model: %lld layers, %.2f GB weights (%s experts, %s dense), %.2f GB state, ready in %.1f s\n",
               static_cast<long long>(config.num_layers), static_cast<double>((*model)->weight_bytes()) / 1e9,
-              mxfp4 ? "MXFP4" : "bf16", static_cast<double>((*model)->state_bytes()) / 1e9, load_s);
+              mxfp4 ? "MXFP4" : "bf16", f.engine.dense_format.c_str(),
+              static_cast<double>((*model)->state_bytes()) / 1e9, load_s);
   std::ofstream out;
   if (!f.out.empty()) out.open(f.out, std::ios::app);
 
@@ -134,7 +144,7 @@ int Run(const ProfileFlags& f) {
                   static_cast<long long>(op.launches));
     }
     double layer_bytes = 0.0;
-    for (int64_t l = 0; l < config.num_layers; ++l) layer_bytes += LayerBytes(config, l, b, f.context, mxfp4);
+    for (int64_t l = 0; l < config.num_layers; ++l) layer_bytes += LayerBytes(config, l, b, f.context, mxfp4, dense_fp8);
     layer_bytes /= static_cast<double>(config.num_layers);
     double head_ms = 0.0;
     for (const auto& op : ops)
@@ -146,6 +156,7 @@ int Run(const ProfileFlags& f) {
     if (out.is_open()) {
       out << "{\"bench\":\"decode_step\",\"batch\":" << b << ",\"context\":" << f.context
           << ",\"num_layers\":" << config.num_layers << ",\"experts\":\"" << (mxfp4 ? "mxfp4" : "bf16")
+          << "\",\"dense\":\"" << f.engine.dense_format
           << "\",\"graph_step_ms\":" << graph_ms << ",\"eager_step_ms\":" << eager_ms << ",\"busy_ms\":" << busy
           << ",\"idle_fraction\":" << std::max(0.0, 1.0 - busy / graph_ms) << ",\"host_ms\":" << host_ms
           << ",\"layer_ms\":" << layer_ms
@@ -174,6 +185,8 @@ void AddProfileCommand(CLI::App& app) {
   cmd->add_option("--num-layers", f->engine.num_layers, "Keep only the first N layers (0: all)");
   cmd->add_option("--expert-format", f->engine.expert_format, "Routed experts: bf16 or mxfp4")
       ->check(CLI::IsMember({"bf16", "mxfp4"}));
+  cmd->add_option("--dense-format", f->engine.dense_format, "Dense projections: bf16 or fp8")
+      ->check(CLI::IsMember({"bf16", "fp8"}));
   cmd->add_option("--batch-sizes", f->batch_sizes, "Decode batch sizes")->delimiter(',')->capture_default_str();
   cmd->add_option("--context", f->context, "Position of the decode tokens")->capture_default_str();
   cmd->add_option("--steps", f->steps, "Timed graphed steps per batch size")->check(CLI::Range(1, 100000));

@@ -119,6 +119,9 @@ void AddServeCommand(CLI::App& app, EngineFactory factory) {
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 24));
   cmd->add_option("--expert-format", options->expert_format, "CUDA routed experts: bf16 or mxfp4 (synthetic)")
       ->check(CLI::IsMember({"bf16", "mxfp4"}))->capture_default_str();
+  cmd->add_option("--dense-format", options->dense_format,
+                  "CUDA dense projections: bf16, or fp8 (e4m3 with 128x128 block scales)")
+      ->check(CLI::IsMember({"bf16", "fp8"}))->capture_default_str();
   cmd->add_flag("--enforce-eager", options->enforce_eager, "CUDA: launch every op, no decode graphs");
   cmd->add_flag("--host-sampling", options->host_sampling, "CUDA: copy the logits and sample on the host");
   cmd->add_flag("--disable-overlap-schedule", options->disable_overlap_schedule,

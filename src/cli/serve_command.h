@@ -29,6 +29,7 @@ struct ServeOptions {
   int64_t num_layers = 0;                 // > 0: only the first layers
   int64_t max_model_len = 0;              // > 0: context per sequence
   std::string expert_format = "bf16";     // CUDA routed experts: bf16 or mxfp4
+  std::string dense_format = "bf16";      // CUDA dense projections: bf16 or fp8
   bool enforce_eager = false;             // CUDA: no decode graphs
   bool host_sampling = false;             // CUDA: copy logits and sample on the host
   bool disable_overlap_schedule = false;  // CUDA: wait for each step before planning the next
