@@ -117,7 +117,8 @@ void AddServeCommand(CLI::App& app, EngineFactory factory) {
   cmd->add_option("--max-model-len", options->max_model_len,
                   "Context per sequence the device state holds (0: the model's, at most 8192)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 24));
-  cmd->add_option("--expert-format", options->expert_format, "CUDA routed experts: bf16 or mxfp4 (synthetic)")
+  cmd->add_option("--expert-format", options->expert_format,
+                  "CUDA routed experts: bf16 or mxfp4 (read as stored, quantised at load, or generated)")
       ->check(CLI::IsMember({"bf16", "mxfp4"}))->capture_default_str();
   cmd->add_option("--dense-format", options->dense_format,
                   "CUDA dense projections: bf16, or fp8 (e4m3 with 128x128 block scales)")
