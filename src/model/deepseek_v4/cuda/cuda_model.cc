@@ -236,11 +236,13 @@ Status CudaModel::Impl::UploadPlan(const StepPlan& plan, int64_t rows, std::span
   m.chunk_positions = place(std::max(rows, chunks));
   m.chunk_slots = place(std::max(rows, chunks));
   m.logit_rows = place(std::max<int64_t>(rows, 1));
+  const int64_t schedule_ints = fast_attention ? attention_layout.num_ints() : 0;
+  for (int64_t& s : m.schedules) s = place(schedule_ints);
+  // Last: every section a captured graph reads sits at an offset that depends on `rows`
+  // only; the feed pairs (read before the graph) vary per step.
   m.num_feeds = 0;
   for (const StepChunk& chunk : step_chunks) m.num_feeds += chunk.fed_from >= 0 ? 1 : 0;
   m.feeds = place(2 * m.num_feeds);
-  const int64_t schedule_ints = fast_attention ? attention_layout.num_ints() : 0;
-  for (int64_t& s : m.schedules) s = place(schedule_ints);
   m.total = at;
   if (m.total > meta_capacity) return Internal("step metadata exceeds its buffer");
 
