@@ -19,9 +19,9 @@ constexpr int kWarps = kThreads / kWarpSize;
 constexpr int kMinCtasPerSm = 2;
 // 16-byte weight chunks each lane has in flight per matrix before it does any math.
 constexpr int kUnrollBF16 = 4;  // 8 inputs per chunk
-// Down's rows are half as long (I = 2048: 8 chunks per lane): all of them in one round trip.
-// Each lane still adds its chunks in the same order, so the result is unchanged.
-constexpr int kUnrollBF16Down = 8;
+// Down keeps 4 as well: 8 in flight (a whole I = 2048 row per round trip) measured 4-11% slower
+// on the H200 at batch 1-128 (bench/moe/NOTES.md).
+constexpr int kUnrollBF16Down = 4;
 constexpr int kUnrollMxfp4 = 4;  // 32 inputs (one scale block) per chunk
 
 // Weights are read once: bypass L1 so the activations, which every warp re-reads, stay there.
