@@ -124,11 +124,15 @@ serve_bench() {
 
 if [ "$PHASE" = "overlap" ]; then
   PARTS="${PARTS:-tests serve}"  # either or both
-  [[ " $PARTS " == *" tests "* ]] && for t in model_ops_test cuda_engine_test cuda_mxfp4_test cuda_fp8_test cuda_parity_test sampling_kernels_test moe_kernels_test \
-           generic_attention_test attention_kernels_test hc_kernels_test fp8_linear_test fp8_w8a16_test; do
+  TESTS="${TESTS:-model_ops_test cuda_engine_test cuda_mxfp4_test cuda_fp8_test cuda_parity_test sampling_kernels_test
+    moe_kernels_test generic_attention_test attention_kernels_test hc_kernels_test fp8_linear_test fp8_w8a16_test}"
+  BENCHES="${BENCHES:-peregrine_moe_bench peregrine_sampling_bench peregrine_fp8_bench}"
+  # shellcheck disable=SC2086
+  [[ " $PARTS " == *" tests "* ]] && for t in $TESTS; do
     [ -x "$BIN/$t" ] && run_test "$t" 150
   done
-  [[ " $PARTS " == *" tests "* ]] && for bench in peregrine_moe_bench peregrine_sampling_bench peregrine_fp8_bench; do
+  # shellcheck disable=SC2086
+  [[ " $PARTS " == *" tests "* ]] && for bench in $BENCHES; do
     if [ -x "$BIN/$bench" ]; then
       echo "== $bench"
       timeout 120 "$BIN/$bench" --out "$OUT/$bench.jsonl" >"$OUT/$bench.log" 2>&1 || status=1
@@ -137,6 +141,13 @@ if [ "$PHASE" = "overlap" ]; then
   done
   [[ " $PARTS " == *" serve "* ]] || exit $status
   FLASH="$ROOT/bench/configs/deepseek-v4-flash"
+  echo "== profile: dense bf16 vs fp8 (V4-Flash shapes, 4 layers, MXFP4 experts)"
+  for dense in bf16 fp8; do
+    timeout 100 "$PEREGRINE" profile --model-path "$FLASH" --synthetic-weights --num-layers 4 --expert-format mxfp4 \
+      --dense-format $dense --batch-sizes 1,16,64 --context 4096 --steps 10 --out "$OUT/profile_dense_$dense.jsonl" \
+      >"$OUT/profile_dense_$dense.log" 2>&1 || status=1
+    grep -E "^model|^batch|per layer|projections" "$OUT/profile_dense_$dense.log"
+  done
   for mode in overlap sync; do
     extra=""
     [ "$mode" = sync ] && extra="--disable-overlap-schedule"
