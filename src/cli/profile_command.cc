@@ -134,7 +134,8 @@ int Run(const ProfileFlags& f) {
     for (const auto& op : ops) busy += op.ms;
     std::printf("\nbatch %lld at context %lld: graphed step %.3f ms (median of %d), eager step %.3f ms, "
                 "GPU busy %.3f ms -> idle %.1f%% of the graphed step; host work before the launch %.3f ms "
-                "(%.1f%% of the step, the GPU waits for it: steps are not overlapped)\n",
+                "(%.1f%% of the step; the server plans and launches the next step while the GPU runs this one, and "
+                "exports the GPU's remaining idle time as peregrine:device_idle_seconds_total)\n",
                 static_cast<long long>(b), static_cast<long long>(f.context), graph_ms, f.steps, eager_ms, busy,
                 100.0 * std::max(0.0, 1.0 - busy / graph_ms), host_ms, 100.0 * host_ms / graph_ms);
     std::printf("  %-20s %10s %8s %9s\n", "op", "ms", "%", "launches");
