@@ -92,6 +92,31 @@ device_seconds() {
   curl -s "http://127.0.0.1:$1/metrics" | awk '/^peregrine:device_busy_seconds_total/ {b=$2} /^peregrine:device_idle_seconds_total/ {i=$2} END {print b+0, i+0}'
 }
 
+# abort_check PORT: 24 streams cut by the client mid-generation and 8 bad requests while a
+# step may be launched; then the server must still answer, with nothing left running.
+abort_check() {
+  local port="$1" url="http://127.0.0.1:$1/v1/completions"
+  echo "== abort check (port $port)"
+  for i in $(seq 1 24); do
+    curl -sN --max-time 0.$((RANDOM % 9 + 1)) "$url" -H 'Content-Type: application/json' \
+      -d "{\"model\":\"deepseek-v4\",\"prompt\":\"abort $i\",\"max_tokens\":600,\"stream\":true,\"ignore_eos\":true}" \
+      >/dev/null 2>&1 &
+  done
+  local bad=0
+  for body in '{' '{"prompt":"x","max_tokens":-1}' '{"prompt":"x","temperature":9}' '{"prompt":[99999999]}' \
+              '{"prompt":"x","top_p":0}' '{"prompt":"x","logprobs":99}' '{"prompt":"x","n":0}' '{"prompt":"x","stop":7}'; do
+    code=$(curl -s -o /dev/null -w '%{http_code}' "$url" -H 'Content-Type: application/json' -d "$body")
+    [ "$code" = 400 ] || { echo "bad request $body -> $code (want 400)"; bad=1; }
+  done
+  wait
+  sleep 1
+  code=$(curl -s -o "$OUT/abort_after.json" -w '%{http_code}' "$url" -H 'Content-Type: application/json' \
+    -d '{"model":"deepseek-v4","prompt":"after the aborts","max_tokens":16,"temperature":0}')
+  running=$(curl -s "http://127.0.0.1:$port/metrics" | awk '/^peregrine:num_requests_running/ {print $2}')
+  echo "after the aborts: HTTP $code, running $running, bad-request check $([ $bad = 0 ] && echo ok || echo FAILED)"
+  if [ "$code" != 200 ] || [ "${running%.*}" != 0 ] || [ $bad != 0 ]; then status=1; fi
+}
+
 # serve_bench NAME PORT "CONCURRENCIES" BENCH_ARGS -- SERVE_ARGS: one server, one bench run per
 # concurrency (results as NAME.*), with the device idle fraction between steps of each run.
 serve_bench() {
@@ -118,6 +143,7 @@ serve_bench() {
       printf "{\"run\": \"%s\", \"concurrency\": %s, \"device_busy_s\": %.4f, \"device_idle_s\": %.4f, \"idle_fraction\": %.4f}\n", n, c, busy, idle, f }' \
       | tee -a "$OUT/device_idle.jsonl"
   done
+  [[ "$name" == *overlap ]] && abort_check "$port"
   kill -INT $server 2>/dev/null
   wait $server 2>/dev/null
 }
