@@ -19,7 +19,8 @@
 #   bash tools/gpu_run.sh all-tests every GPU test binary, then the MoE and sampling benchmarks
 #   bash tools/gpu_run.sh overlap   every GPU test binary, the MoE/sampling/FP8 benchmarks, then
 #                                   serve + bench with overlapped steps on and off (V4-Flash
-#                                   shapes and the demo model); PARTS="tests" or "serve" for one half
+#                                   shapes and the demo model); PARTS="tests" or "serve" for one half,
+#                                   TESTS / BENCHES / SERVE_RUNS / PROFILE=0 to narrow it
 # Results go to $OUT (default ./gpu-out).
 set -uo pipefail
 
@@ -97,20 +98,22 @@ device_seconds() {
 abort_check() {
   local port="$1" url="http://127.0.0.1:$1/v1/completions"
   echo "== abort check (port $port)"
+  local pids=()
   for i in $(seq 1 24); do
     curl -sN --max-time 0.$((RANDOM % 9 + 1)) "$url" -H 'Content-Type: application/json' \
       -d "{\"model\":\"deepseek-v4\",\"prompt\":\"abort $i\",\"max_tokens\":600,\"stream\":true,\"ignore_eos\":true}" \
       >/dev/null 2>&1 &
+    pids+=($!)
   done
   local bad=0
   for body in '{' '{"prompt":"x","max_tokens":-1}' '{"prompt":"x","temperature":9}' '{"prompt":[99999999]}' \
               '{"prompt":"x","top_p":0}' '{"prompt":"x","logprobs":99}' '{"prompt":"x","n":0}' '{"prompt":"x","stop":7}'; do
-    code=$(curl -s -o /dev/null -w '%{http_code}' "$url" -H 'Content-Type: application/json' -d "$body")
+    code=$(curl -s --max-time 30 -o /dev/null -w '%{http_code}' "$url" -H 'Content-Type: application/json' -d "$body")
     [ "$code" = 400 ] || { echo "bad request $body -> $code (want 400)"; bad=1; }
   done
-  wait
+  wait "${pids[@]}"  # the curls only: the server is a child of this shell too
   sleep 1
-  code=$(curl -s -o "$OUT/abort_after.json" -w '%{http_code}' "$url" -H 'Content-Type: application/json' \
+  code=$(curl -s --max-time 60 -o "$OUT/abort_after.json" -w '%{http_code}' "$url" -H 'Content-Type: application/json' \
     -d '{"model":"deepseek-v4","prompt":"after the aborts","max_tokens":16,"temperature":0}')
   running=$(curl -s "http://127.0.0.1:$port/metrics" | awk '/^peregrine:num_requests_running/ {print $2}')
   echo "after the aborts: HTTP $code, running $running, bad-request check $([ $bad = 0 ] && echo ok || echo FAILED)"
@@ -167,8 +170,9 @@ if [ "$PHASE" = "overlap" ]; then
   done
   [[ " $PARTS " == *" serve "* ]] || exit $status
   FLASH="$ROOT/bench/configs/deepseek-v4-flash"
-  echo "== profile: dense bf16 vs fp8 (V4-Flash shapes, 4 layers, MXFP4 experts)"
-  for dense in bf16 fp8; do
+  SERVE_RUNS="${SERVE_RUNS:-flash_overlap demo_overlap flash_sync demo_sync}"
+  [ "${PROFILE:-1}" = 1 ] && echo "== profile: dense bf16 vs fp8 (V4-Flash shapes, 4 layers, MXFP4 experts)"
+  [ "${PROFILE:-1}" = 1 ] && for dense in bf16 fp8; do
     timeout 100 "$PEREGRINE" profile --model-path "$FLASH" --synthetic-weights --num-layers 4 --expert-format mxfp4 \
       --dense-format $dense --batch-sizes 1,16,64 --context 4096 --steps 10 --out "$OUT/profile_dense_$dense.jsonl" \
       >"$OUT/profile_dense_$dense.log" 2>&1 || status=1
@@ -178,11 +182,11 @@ if [ "$PHASE" = "overlap" ]; then
     extra=""
     [ "$mode" = sync ] && extra="--disable-overlap-schedule"
     # shellcheck disable=SC2086
-    serve_bench "flash_$mode" 8123 "1 16 64" "--num-prompts 128 --input-len 256 --output-len 64 --warmup 4" -- \
+    [[ " $SERVE_RUNS " == *" flash_$mode "* ]] && serve_bench "flash_$mode" 8123 "1 16 64" "--num-prompts 128 --input-len 256 --output-len 64 --warmup 4" -- \
       --model-path "$FLASH" --synthetic-weights --num-layers 4 --expert-format mxfp4 --max-num-seqs 64 \
       --max-model-len 4096 --max-num-batched-tokens 2048 $extra
     # shellcheck disable=SC2086
-    serve_bench "demo_$mode" 8124 "1 16" "--num-prompts 64 --input-len 128 --output-len 64" -- $extra
+    [[ " $SERVE_RUNS " == *" demo_$mode "* ]] && serve_bench "demo_$mode" 8124 "1 16" "--num-prompts 64 --input-len 128 --output-len 64" -- $extra
   done
   exit $status
 fi
