@@ -95,6 +95,8 @@ class SafetensorsCheckpoint final : public Checkpoint {
   }
   Result<const StoredTensor*> Require(std::string_view name) const;
   Result<F32Plan> PlanF32(std::string_view name) const;
+  // PlanF32, failing (InvalidArgument naming both shapes) when the logical shape is not `expected`.
+  Result<F32Plan> PlanExpected(std::string_view name, const Shape& expected) const;
   Status AddTensor(const MappedFile& file, const SafetensorsEntry& entry);
 
   std::filesystem::path dir_;
@@ -209,13 +211,18 @@ Result<F32Plan> SafetensorsCheckpoint::PlanF32(std::string_view name) const {
   return plan;
 }
 
+Result<F32Plan> SafetensorsCheckpoint::PlanExpected(std::string_view name, const Shape& expected) const {
+  PG_ASSIGN_OR_RETURN(F32Plan plan, PlanF32(name));
+  if (!(plan.logical == expected))
+    return InvalidArgument(fmt::format("{} has shape {}, expected {}", Describe(name, *plan.weight),
+                                       plan.logical.ToString(), expected.ToString()));
+  return plan;
+}
+
 Result<HostTensor> SafetensorsCheckpoint::ReadF32(std::string_view name,
                                                   const Shape& expected) const {
-  PG_ASSIGN_OR_RETURN(const F32Plan plan, PlanF32(name));
+  PG_ASSIGN_OR_RETURN(const F32Plan plan, PlanExpected(name, expected));
   const StoredTensor& w = *plan.weight;
-  if (!(plan.logical == expected))
-    return InvalidArgument(fmt::format("{} has shape {}, expected {}", Describe(name, w),
-                                       plan.logical.ToString(), expected.ToString()));
   if (plan.encoding == Encoding::kElementwise && w.dtype == DType::kF32 &&
       IsAligned(w.data, alignof(float)))
     return Borrowed(w, DType::kF32, plan.logical);
@@ -239,11 +246,8 @@ Result<HostTensor> SafetensorsCheckpoint::ReadF32(std::string_view name,
 
 Result<std::optional<Fp8BlockTensor>> SafetensorsCheckpoint::ReadFp8Blocks(
     std::string_view name, const Shape& expected) const {
-  PG_ASSIGN_OR_RETURN(const F32Plan plan, PlanF32(name));
+  PG_ASSIGN_OR_RETURN(const F32Plan plan, PlanExpected(name, expected));
   const StoredTensor& w = *plan.weight;
-  if (!(plan.logical == expected))
-    return InvalidArgument(fmt::format("{} has shape {}, expected {}", Describe(name, w),
-                                       plan.logical.ToString(), expected.ToString()));
   if (plan.encoding != Encoding::kFp8Blocks) return std::optional<Fp8BlockTensor>();
   const StoredTensor& s = *plan.scale;
   float* dst = nullptr;
@@ -254,11 +258,8 @@ Result<std::optional<Fp8BlockTensor>> SafetensorsCheckpoint::ReadFp8Blocks(
 
 Result<std::optional<Mxfp4Tensor>> SafetensorsCheckpoint::ReadMxfp4(std::string_view name,
                                                                      const Shape& expected) const {
-  PG_ASSIGN_OR_RETURN(const F32Plan plan, PlanF32(name));
+  PG_ASSIGN_OR_RETURN(const F32Plan plan, PlanExpected(name, expected));
   const StoredTensor& w = *plan.weight;
-  if (!(plan.logical == expected))
-    return InvalidArgument(fmt::format("{} has shape {}, expected {}", Describe(name, w),
-                                       plan.logical.ToString(), expected.ToString()));
   if (plan.encoding != Encoding::kMxfp4) return std::optional<Mxfp4Tensor>();
   const int64_t rows = plan.logical[0], cols = plan.logical[1];
   return std::optional<Mxfp4Tensor>(Mxfp4Tensor{Borrowed(w, DType::kU8, Shape{rows, cols / 2}),
