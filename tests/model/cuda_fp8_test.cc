@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "backend/cuda/device.h"
+#include "cuda_model_util.h"
 #include "golden.h"
 #include "model/checkpoint.h"
 #include "model/deepseek_v4/cuda/cuda_model.h"
@@ -157,16 +158,7 @@ class CudaFp8DenseTest : public ::testing::Test {
 
   // Prefills the prompt into `slot` in chunks of `chunk`; logits of every token [T, V].
   std::vector<float> Prefill(CudaModel& model, int32_t slot, int64_t chunk) {
-    std::vector<float> all, part;
-    const std::span<const int32_t> prompt(prompt_);
-    for (size_t begin = 0; begin < prompt.size(); begin += static_cast<size_t>(chunk)) {
-      const size_t n = std::min(prompt.size() - begin, static_cast<size_t>(chunk));
-      const StepChunk c{slot, static_cast<int64_t>(begin), prompt.subspan(begin, n), true, true};
-      const Status s = model.Forward({&c, 1}, &part);
-      EXPECT_TRUE(s.ok()) << s.ToString();
-      all.insert(all.end(), part.begin(), part.end());
-    }
-    return all;
+    return testing::PrefillLogits(model, slot, prompt_, chunk);
   }
 
   std::vector<float> CpuPrefill() {
@@ -225,44 +217,17 @@ TEST_F(CudaFp8DenseTest, MatchesCpuBackend) {
   std::printf("fp8 dense, prefill in one 200-row step (cuBLASLt, e4m3 activations) vs CPU: rel L2 %.3e\n", err_whole);
   EXPECT_LE(err_whole, kPrefillFp8ActivationTolerance);
 
-  // Batched decode after prefills of different lengths.
+  // Batched decode after prefills of different lengths (prefilled in W8A16-sized steps).
   auto cpu = Model::Create(config_, std::make_unique<Fp8DenseCheckpoint>(config_, false), 2);
   ASSERT_TRUE(cpu.ok()) << cpu.status().ToString();
   ASSERT_TRUE(model->EnableGraphs(4).ok());
-  const std::span<const int32_t> prompt(prompt_);
   const int64_t lengths[] = {3, 60, 129};
-  std::vector<SequenceState> states;
-  std::vector<float> ignored;
-  for (int32_t s = 0; s < 3; ++s) {
-    states.push_back((*cpu)->NewSequence());
-    const auto first = prompt.first(static_cast<size_t>(lengths[s]));
-    ASSERT_TRUE((*cpu)->Forward(states.back(), first, false, &ignored).ok());
-    for (size_t begin = 0; begin < first.size(); begin += 64) {  // W8A16-sized steps
-      const StepChunk c{s + 1, static_cast<int64_t>(begin), first.subspan(begin, std::min<size_t>(64, first.size() - begin)),
-                        true, false};
-      ASSERT_TRUE(model->Forward({&c, 1}, &ignored).ok());
-    }
-  }
-  double worst = 0.0;
-  for (int step = 0; step < 6; ++step) {
-    const int64_t batch = 1 + step % 3;
-    std::vector<StepChunk> gpu_chunks;
-    std::vector<Model::Chunk> cpu_chunks;
-    std::vector<std::array<int32_t, 1>> tokens(static_cast<size_t>(batch));
-    for (int64_t b = 0; b < batch; ++b) {
-      tokens[static_cast<size_t>(b)][0] = prompt[static_cast<size_t>(lengths[b] + step) % prompt.size()];
-      gpu_chunks.push_back({static_cast<int32_t>(b + 1), states[static_cast<size_t>(b)].num_tokens,
-                            tokens[static_cast<size_t>(b)], true, false});
-      cpu_chunks.push_back({&states[static_cast<size_t>(b)], tokens[static_cast<size_t>(b)], false, true});
-    }
-    std::vector<float> got, expect;
-    ASSERT_TRUE(model->Forward(gpu_chunks, &got).ok());
-    ASSERT_TRUE((*cpu)->Forward(cpu_chunks, &expect).ok());
-    ASSERT_EQ(got.size(), expect.size());
-    const double err = RelativeL2(got.data(), expect.data(), static_cast<int64_t>(expect.size()));
-    worst = std::max(worst, err);
-    EXPECT_LE(err, kW8A16Tolerance) << "step " << step << " batch " << batch;
-  }
+  const std::vector<double> errors =
+      testing::BatchedDecodeErrors(*model, **cpu, prompt_, lengths, /*first_slot=*/1, /*chunk=*/64);
+  ASSERT_FALSE(errors.empty());
+  for (size_t step = 0; step < errors.size(); ++step)
+    EXPECT_LE(errors[step], kW8A16Tolerance) << "step " << step << " batch " << 1 + step % 3;
+  const double worst = *std::max_element(errors.begin(), errors.end());
   std::printf("fp8 dense, batched decode vs CPU: worst step rel L2 %.3e\n", worst);
 }
 

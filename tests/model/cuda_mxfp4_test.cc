@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "backend/cuda/device.h"
+#include "cuda_model_util.h"
 #include "golden.h"
 #include "model/checkpoint.h"
 #include "model/deepseek_v4/cuda/cuda_model.h"
@@ -121,16 +122,7 @@ class CudaMxfp4ExpertsTest : public ::testing::Test {
 
   // Prefills the prompt into `slot` in chunks of `chunk`; logits of every token [T, V].
   std::vector<float> Prefill(CudaModel& model, int32_t slot, int64_t chunk) {
-    std::vector<float> all, part;
-    const std::span<const int32_t> prompt(prompt_);
-    for (size_t begin = 0; begin < prompt.size(); begin += static_cast<size_t>(chunk)) {
-      const size_t n = std::min(prompt.size() - begin, static_cast<size_t>(chunk));
-      const StepChunk c{slot, static_cast<int64_t>(begin), prompt.subspan(begin, n), true, true};
-      const Status s = model.Forward({&c, 1}, &part);
-      EXPECT_TRUE(s.ok()) << s.ToString();
-      all.insert(all.end(), part.begin(), part.end());
-    }
-    return all;
+    return testing::PrefillLogits(model, slot, prompt_, chunk);
   }
 
   ModelConfig config_;
@@ -176,37 +168,13 @@ TEST_F(CudaMxfp4ExpertsTest, MatchesCpuBackend) {
   EXPECT_LE(err, kBf16Tolerance);
 
   ASSERT_TRUE(model->EnableGraphs(4).ok());
-  const std::span<const int32_t> prompt(prompt_);
   const int64_t lengths[] = {5, 70, 131};
-  std::vector<SequenceState> states;
-  std::vector<float> ignored;
-  for (int32_t s = 0; s < 3; ++s) {
-    states.push_back((*cpu)->NewSequence());
-    const auto first = prompt.first(static_cast<size_t>(lengths[s]));
-    ASSERT_TRUE((*cpu)->Forward(states.back(), first, false, &ignored).ok());
-    const StepChunk c{s + 1, 0, first, true, false};
-    ASSERT_TRUE(model->Forward({&c, 1}, &ignored).ok());
-  }
-  double worst = 0.0;
-  for (int step = 0; step < 6; ++step) {
-    const int64_t batch = 1 + step % 3;
-    std::vector<StepChunk> gpu_chunks;
-    std::vector<Model::Chunk> cpu_chunks;
-    std::vector<std::array<int32_t, 1>> tokens(static_cast<size_t>(batch));
-    for (int64_t b = 0; b < batch; ++b) {
-      tokens[static_cast<size_t>(b)][0] = prompt[static_cast<size_t>(lengths[b] + step) % prompt.size()];
-      gpu_chunks.push_back({static_cast<int32_t>(b + 1), states[static_cast<size_t>(b)].num_tokens,
-                            tokens[static_cast<size_t>(b)], true, false});
-      cpu_chunks.push_back({&states[static_cast<size_t>(b)], tokens[static_cast<size_t>(b)], false, true});
-    }
-    std::vector<float> g, e;
-    ASSERT_TRUE(model->Forward(gpu_chunks, &g).ok());
-    ASSERT_TRUE((*cpu)->Forward(cpu_chunks, &e).ok());
-    ASSERT_EQ(g.size(), e.size());
-    worst = std::max(worst, RelativeL2(g.data(), e.data(), static_cast<int64_t>(e.size())));
-  }
-  std::printf("MXFP4 experts, batched decode vs CPU: worst step rel L2 %.3e\n", worst);
+  const std::vector<double> errors =
+      testing::BatchedDecodeErrors(*model, **cpu, prompt_, lengths, /*first_slot=*/1, /*chunk=*/1 << 20);
+  ASSERT_FALSE(errors.empty());
+  const double worst = *std::max_element(errors.begin(), errors.end());
   EXPECT_LE(worst, kBf16Tolerance);
+  std::printf("MXFP4 experts, batched decode vs CPU: worst step rel L2 %.3e\n", worst);
 }
 
 }  // namespace

@@ -22,6 +22,7 @@
 #include <sstream>
 
 #include "backend/cuda/device.h"
+#include "cuda_model_util.h"
 #include "golden.h"
 #include "model/checkpoint.h"
 #include "model/deepseek_v4/cuda/cuda_model.h"
@@ -204,39 +205,15 @@ TEST_P(CudaCpuAgreementTest, PrefillMatchesCpuBackend) {
 // The device forward against the CPU backend on the same weights, at a batch of decode
 // tokens over different positions (graph buckets 1, 2, 4 with padding rows).
 TEST_P(CudaCpuAgreementTest, BatchedDecodeMatchesCpuBackend) {
-  std::unique_ptr<Model>& cpu = cpu_;
   ASSERT_TRUE(model_->EnableGraphs(4).ok());
-  const std::span<const int32_t> prompt(golden_.prompt_ids);
   const int64_t lengths[] = {3, 129, 200};
-  std::vector<SequenceState> states;
-  std::vector<float> ignored;
-  for (int32_t s = 0; s < 3; ++s) {
-    states.push_back(cpu->NewSequence());
-    ASSERT_TRUE(cpu->Forward(states.back(), prompt.first(static_cast<size_t>(lengths[s])), false, &ignored).ok());
-    const StepChunk c{s, 0, prompt.first(static_cast<size_t>(lengths[s])), true, false};
-    ASSERT_TRUE(model_->Forward({&c, 1}, &ignored).ok());
-  }
-  double worst = 0.0;
-  for (int step = 0; step < 6; ++step) {
-    const int64_t batch = 1 + step % 3;
-    std::vector<StepChunk> gpu_chunks;
-    std::vector<Model::Chunk> cpu_chunks;
-    std::vector<std::array<int32_t, 1>> tokens(static_cast<size_t>(batch));
-    for (int64_t b = 0; b < batch; ++b) {
-      tokens[static_cast<size_t>(b)][0] = prompt[static_cast<size_t>(lengths[b] + step) % prompt.size()];
-      gpu_chunks.push_back({static_cast<int32_t>(b), states[static_cast<size_t>(b)].num_tokens,
-                            tokens[static_cast<size_t>(b)], true, false});
-      cpu_chunks.push_back({&states[static_cast<size_t>(b)], tokens[static_cast<size_t>(b)], false, true});
-    }
-    std::vector<float> got, want;
-    ASSERT_TRUE(model_->Forward(gpu_chunks, &got).ok());
-    ASSERT_TRUE(cpu->Forward(cpu_chunks, &want).ok());
-    ASSERT_EQ(got.size(), want.size());
-    const double err = RelativeL2(got.data(), want.data(), static_cast<int64_t>(want.size()));
-    worst = std::max(worst, err);
-    EXPECT_LE(err, kBf16LogitsTolerance) << "step " << step << " batch " << batch;
-  }
-  std::printf("%s CUDA vs CPU batched decode, worst step rel L2 %.3e\n", GetParam().filename().c_str(), worst);
+  const std::vector<double> errors =
+      testing::BatchedDecodeErrors(*model_, *cpu_, golden_.prompt_ids, lengths, /*first_slot=*/0, /*chunk=*/1 << 20);
+  ASSERT_FALSE(errors.empty());
+  for (size_t step = 0; step < errors.size(); ++step)
+    EXPECT_LE(errors[step], kBf16LogitsTolerance) << "step " << step << " batch " << 1 + step % 3;
+  std::printf("%s CUDA vs CPU batched decode, worst step rel L2 %.3e\n", GetParam().filename().c_str(),
+              *std::max_element(errors.begin(), errors.end()));
 }
 
 TEST_P(CudaConsistencyTest, RejectsBadTokensWithoutTouchingState) {

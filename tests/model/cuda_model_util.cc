@@ -1,0 +1,73 @@
+#include "cuda_model_util.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <array>
+
+#include "golden.h"
+
+namespace peregrine::testing {
+
+using deepseek_v4::Model;
+using deepseek_v4::SequenceState;
+using deepseek_v4::StepChunk;
+
+std::vector<float> PrefillLogits(deepseek_v4::cuda::CudaModel& model, int32_t slot, std::span<const int32_t> prompt,
+                                 int64_t chunk) {
+  std::vector<float> all, part;
+  for (size_t begin = 0; begin < prompt.size(); begin += static_cast<size_t>(chunk)) {
+    const size_t n = std::min(prompt.size() - begin, static_cast<size_t>(chunk));
+    const StepChunk c{slot, static_cast<int64_t>(begin), prompt.subspan(begin, n), true, true};
+    const Status s = model.Forward({&c, 1}, &part);
+    EXPECT_TRUE(s.ok()) << s.ToString();
+    if (!s.ok()) return {};
+    all.insert(all.end(), part.begin(), part.end());
+  }
+  return all;
+}
+
+std::vector<double> BatchedDecodeErrors(deepseek_v4::cuda::CudaModel& model, Model& cpu,
+                                        std::span<const int32_t> prompt, std::span<const int64_t> lengths,
+                                        int32_t first_slot, int64_t chunk, int steps) {
+  std::vector<SequenceState> states;
+  std::vector<float> ignored;
+  for (size_t s = 0; s < lengths.size(); ++s) {
+    states.push_back(cpu.NewSequence());
+    const auto first = prompt.first(static_cast<size_t>(lengths[s]));
+    const Status c = cpu.Forward(states.back(), first, false, &ignored);
+    EXPECT_TRUE(c.ok()) << c.ToString();
+    for (size_t begin = 0; c.ok() && begin < first.size(); begin += static_cast<size_t>(chunk)) {
+      const StepChunk step{first_slot + static_cast<int32_t>(s), static_cast<int64_t>(begin),
+                           first.subspan(begin, std::min(first.size() - begin, static_cast<size_t>(chunk))), true,
+                           false};
+      const Status g = model.Forward({&step, 1}, &ignored);
+      EXPECT_TRUE(g.ok()) << g.ToString();
+      if (!g.ok()) return {};
+    }
+    if (!c.ok()) return {};
+  }
+  std::vector<double> errors;
+  for (int step = 0; step < steps; ++step) {
+    const size_t batch = std::min<size_t>(1 + static_cast<size_t>(step) % 3, lengths.size());
+    std::vector<StepChunk> gpu_chunks;
+    std::vector<Model::Chunk> cpu_chunks;
+    std::vector<std::array<int32_t, 1>> tokens(batch);
+    for (size_t b = 0; b < batch; ++b) {
+      tokens[b][0] = prompt[static_cast<size_t>(lengths[b] + step) % prompt.size()];
+      gpu_chunks.push_back({first_slot + static_cast<int32_t>(b), states[b].num_tokens, tokens[b], true, false});
+      cpu_chunks.push_back({&states[b], tokens[b], false, true});
+    }
+    std::vector<float> got, want;
+    const Status g = model.Forward(gpu_chunks, &got);
+    const Status c = cpu.Forward(cpu_chunks, &want);
+    EXPECT_TRUE(g.ok()) << g.ToString();
+    EXPECT_TRUE(c.ok()) << c.ToString();
+    EXPECT_EQ(got.size(), want.size());
+    if (!g.ok() || !c.ok() || got.size() != want.size()) return {};
+    errors.push_back(RelativeL2(got.data(), want.data(), static_cast<int64_t>(want.size())));
+  }
+  return errors;
+}
+
+}  // namespace peregrine::testing
