@@ -130,7 +130,7 @@ class CudaMxfp4ExpertsTest : public ::testing::Test {
 };
 
 // The checkpoint's MXFP4 bytes and the same values quantised at load are the same expert
-// weights to the kernel: identical logits. MXFP4 experts hold under a third of the bf16 bytes.
+// weights to the kernel: identical logits. The model with MXFP4 experts holds fewer bytes.
 TEST_F(CudaMxfp4ExpertsTest, CheckpointMxfp4EqualsQuantisedAtLoad) {
   const Mxfp4ExpertCheckpoint official(config_, true), plain(config_, false);
   auto from_mxfp4 = MakeCuda(official, ExpertFormat::kMXFP4);
