@@ -1,8 +1,8 @@
 #include "kernels/fp8_w8a16.cuh"
 
-#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 
+#include "kernels/common/cluster.cuh"
 #include "kernels/common/mma.cuh"
 
 namespace peregrine::kernels {
@@ -49,31 +49,6 @@ __device__ __forceinline__ uint32_t E4M3PairToBF16(uint32_t word, uint32_t selec
 }
 constexpr uint32_t kLowPair = 0x1404;   // bytes 0, 1 -> the high bytes of the two halves
 constexpr uint32_t kHighPair = 0x3424;  // bytes 2, 3
-
-__device__ __forceinline__ void ClusterSync() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  cooperative_groups::this_cluster().sync();
-#else
-  __trap();  // never launched: the launcher splits K over CTAs on sm_90 and later only
-#endif
-}
-
-__device__ __forceinline__ const float* ClusterPeer(const float* smem, int rank) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  return cooperative_groups::this_cluster().map_shared_rank(smem, rank);
-#else
-  (void)rank;
-  return smem;
-#endif
-}
-
-__device__ __forceinline__ int ClusterRank() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  return static_cast<int>(cooperative_groups::this_cluster().block_rank());
-#else
-  return 0;
-#endif
-}
 
 // The K-index permutation that lets a lane's contiguous bytes feed its MMA fragments: in
 // 64-wide chunk c, lane (g, t) loads K [16t, 16t + 16) of rows g and g + 8; its bytes

@@ -3,10 +3,9 @@
 // chosen token are bit-identical to src/sampling. See bench/sampling_gpu/NOTES.md.
 #include "kernels/sampling.cuh"
 
-#include <cooperative_groups.h>
-
 #include <cstdint>
 
+#include "kernels/common/cluster.cuh"
 #include "kernels/sampling_detail.cuh"
 
 namespace peregrine::kernels {
@@ -16,32 +15,6 @@ namespace {
 using namespace sampling_detail;  // NOLINT: the kernel's own building blocks
 
 // ---- clusters (sm_90): a full-vocabulary walk spreads its chains over the CTAs of one row ------
-
-// Barrier over every thread of the cluster, release/acquire at cluster scope: the edits rank 0
-// wrote to the logits and its shared memory are visible to every rank after it.
-__device__ __forceinline__ void ClusterSync() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  cooperative_groups::this_cluster().sync();
-#else
-  __trap();  // never launched: LaunchSampling uses clusters on sm_90 and later only
-#endif
-}
-__device__ __forceinline__ int ClusterRank() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  return static_cast<int>(cooperative_groups::this_cluster().block_rank());
-#else
-  return 0;
-#endif
-}
-template <typename T>
-__device__ __forceinline__ T* ClusterPeer(T* local, int rank) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  return cooperative_groups::this_cluster().map_shared_rank(local, static_cast<unsigned>(rank));
-#else
-  __trap();
-  return local;
-#endif
-}
 
 // The 1024-blocks whose chains rank `rank` of `cluster` CTAs sums: [*begin, *end).
 __device__ __forceinline__ void ChainRange(int num_blocks, int cluster, int rank, int* begin, int* end) {
