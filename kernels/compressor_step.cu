@@ -2,6 +2,7 @@
 
 #include <cuda_bf16.h>
 
+#include "kernels/common/page_table.cuh"
 #include "kernels/common/warp.cuh"
 
 namespace peregrine::kernels {
@@ -115,7 +116,8 @@ __global__ void __launch_bounds__(kThreads) CompressorStepKernel(const Compresso
     const int rope_position = pos + 1 - ratio;
     const int page = k / p.page_size;
     if (page < p.max_pages && rope_position < p.num_positions) {
-      const int physical_page = p.page_table[static_cast<int64_t>(b) * p.max_pages + page];
+      const int32_t* table = PageTableRow(p.page_table, p.page_table_rows, p.num_page_tables, p.max_pages, b);
+      const int physical_page = table != nullptr ? table[page] : -1;
       const int64_t row = static_cast<int64_t>(physical_page) * p.page_size + k % p.page_size;
       if (physical_page >= 0 && row < p.num_cache_rows) {
         __nv_bfloat16* out = p.cache + row * dim;
@@ -132,6 +134,22 @@ __global__ void __launch_bounds__(kThreads) CompressorStepKernel(const Compresso
             v = ((c - rope_begin) & 1) == 0 ? x0 * cs - x1 * sn : x1 * cs + x0 * sn;
           }
           out[c] = __float2bfloat16_rn(v);
+        }
+      }
+    }
+    // A snapshot boundary: the block's ring rows, for a request that starts here.
+    if (p.snapshot_table != nullptr && p.snapshot_interval > 0 && (pos + 1) % p.snapshot_interval == 0) {
+      const int i = (pos + 1) / p.snapshot_interval - first_position / p.snapshot_interval - 1;
+      const int record = i >= 0 && i < p.max_snapshots ? p.snapshot_table[static_cast<int64_t>(b) * p.max_snapshots + i] : -1;
+      if (record >= 0 && record < p.num_snapshots) {
+        const int64_t n = static_cast<int64_t>(ratio) * width;
+        const float* kv_rows = kv_state + static_cast<int64_t>(half * ratio) * width;
+        const float* gate_rows = gate_state + static_cast<int64_t>(half * ratio) * width;
+        float* kv_out = p.snapshot_kv + record * p.snapshot_stride;
+        float* gate_out = p.snapshot_gate + record * p.snapshot_stride;
+        for (int64_t j = tid; j < n; j += kThreads) {
+          kv_out[j] = kv_rows[j];
+          gate_out[j] = gate_rows[j];
         }
       }
     }

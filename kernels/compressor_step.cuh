@@ -19,6 +19,12 @@
 //             previous block is still there when the current one completes)
 // gate rows are stored with `ape[pos % ratio]` already added. Feeding a request's tokens in
 // one launch or one per launch leaves the same state and cache.
+//
+// Prefix-cache snapshots (optional): when a token completes a block that ends on a multiple
+// of snapshot_interval, the ring rows of that block (ratio rows of kv and of gate, full
+// width) are copied into record snapshot_table[b, i] for the request's i-th such boundary
+// after positions[b] (i = (pos + 1) / interval - positions[b] / interval - 1): what the
+// overlap of the next block reads, so a request that starts at that boundary can restore it.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -43,7 +49,8 @@ struct CompressorStepParams {
   const float* rope_cos;        // [num_positions, rope_dim / 2]
   const float* rope_sin;        // [num_positions, rope_dim / 2]
   __nv_bfloat16* cache;         // [num_cache_rows, dim]  (pages * page_size rows)
-  const int32_t* page_table;    // [B, max_pages]
+  const int32_t* page_table;    // [num_page_tables, max_pages]
+  const int32_t* page_table_rows = nullptr;  // [B] row of page_table per request; null: row b
   int batch = 0;
   int num_tokens = 0;  // rows of kv and gate (token offsets are clamped to it)
   int dim = 0;
@@ -54,8 +61,17 @@ struct CompressorStepParams {
   int num_state_slots = 0;
   int page_size = 0;
   int max_pages = 0;
+  int num_page_tables = 0;  // rows of page_table
   int64_t num_cache_rows = 0;
   float eps = 1e-6f;
+  // Snapshots (null snapshot_table: none).
+  float* snapshot_kv = nullptr;             // record r: [ratio, coff*dim] at snapshot_kv + r * snapshot_stride
+  float* snapshot_gate = nullptr;           // same
+  int64_t snapshot_stride = 0;              // floats between records
+  const int32_t* snapshot_table = nullptr;  // [B, max_snapshots] record per boundary, -1: none
+  int max_snapshots = 0;
+  int snapshot_interval = 0;
+  int num_snapshots = 0;                    // records
   ElementType input_type = ElementType::kF32;
 };
 

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <iterator>
 
+#include "kernels/common/page_table.cuh"
 #include "kernels/common/warp.cuh"
 
 namespace peregrine::kernels {
@@ -47,7 +48,8 @@ __device__ __forceinline__ const __nv_bfloat16* KvRow(const SparseAttentionParam
                         ? p.compressed_indices[static_cast<int64_t>(b) * p.compressed_capacity + c]
                         : c;
   if (e < 0 || e / p.page_size >= p.max_pages) return nullptr;
-  const int page = p.page_table[static_cast<int64_t>(b) * p.max_pages + e / p.page_size];
+  const int32_t* table = PageTableRow(p.page_table, p.page_table_rows, p.num_page_tables, p.max_pages, b);
+  const int page = table != nullptr ? table[e / p.page_size] : -1;
   const int64_t row = static_cast<int64_t>(page) * p.page_size + e % p.page_size;
   return page >= 0 && row < p.num_compressed_rows ? p.compressed_kv + row * p.head_dim : nullptr;
 }
@@ -254,8 +256,9 @@ __global__ void __launch_bounds__(kIndexerThreads) IndexerScoresGenericKernel(co
     __syncthreads();
 
     float* scores = p.scores + static_cast<int64_t>(b) * p.score_stride;
+    const int32_t* table = PageTableRow(p.page_table, p.page_table_rows, p.num_page_tables, p.max_pages, b);
     for (int k = first_key + warp; k < n; k += key_step) {
-      const int page = p.page_table[static_cast<int64_t>(b) * p.max_pages + k / p.page_size];
+      const int page = table != nullptr ? table[k / p.page_size] : -1;
       const int64_t row = static_cast<int64_t>(page) * p.page_size + k % p.page_size;
       float score = 0.0f;
       if (page >= 0 && row < p.num_key_rows) {  // uniform over the warp

@@ -18,7 +18,8 @@ struct IndexerScoresParams {
   const __nv_bfloat16* q;      // [B, heads, dim]
   const float* weights;        // [B, heads]
   const __nv_bfloat16* keys;   // [num_key_rows, dim]  (pages * page_size rows)
-  const int32_t* page_table;   // [B, max_pages]
+  const int32_t* page_table;   // [num_page_tables, max_pages]
+  const int32_t* page_table_rows = nullptr;  // [B] row of page_table per request; null: row b
   const int32_t* num_entries;  // [B]
   float* scores;               // [B, score_stride]
   int batch = 0;
@@ -26,6 +27,7 @@ struct IndexerScoresParams {
   int dim = 0;
   int page_size = 0;
   int max_pages = 0;
+  int num_page_tables = 0;  // rows of page_table
   int64_t num_key_rows = 0;
   int score_stride = 0;
   float scale = 1.0f;

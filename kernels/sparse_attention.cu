@@ -5,6 +5,7 @@
 #include <iterator>
 
 #include "kernels/common/mma.cuh"
+#include "kernels/common/page_table.cuh"
 #include "kernels/common/warp.cuh"
 
 namespace peregrine::kernels {
@@ -92,6 +93,9 @@ __global__ void __launch_bounds__(kThreads, 1) SparseAttentionKernel(const Spars
     const int row_end = seg[2] < wl + cl ? seg[2] : wl + cl;
     const int num_tiles = row_end > row_begin ? (row_end - row_begin + kBlockN - 1) / kBlockN : 0;
     const __nv_bfloat16* q = p.q + static_cast<int64_t>(b) * kH * kD;
+    const int32_t* table =
+        p.compressed_kv != nullptr ? PageTableRow(p.page_table, p.page_table_rows, p.num_page_tables, p.max_pages, b)
+                                   : nullptr;
 
     __syncthreads();  // the previous segment is done with q_s (staging) and m_buf
     for (int i = tid; i < kHP * T::kDChunks; i += kThreads) {
@@ -127,7 +131,7 @@ __global__ void __launch_bounds__(kThreads, 1) SparseAttentionKernel(const Spars
     auto resolve_page = [&]() {
       pending_page = -1;
       if (tid < kBlockN && !pending_window && pending_value >= 0 && pending_value / p.page_size < p.max_pages)
-        pending_page = p.page_table[static_cast<int64_t>(b) * p.max_pages + pending_value / p.page_size];
+        pending_page = table != nullptr ? table[pending_value / p.page_size] : -1;
     };
     auto resolve_end = [&](int ring) {
       if (tid < kBlockN) {

@@ -54,7 +54,8 @@ struct SparseAttentionParams {
   const int32_t* window_indices;       // [B, window_capacity]
   const int32_t* window_lengths;       // [B]
   const __nv_bfloat16* compressed_kv;  // [num_compressed_rows, D]  (pages * page_size rows); may be null
-  const int32_t* page_table;           // [B, max_pages]
+  const int32_t* page_table;           // [num_page_tables, max_pages]
+  const int32_t* page_table_rows = nullptr;  // [B] row of page_table per request; null: row b
   const int32_t* compressed_indices;   // [B, compressed_capacity], or null for "all entries"
   const int32_t* compressed_lengths;   // [B]
   const float* sink;                   // [H]
@@ -73,6 +74,7 @@ struct SparseAttentionParams {
   int64_t num_compressed_rows = 0;
   int page_size = 1;
   int max_pages = 0;
+  int num_page_tables = 0;  // rows of page_table
   int compressed_capacity = 0;
   int rope_dim = 0;
   int num_positions = 0;

@@ -326,6 +326,109 @@ TEST_F(CompressorStepTest, MultiTokenChunks) {
         }
 }
 
+// Block tables shared through page_table_rows (request b reads table row rows[b]) and
+// prefix-cache snapshots: one chunk call per case must leave the state and cache of the same
+// call on per-request tables, and every snapshot record must hold the ring rows of the block
+// that ended on its boundary, as the reference's rings held them right then.
+TEST_F(CompressorStepTest, SharedTablesAndSnapshots) {
+  uint32_t seed = 900;
+  for (int64_t dim : {24, 128})
+    for (auto [ratio, coff] : {std::pair<int64_t, int64_t>{4, 2}, {8, 1}}) {
+      const CompressorCase c{dim, ratio, coff, 5, DType::kBF16};
+      SCOPED_TRACE(CaseName(c) + " shared tables");
+      std::mt19937 rng(seed++);
+      HostState s = MakeState(c, rng);
+      const int64_t interval = 2 * ratio;
+      // Request b reads row rows[b] of a table with rows in another order.
+      const int64_t num_tables = c.batch + 2;
+      std::vector<int32_t> rows(static_cast<size_t>(c.batch)), tables(static_cast<size_t>(num_tables * s.max_pages), -1);
+      for (int64_t b = 0; b < c.batch; ++b) {
+        rows[static_cast<size_t>(b)] = static_cast<int32_t>((b * 3 + 1) % num_tables);
+        std::copy_n(s.page_table.begin() + b * s.max_pages, s.max_pages,
+                    tables.begin() + rows[static_cast<size_t>(b)] * s.max_pages);
+      }
+      DeviceState plain = UploadState(s), shared = UploadState(s);
+      cuda::DeviceBuffer tables_d = Upload(tables), rows_d = Upload(rows);
+      const int32_t counts[5] = {3 * static_cast<int32_t>(interval) + 1, 1, static_cast<int32_t>(interval), 0, 7};
+      const int32_t starts[5] = {0, static_cast<int32_t>(interval) - 1, static_cast<int32_t>(interval), 5, 2};
+      std::vector<int32_t> offsets(static_cast<size_t>(c.batch + 1), 0), positions(starts, starts + c.batch);
+      for (int64_t b = 0; b < c.batch; ++b) offsets[static_cast<size_t>(b + 1)] = offsets[static_cast<size_t>(b)] + counts[b];
+      // Snapshot records: request b's i-th boundary writes record b * 4 + i (i < 4), except
+      // request 0's second boundary, which has none.
+      const int64_t max_snapshots = 4, num_records = c.batch * max_snapshots;
+      std::vector<int32_t> table(static_cast<size_t>(c.batch * max_snapshots));
+      for (int64_t i = 0; i < c.batch * max_snapshots; ++i) table[static_cast<size_t>(i)] = static_cast<int32_t>(i);
+      table[1] = -1;
+      const int64_t stride = ratio * s.width + 3;  // records need not be packed
+      cuda::DeviceBuffer table_d = Upload(table);
+      cuda::DeviceBuffer records_kv = Poisoned(static_cast<size_t>(num_records * stride) * 4);
+      cuda::DeviceBuffer records_gate = Poisoned(static_cast<size_t>(num_records * stride) * 4);
+      std::vector<float> kv, gate;
+      MakeTokens(c, offsets.back(), rng, kv, gate);
+      cuda::DeviceBuffer kv_d = UploadTokens(c, kv), gate_d = UploadTokens(c, gate);
+      cuda::DeviceBuffer offsets_d = Upload(offsets), pos_d = Upload(positions);
+      PG_ASSERT_OK(cuda::CompressorStep(Args(s, plain, kv_d, gate_d, offsets.back(), pos_d, &offsets_d), stream_.get()));
+      cuda::CompressorStepArgs a = Args(s, shared, kv_d, gate_d, offsets.back(), pos_d, &offsets_d);
+      a.page_table = View(tables_d, DType::kI32, {num_tables, s.max_pages});
+      a.page_table_rows = View(rows_d, DType::kI32, {c.batch});
+      a.snapshot_table = View(table_d, DType::kI32, {c.batch, max_snapshots});
+      a.snapshot_kv = records_kv.as<float>();
+      a.snapshot_gate = records_gate.as<float>();
+      a.snapshot_stride = stride;
+      a.num_snapshots = num_records;
+      a.snapshot_interval = interval;
+      PG_ASSERT_OK(cuda::CompressorStep(a, stream_.get()));
+      Sync();
+      ExpectIdentical(s, plain, shared);
+
+      // The reference, one token per call, capturing its rings at each boundary.
+      std::vector<float> want_kv(static_cast<size_t>(num_records * stride), 0.0f), want_gate(want_kv.size(), 0.0f);
+      std::vector<uint8_t> written(static_cast<size_t>(num_records), 0);
+      int32_t max_count = *std::max_element(counts, counts + c.batch);
+      for (int32_t t = 0; t < max_count; ++t) {
+        std::vector<int32_t> step_offsets(static_cast<size_t>(c.batch + 1)), step_positions(static_cast<size_t>(c.batch));
+        std::vector<float> step_kv, step_gate;
+        for (int64_t b = 0; b < c.batch; ++b) {
+          const auto i = static_cast<size_t>(b);
+          const bool has = t < counts[b];
+          step_positions[i] = has ? positions[i] + t : -1;
+          step_offsets[i + 1] = static_cast<int32_t>(b + 1);
+          const int64_t row = has ? offsets[i] + t : 0;
+          step_kv.insert(step_kv.end(), kv.begin() + row * s.width, kv.begin() + (row + 1) * s.width);
+          step_gate.insert(step_gate.end(), gate.begin() + row * s.width, gate.begin() + (row + 1) * s.width);
+        }
+        s.Feed(step_offsets, step_positions, step_kv, step_gate);
+        for (int64_t b = 0; b < c.batch; ++b) {
+          const int64_t pos = step_positions[static_cast<size_t>(b)];
+          if (pos < 0 || (pos + 1) % interval != 0) continue;
+          const int64_t i = (pos + 1) / interval - starts[b] / interval - 1;
+          const int32_t record = i < max_snapshots ? table[static_cast<size_t>(b * max_snapshots + i)] : -1;
+          if (record < 0) continue;
+          const int64_t half = coff == 2 ? (pos / ratio) & 1 : 0;
+          const int64_t at = (s.slots[static_cast<size_t>(b)] * s.rows_per_slot + half * ratio) * s.width;
+          std::copy_n(s.kv_state.begin() + at, ratio * s.width, want_kv.begin() + record * stride);
+          std::copy_n(s.gate_state.begin() + at, ratio * s.width, want_gate.begin() + record * stride);
+          written[static_cast<size_t>(record)] = 1;
+        }
+      }
+      const std::vector<float> got_kv = Download<float>(records_kv, want_kv.size());
+      const std::vector<float> got_gate = Download<float>(records_gate, want_gate.size());
+      int64_t checked = 0;
+      for (int64_t r = 0; r < num_records; ++r) {
+        if (!written[static_cast<size_t>(r)]) continue;
+        ++checked;
+        const auto first = static_cast<size_t>(r * stride), n = static_cast<size_t>(ratio * s.width);
+        EXPECT_TRUE(AllClose(std::vector<float>(got_kv.begin() + first, got_kv.begin() + first + n),
+                             std::vector<float>(want_kv.begin() + first, want_kv.begin() + first + n), {0.0, 0.0},
+                             "snapshot kv record " + std::to_string(r)));
+        EXPECT_TRUE(AllClose(std::vector<float>(got_gate.begin() + first, got_gate.begin() + first + n),
+                             std::vector<float>(want_gate.begin() + first, want_gate.begin() + first + n), {0.0, 0.0},
+                             "snapshot gate record " + std::to_string(r)));
+      }
+      EXPECT_GE(checked, 4);  // request 0 passes 3 boundaries (one without a record), 1 and 2 one each
+    }
+}
+
 TEST_F(CompressorStepTest, RejectsBadArguments) {
   cuda::DeviceBuffer buf = Poisoned(1 << 20);
   cuda::CompressorStepArgs args;

@@ -189,9 +189,11 @@ class GenericAttentionTest : public GpuTest {
   // Device copies of a problem and the arguments (without schedule and workspaces).
   struct DeviceProblem {
     cuda::DeviceBuffer q, window_kv, window_indices, window_lengths, compressed_kv, page_table, compressed_indices,
-        compressed_lengths, sink, positions, cos, sin, out;
+        compressed_lengths, sink, positions, cos, sin, out, page_table_rows;
     cuda::SparseAttentionArgs args;
   };
+  // Requests address rows of a shared table (page_table_rows), as block tables do.
+  bool shared_tables_ = false;
 
   DeviceProblem Prepare(const Problem& p) {
     DeviceProblem d;
@@ -216,6 +218,13 @@ class GenericAttentionTest : public GpuTest {
     if (p.mode != Mode::kWindowOnly) {
       a.compressed_kv = View(d.compressed_kv, DType::kBF16, {p.num_pages, p.page_size, p.dim});
       a.page_table = View(d.page_table, DType::kI32, {p.batch, p.max_pages});
+      if (shared_tables_) {
+        const SharedPageTable shared = ShareRows(p.page_table, p.batch, p.max_pages);
+        d.page_table = Upload(shared.table);
+        d.page_table_rows = Upload(shared.rows);
+        a.page_table = View(d.page_table, DType::kI32, {shared.num_tables, p.max_pages});
+        a.page_table_rows = View(d.page_table_rows, DType::kI32, {p.batch});
+      }
       a.compressed_lengths = View(d.compressed_lengths, DType::kI32, {p.batch});
       if (p.mode == Mode::kIndexed)
         a.compressed_indices = View(d.compressed_indices, DType::kI32, {p.batch, p.compressed_capacity});
@@ -280,6 +289,15 @@ TEST_F(GenericAttentionTest, SweepHeadsDimsBatches) {
           CheckAgainstReference(MakeProblem(heads, dim, Mode::kAllEntries, batch, seed++, /*rotate=*/true));
         }
       }
+}
+
+TEST_F(GenericAttentionTest, SharedPageTableRows) {
+  shared_tables_ = true;
+  uint32_t seed = 900;
+  for (int64_t batch : {1, 17}) {
+    CheckAgainstReference(MakeProblem(8, 64, Mode::kIndexed, batch, seed++, /*rotate=*/true));
+    CheckAgainstReference(MakeProblem(4, 32, Mode::kAllEntries, batch, seed++, /*rotate=*/true));
+  }
 }
 
 TEST_F(GenericAttentionTest, AwkwardDims) {
@@ -417,9 +435,11 @@ std::vector<float> IndexerReference(const IndexerProblem& p) {
 class GenericIndexerTest : public GpuTest {
  protected:
   struct DeviceIndexer {
-    cuda::DeviceBuffer q, keys, weights, page_table, lengths, scores;
+    cuda::DeviceBuffer q, keys, weights, page_table, lengths, scores, page_table_rows;
     cuda::IndexerScoresArgs args;
   };
+  // Requests address rows of a shared table (page_table_rows), as block tables do.
+  bool shared_tables_ = false;
 
   DeviceIndexer Prepare(const IndexerProblem& p, int num_ctas) {
     DeviceIndexer d;
@@ -434,6 +454,13 @@ class GenericIndexerTest : public GpuTest {
     a.weights = View(d.weights, DType::kF32, {p.batch, p.heads});
     a.keys = View(d.keys, DType::kBF16, {p.num_pages, p.page_size, p.dim});
     a.page_table = View(d.page_table, DType::kI32, {p.batch, p.max_pages});
+    if (shared_tables_) {
+      const SharedPageTable shared = ShareRows(p.page_table, p.batch, p.max_pages);
+      d.page_table = Upload(shared.table);
+      d.page_table_rows = Upload(shared.rows);
+      a.page_table = View(d.page_table, DType::kI32, {shared.num_tables, p.max_pages});
+      a.page_table_rows = View(d.page_table_rows, DType::kI32, {p.batch});
+    }
     a.num_entries = View(d.lengths, DType::kI32, {p.batch});
     a.scores = View(d.scores, DType::kF32, {p.batch, p.stride});
     a.scale = p.scale;
@@ -489,6 +516,12 @@ TEST_F(GenericIndexerTest, SweepHeadsDimsLengths) {
         Sweep(MakeIndexer(heads, dim, page_size, lengths, seed++));
         Sweep(MakeIndexer(heads, dim, page_size, {1000}, seed++));
       }
+}
+
+TEST_F(GenericIndexerTest, SharedPageTableRows) {
+  shared_tables_ = true;
+  Sweep(MakeIndexer(8, 24, 16, {0, 1, 63, 64, 65, 1000}, 950));
+  Sweep(MakeIndexer(64, 128, 64, {3, 700, 129}, 951));
 }
 
 TEST_F(GenericIndexerTest, LargeBatchAndOddShapes) {

@@ -169,4 +169,16 @@ void GpuTest::Sync() {
   ASSERT_EQ(error, cudaSuccess) << cudaGetErrorName(error) << ": " << cudaGetErrorString(error);
 }
 
+SharedPageTable ShareRows(std::span<const int32_t> per_request, int64_t batch, int64_t max_pages) {
+  SharedPageTable t;
+  t.num_tables = batch + 3;
+  t.table.assign(static_cast<size_t>(t.num_tables * max_pages), -1);
+  for (int64_t b = 0; b < batch; ++b) {
+    const int64_t row = batch - 1 - b + 2;
+    t.rows.push_back(static_cast<int32_t>(row));
+    std::copy_n(per_request.begin() + b * max_pages, max_pages, t.table.begin() + row * max_pages);
+  }
+  return t;
+}
+
 }  // namespace peregrine::testing

@@ -44,6 +44,16 @@ std::vector<float> RandomNormal(std::mt19937& rng, size_t n, float stddev = 1.0f
 std::vector<float> RandomUniform(std::mt19937& rng, size_t n, float lo, float hi);
 
 // RoPE tables [num_positions, rope_dim / 2] for a plain rotary embedding with base `theta`.
+// A per-request page table [B, max_pages] laid out as block tables are: one table of B + 3
+// rows (requests' rows in reverse order from row 2, the spare rows all -1) and the row of
+// each request, for kernels that take page_table_rows.
+struct SharedPageTable {
+  std::vector<int32_t> table;  // [num_tables, max_pages]
+  std::vector<int32_t> rows;   // [B]
+  int64_t num_tables = 0;
+};
+SharedPageTable ShareRows(std::span<const int32_t> per_request, int64_t batch, int64_t max_pages);
+
 void MakeRopeTables(int64_t num_positions, int64_t rope_dim, double theta, std::vector<float>& cos,
                     std::vector<float>& sin);
 

@@ -13,6 +13,7 @@
 #include "backend/cpu/thread_pool.h"
 #include "backend/cuda/ops/indexer.h"
 #include "gpu_test_util.h"
+#include "kernels/indexer_scores.cuh"
 #include "kernels/indexer_topk.cuh"
 
 namespace peregrine::testing {
@@ -20,6 +21,9 @@ namespace {
 
 class IndexerTest : public GpuTest {
  protected:
+  // Requests address rows of a shared table (page_table_rows), as block tables do.
+  bool shared_tables_ = false;
+
   // Scores for `lengths` with (heads, dim), page size `page_size`; then top-k on the GPU's
   // scores compared exactly with the CPU's top-k of the same scores.
   void RunScores(int64_t heads, int64_t dim, int64_t page_size, const std::vector<int32_t>& lengths, int64_t k,
@@ -65,6 +69,14 @@ class IndexerTest : public GpuTest {
     args.weights = View(w_d, DType::kF32, {batch, heads});
     args.keys = View(keys_d, DType::kBF16, {num_pages, page_size, dim});
     args.page_table = View(table_d, DType::kI32, {batch, max_pages});
+    cuda::DeviceBuffer rows_d;
+    if (shared_tables_) {
+      const SharedPageTable shared = ShareRows(page_table, batch, max_pages);
+      table_d = Upload(shared.table);
+      rows_d = Upload(shared.rows);
+      args.page_table = View(table_d, DType::kI32, {shared.num_tables, max_pages});
+      args.page_table_rows = View(rows_d, DType::kI32, {batch});
+    }
     args.num_entries = View(len_d, DType::kI32, {batch});
     args.scores = View(scores_d, DType::kF32, {batch, stride});
     args.scale = in.scale;
@@ -159,6 +171,12 @@ TEST_F(IndexerTest, ScoresAndTopKSweep) {
     for (int64_t page_size : {64, 16})
       for (const auto& lengths : batches)
         for (int64_t k : {512, 7}) RunScores(heads, dim, page_size, lengths, k, seed++);
+}
+
+TEST_F(IndexerTest, SharedPageTableRows) {
+  shared_tables_ = true;
+  for (const auto& c : kernels::kIndexerScoresConfigs)
+    RunScores(c.heads, c.dim, 64, {1, 300, 0, 64, 4097}, 32, 71);
 }
 
 TEST_F(IndexerTest, TopKTiesAndDistributions) {

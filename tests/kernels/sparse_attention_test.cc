@@ -137,9 +137,11 @@ class SparseAttentionTest : public GpuTest {
   // Device copies of a problem plus the launch arguments for a schedule of `num_ctas`.
   struct DeviceProblem {
     cuda::DeviceBuffer q, window_kv, window_indices, window_lengths, compressed_kv, page_table, compressed_indices,
-        compressed_lengths, sink, positions, cos, sin, schedule, partial_o, partial_lse, out;
+        compressed_lengths, sink, positions, cos, sin, schedule, partial_o, partial_lse, out, page_table_rows;
     cuda::SparseAttentionArgs args;
   };
+  // Requests address rows of a shared table (page_table_rows), as block tables do.
+  bool shared_tables_ = false;
 
   DeviceProblem Prepare(const Problem& p, int num_ctas, int max_batch) {
     DeviceProblem d;
@@ -169,6 +171,13 @@ class SparseAttentionTest : public GpuTest {
     if (p.mode != Mode::kWindowOnly) {
       a.compressed_kv = View(d.compressed_kv, DType::kBF16, {p.num_pages, p.page_size, p.dim});
       a.page_table = View(d.page_table, DType::kI32, {p.batch, p.max_pages});
+      if (shared_tables_) {
+        const SharedPageTable shared = ShareRows(p.page_table, p.batch, p.max_pages);
+        d.page_table = Upload(shared.table);
+        d.page_table_rows = Upload(shared.rows);
+        a.page_table = View(d.page_table, DType::kI32, {shared.num_tables, p.max_pages});
+        a.page_table_rows = View(d.page_table_rows, DType::kI32, {p.batch});
+      }
       a.compressed_lengths = View(d.compressed_lengths, DType::kI32, {p.batch});
       if (p.mode == Mode::kIndexed)
         a.compressed_indices = View(d.compressed_indices, DType::kI32, {p.batch, p.compressed_capacity});
@@ -238,6 +247,14 @@ TEST_F(SparseAttentionTest, LongHcaListSplitOverEverySm) {
   // A 1M-token HCA layer at batch 1: 128 window rows + 8192 entries over all SMs.
   const Problem p = MakeProblem(64, 512, Mode::kAllEntries, {128}, {8192}, 99);
   Sweep(p);
+}
+
+TEST_F(SparseAttentionTest, SharedPageTableRows) {
+  shared_tables_ = true;
+  for (const auto& config : kernels::kSparseAttentionConfigs) {
+    Sweep(MakeProblem(config.heads, config.head_dim, Mode::kIndexed, {128, 1, 64, 65}, {512, 0, 63, 300}, 31));
+    Sweep(MakeProblem(config.heads, config.head_dim, Mode::kAllEntries, {128, 5, 127}, {1000, 2, 129}, 32));
+  }
 }
 
 TEST_F(SparseAttentionTest, WithoutRope) {

@@ -4,7 +4,7 @@ namespace peregrine::cuda {
 
 Status CheckAttentionTensors(TensorChecker& check, const SparseAttentionArgs& a, kernels::SparseAttentionParams* p) {
   Dim batch("B"), heads("H"), dim("D"), window_rows("Nw"), window_capacity("Kw");
-  Dim pages("num_pages"), page_size("P"), max_pages("max_pages"), compressed_capacity("Kc");
+  Dim pages("num_pages"), page_size("P"), max_pages("max_pages"), compressed_capacity("Kc"), tables("T");
   Dim num_positions("num_positions"), half("rope_dim/2", a.rope_dim / 2);
   PG_RETURN_IF_ERROR(check.Check("q", a.q, DType::kBF16, {&batch, &heads, &dim}));
   PG_RETURN_IF_ERROR(check.Check("window_kv", a.window_kv, DType::kBF16, {&window_rows, &dim}));
@@ -14,7 +14,11 @@ Status CheckAttentionTensors(TensorChecker& check, const SparseAttentionArgs& a,
   const bool has_compressed = a.compressed_kv.data != nullptr;
   if (has_compressed) {
     PG_RETURN_IF_ERROR(check.Check("compressed_kv", a.compressed_kv, DType::kBF16, {&pages, &page_size, &dim}));
-    PG_RETURN_IF_ERROR(check.Check("page_table", a.page_table, DType::kI32, {&batch, &max_pages}, Device::kCuda, 4));
+    if (a.page_table_rows.data == nullptr) tables.Bind(batch.value());
+    PG_RETURN_IF_ERROR(check.Check("page_table", a.page_table, DType::kI32, {&tables, &max_pages}, Device::kCuda, 4));
+    PG_RETURN_IF_ERROR(
+        check.CheckOptional("page_table_rows", a.page_table_rows, DType::kI32, {&batch}, Device::kCuda, 4));
+    PG_RETURN_IF_ERROR(check.Require(tables.value() <= INT32_MAX, "page table rows overflow int32"));
     PG_RETURN_IF_ERROR(check.CheckOptional("compressed_indices", a.compressed_indices, DType::kI32,
                                            {&batch, &compressed_capacity}, Device::kCuda, 4));
     PG_RETURN_IF_ERROR(
@@ -45,6 +49,8 @@ Status CheckAttentionTensors(TensorChecker& check, const SparseAttentionArgs& a,
   p->window_capacity = static_cast<int>(window_capacity.value());
   p->compressed_kv = has_compressed ? a.compressed_kv.as<const __nv_bfloat16>() : nullptr;
   p->page_table = has_compressed ? a.page_table.as<const int32_t>() : nullptr;
+  p->page_table_rows = has_compressed ? a.page_table_rows.as<const int32_t>() : nullptr;
+  p->num_page_tables = has_compressed ? static_cast<int>(tables.value()) : 0;
   p->compressed_indices = has_compressed ? a.compressed_indices.as<const int32_t>() : nullptr;
   p->compressed_lengths = has_compressed ? a.compressed_lengths.as<const int32_t>() : nullptr;
   if (has_compressed) {
@@ -70,10 +76,14 @@ Status CheckAttentionTensors(TensorChecker& check, const SparseAttentionArgs& a,
 Status CheckIndexerTensors(TensorChecker& check, const IndexerScoresArgs& a, int64_t q_alignment,
                            kernels::IndexerScoresParams* p) {
   Dim batch("B"), heads("IH"), dim("Id"), pages("pages"), page_size("P"), max_pages("max_pages"), stride("S");
+  Dim tables("T");
   PG_RETURN_IF_ERROR(check.Check("q", a.q, DType::kBF16, {&batch, &heads, &dim}, Device::kCuda, q_alignment));
   PG_RETURN_IF_ERROR(check.Check("weights", a.weights, DType::kF32, {&batch, &heads}, Device::kCuda, 4));
   PG_RETURN_IF_ERROR(check.Check("keys", a.keys, DType::kBF16, {&pages, &page_size, &dim}, Device::kCuda, q_alignment));
-  PG_RETURN_IF_ERROR(check.Check("page_table", a.page_table, DType::kI32, {&batch, &max_pages}, Device::kCuda, 4));
+  if (a.page_table_rows.data == nullptr) tables.Bind(batch.value());
+  PG_RETURN_IF_ERROR(check.Check("page_table", a.page_table, DType::kI32, {&tables, &max_pages}, Device::kCuda, 4));
+  PG_RETURN_IF_ERROR(check.CheckOptional("page_table_rows", a.page_table_rows, DType::kI32, {&batch}, Device::kCuda, 4));
+  PG_RETURN_IF_ERROR(check.Require(tables.value() <= INT32_MAX, "page table rows overflow int32"));
   PG_RETURN_IF_ERROR(check.Check("num_entries", a.num_entries, DType::kI32, {&batch}, Device::kCuda, 4));
   PG_RETURN_IF_ERROR(check.Check("scores", a.scores, DType::kF32, {&batch, &stride}, Device::kCuda, q_alignment));
   PG_RETURN_IF_ERROR(check.Require(batch.value() <= INT32_MAX && stride.value() <= INT32_MAX, "sizes overflow int32"));
@@ -86,6 +96,8 @@ Status CheckIndexerTensors(TensorChecker& check, const IndexerScoresArgs& a, int
   p->weights = a.weights.as<const float>();
   p->keys = a.keys.as<const __nv_bfloat16>();
   p->page_table = a.page_table.as<const int32_t>();
+  p->page_table_rows = a.page_table_rows.as<const int32_t>();
+  p->num_page_tables = static_cast<int>(tables.value());
   p->num_entries = a.num_entries.as<const int32_t>();
   p->scores = a.scores.as<float>();
   p->batch = static_cast<int>(batch.value());

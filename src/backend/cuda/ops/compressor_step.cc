@@ -35,7 +35,24 @@ Status CompressorStep(const CompressorStepArgs& a, cudaStream_t stream) {
   PG_RETURN_IF_ERROR(check.Check("rope_cos", a.rope_cos, DType::kF32, {&num_positions, &half}, Device::kCuda, 4));
   PG_RETURN_IF_ERROR(check.Check("rope_sin", a.rope_sin, DType::kF32, {&num_positions, &half}, Device::kCuda, 4));
   PG_RETURN_IF_ERROR(check.Check("cache", a.cache, DType::kBF16, {&pages, &page_size, &dim}));
-  PG_RETURN_IF_ERROR(check.Check("page_table", a.page_table, DType::kI32, {&batch, &max_pages}, Device::kCuda, 4));
+  Dim tables("T");
+  const bool has_rows = a.page_table_rows.data != nullptr;
+  if (!has_rows) tables.Bind(batch.value());
+  PG_RETURN_IF_ERROR(check.Check("page_table", a.page_table, DType::kI32, {&tables, &max_pages}, Device::kCuda, 4));
+  if (has_rows)
+    PG_RETURN_IF_ERROR(check.Check("page_table_rows", a.page_table_rows, DType::kI32, {&batch}, Device::kCuda, 4));
+  const bool has_snapshots = a.snapshot_table.data != nullptr;
+  Dim max_snapshots("max_snapshots");
+  if (has_snapshots) {
+    PG_RETURN_IF_ERROR(
+        check.Check("snapshot_table", a.snapshot_table, DType::kI32, {&batch, &max_snapshots}, Device::kCuda, 4));
+    PG_RETURN_IF_ERROR(check.Require(a.snapshot_kv != nullptr && a.snapshot_gate != nullptr && a.num_snapshots >= 0 &&
+                                         a.snapshot_stride >= a.ratio * width.value() &&
+                                         a.snapshot_interval > 0 && a.snapshot_interval % a.ratio == 0 &&
+                                         a.snapshot_interval <= INT32_MAX && a.num_snapshots <= INT32_MAX,
+                                     "snapshots need records of ratio x coff*Dc floats, a count and an interval that "
+                                     "is a multiple of the ratio"));
+  }
   PG_RETURN_IF_ERROR(check.Require(dim.value() >= 1 && dim.value() <= kernels::kCompressorMaxDim,
                                    "Dc must be in [1, " + std::to_string(kernels::kCompressorMaxDim) + "]"));
   PG_RETURN_IF_ERROR(check.Require(a.rope_dim >= 0 && a.rope_dim % 2 == 0 && a.rope_dim <= dim.value(),
@@ -43,7 +60,7 @@ Status CompressorStep(const CompressorStepArgs& a, cudaStream_t stream) {
   PG_RETURN_IF_ERROR(check.Require(page_size.value() > 0, "P must be positive"));
   PG_RETURN_IF_ERROR(check.Require(batch.value() < INT32_MAX && rows_in->value() <= INT32_MAX &&
                                        slots.value() <= INT32_MAX && num_positions.value() <= INT32_MAX &&
-                                       max_pages.value() <= INT32_MAX,
+                                       max_pages.value() <= INT32_MAX && tables.value() <= INT32_MAX,
                                    "sizes overflow int32"));
 
   kernels::CompressorStepParams p;
@@ -60,6 +77,17 @@ Status CompressorStep(const CompressorStepArgs& a, cudaStream_t stream) {
   p.rope_sin = a.rope_sin.as<const float>();
   p.cache = a.cache.as<__nv_bfloat16>();
   p.page_table = a.page_table.as<const int32_t>();
+  p.page_table_rows = has_rows ? a.page_table_rows.as<const int32_t>() : nullptr;
+  p.num_page_tables = static_cast<int>(tables.value());
+  if (has_snapshots) {
+    p.snapshot_table = a.snapshot_table.as<const int32_t>();
+    p.snapshot_kv = a.snapshot_kv;
+    p.snapshot_gate = a.snapshot_gate;
+    p.snapshot_stride = a.snapshot_stride;
+    p.max_snapshots = static_cast<int>(max_snapshots.value());
+    p.snapshot_interval = static_cast<int>(a.snapshot_interval);
+    p.num_snapshots = static_cast<int>(a.num_snapshots);
+  }
   p.batch = static_cast<int>(batch.value());
   p.num_tokens = static_cast<int>(rows_in->value());
   p.dim = static_cast<int>(dim.value());

@@ -25,11 +25,21 @@ struct CompressorStepArgs {
   Tensor rope_cos;       // [num_positions, rope_dim / 2] f32
   Tensor rope_sin;       // [num_positions, rope_dim / 2] f32
   Tensor cache;          // [num_pages, P, Dc] bf16, the compressed entries
-  Tensor page_table;     // [B, max_pages] i32, entry k lives at page_table[b, k / P], slot k % P
+  Tensor page_table;     // [T, max_pages] i32, entry k lives at page_table[row, k / P], slot k % P
+  Tensor page_table_rows;  // [B] i32: request b's row of page_table; absent = row b (T = B)
   int64_t ratio = 0;
   int64_t coff = 1;      // 2: overlapping blocks (CSA), 1: plain (HCA)
   int64_t rope_dim = 0;
   float eps = 1e-6f;
+  // Snapshots at block boundaries (kernels/compressor_step.cuh); absent snapshot_table: none.
+  // Records are raw device memory: record r's kv rows [ratio, coff*Dc] f32 at snapshot_kv +
+  // r * snapshot_stride floats (gate rows likewise), r < num_snapshots.
+  Tensor snapshot_table;   // [B, max_snapshots] i32, -1: no snapshot at that boundary
+  float* snapshot_kv = nullptr;
+  float* snapshot_gate = nullptr;
+  int64_t snapshot_stride = 0;
+  int64_t num_snapshots = 0;
+  int64_t snapshot_interval = 0;  // tokens between snapshot boundaries (a multiple of ratio)
 };
 
 // Appends every request's tokens, in order, and writes the entries of the blocks they

@@ -14,7 +14,8 @@ struct IndexerScoresArgs {
   Tensor q;            // [B, IH, Id] bf16 (rotated)
   Tensor weights;      // [B, IH] f32 (weights_proj output, times IH^-1/2)
   Tensor keys;         // [num_pages, P, Id] bf16 indexer key cache
-  Tensor page_table;   // [B, max_pages] i32
+  Tensor page_table;   // [T, max_pages] i32
+  Tensor page_table_rows;  // [B] i32: request b's row of page_table; absent = row b (T = B)
   Tensor num_entries;  // [B] i32 visible entries, floor((pos + 1) / 4)
   Tensor scores;       // [B, S] f32 workspace; S >= the largest num_entries, S % 4 == 0
   float scale = 1.0f;  // Id^-1/2

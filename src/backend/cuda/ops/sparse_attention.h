@@ -17,7 +17,8 @@ struct SparseAttentionArgs {
   Tensor window_indices;      // [B, Kw] i32 rows of window_kv, -1 = skip
   Tensor window_lengths;      // [B] i32 valid prefix of window_indices
   Tensor compressed_kv;       // [num_pages, P, D] bf16; absent on window-only layers
-  Tensor page_table;          // [B, max_pages] i32 (with compressed_kv)
+  Tensor page_table;          // [T, max_pages] i32 (with compressed_kv)
+  Tensor page_table_rows;     // [B] i32: request b's row of page_table; absent = row b (T = B)
   Tensor compressed_indices;  // [B, Kc] i32 entry numbers, -1 = skip; absent = entries 0..len-1
   Tensor compressed_lengths;  // [B] i32 (with compressed_kv)
   Tensor sink;                // [H] f32
