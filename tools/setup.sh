@@ -10,7 +10,7 @@ DEBS=(
   build-essential cmake ninja-build pkg-config git python3 python3-pip python3-venv
   clang libclang-rt-14-dev
   libboost-dev libboost-system-dev nlohmann-json3-dev libcli11-dev libfmt-dev libspdlog-dev
-  libpcre2-dev libgtest-dev libgmock-dev libbenchmark-dev
+  libpcre2-dev libgtest-dev libgmock-dev libbenchmark-dev libssl-dev
 )
 missing=()
 for p in "${DEBS[@]}"; do

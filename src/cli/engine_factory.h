@@ -18,8 +18,12 @@ struct EngineOptions {
   int64_t max_num_seqs = 256;             // running sequences per step
   int64_t max_num_batched_tokens = 2048;  // token budget per step
   int64_t max_num_waiting = 4096;         // bounded waiting queue
-  int64_t kv_cache_tokens = 1 << 22;      // tokens of context the KV pools hold in total
-  int32_t kv_page_size = 64;              // compressed entries per page
+  int64_t kv_cache_tokens = 0;            // > 0: tokens of context the KV blocks hold (CPU default 262144;
+                                          //   CUDA default: what gpu_memory_utilization leaves)
+  int64_t block_size = 256;               // tokens per KV block (rounded up to what the model needs)
+  bool enable_prefix_caching = true;
+  double kv_snapshot_fraction = 0.1;      // of the KV blocks' bytes, for prefix-cache snapshots
+  double gpu_memory_utilization = 0.9;    // CUDA: fraction of the device the process may use
   // Backend and model shape.
   std::string device = "cpu";             // "cpu" or "cuda"
   bool synthetic_weights = false;         // random weights for the model_path's config.json

@@ -21,6 +21,10 @@ peregrine::Result<std::unique_ptr<peregrine::EngineClient>> MakeServingEngine(
   o.max_num_batched_tokens = serve.max_num_batched_tokens;
   o.max_num_waiting = serve.max_num_waiting;
   o.kv_cache_tokens = serve.kv_cache_tokens;
+  o.block_size = serve.block_size;
+  o.enable_prefix_caching = !serve.disable_prefix_caching;
+  o.kv_snapshot_fraction = serve.kv_snapshot_fraction;
+  o.gpu_memory_utilization = serve.gpu_memory_utilization;
   o.device = serve.device;
   o.synthetic_weights = serve.synthetic_weights;
   o.num_layers = serve.num_layers;

@@ -11,7 +11,9 @@
 
 #include "cli/engine_factory.h"
 #ifdef PEREGRINE_WITH_CUDA
+#include "backend/cuda/cuda_status.h"
 #include "model/deepseek_v4/cuda/cuda_model.h"
+#include "runtime/device_executor.h"
 #endif
 
 namespace peregrine::cli {
@@ -69,58 +71,91 @@ int Run(const ProfileFlags& f) {
   }
   const ModelConfig config = source->config;
   const int64_t max_b = *std::max_element(f.batch_sizes.begin(), f.batch_sizes.end());
-  deepseek_v4::cuda::CudaModelOptions o;
+  DeviceModelRegistry registry;
+  deepseek_v4::cuda::RegisterDeviceModel(registry);
+  auto factory = registry.Find(config.model_type);
+  if (!factory.ok()) {
+    std::fprintf(stderr, "error: %s\n", factory.status().ToString().c_str());
+    return 1;
+  }
+  ExecutorOptions o;
   o.num_slots = max_b;
   o.max_tokens = max_b;
   o.max_context = f.context + 2;
-  o.weights.synthetic_matrices = f.engine.synthetic_weights;
+  o.block_tokens = f.engine.block_size;
+  o.prefix_caching = false;
+  o.weights.synthetic = f.engine.synthetic_weights;
   o.weights.seed = 20260424;
+  o.weights.expert_format = f.engine.expert_format;
+  o.weights.dense_format = f.engine.dense_format;
   const bool mxfp4 = f.engine.expert_format == "mxfp4";
-  if (mxfp4) o.weights.expert_format = deepseek_v4::cuda::ExpertFormat::kMXFP4;
   const bool dense_fp8 = f.engine.dense_format == "fp8";
-  if (dense_fp8) o.weights.dense_format = deepseek_v4::cuda::DenseFormat::kFP8;
+  // Blocks for every sequence at the profiled context, each its own.
+  {
+    const KvLayout layout = deepseek_v4::KvGeometry::For(config, o.block_tokens, {2, 2}).Layout();
+    o.kv_tokens = max_b * std::max<int64_t>(layout.BlocksFor(o.max_context), 1) * layout.block_tokens;
+  }
   const auto start = std::chrono::steady_clock::now();
-  auto model = deepseek_v4::cuda::CudaModel::Create(config, *source->checkpoint, o);
-  if (!model.ok()) {
-    std::fprintf(stderr, "error: %s\n", model.status().ToString().c_str());
+  auto executor = DeviceExecutor::Create(config, *source->checkpoint, *factory, o);
+  if (!executor.ok()) {
+    std::fprintf(stderr, "error: %s\n", executor.status().ToString().c_str());
     return 1;
   }
+  DeviceExecutor& model = **executor;
   const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::printf("model: %lld layers, %.2f GB weights (%s experts, %s dense), %.2f GB state, ready in %.1f s\n",
-              static_cast<long long>(config.num_layers), static_cast<double>((*model)->weight_bytes()) / 1e9,
+  const KvCapacity& kv = model.kv_capacity();
+  const int64_t blocks_per_seq = kv.layout.BlocksFor(o.max_context);
+  std::printf("model: %lld layers, %.2f GB weights (%s experts, %s dense), %.2f GB KV pools, ready in %.1f s\n",
+              static_cast<long long>(config.num_layers), static_cast<double>(model.weight_bytes()) / 1e9,
               mxfp4 ? "MXFP4" : "bf16", f.engine.dense_format.c_str(),
-              static_cast<double>((*model)->state_bytes()) / 1e9, load_s);
+              static_cast<double>(PoolBytes(kv).total()) / 1e9, load_s);
+  std::vector<std::vector<int32_t>> tables(static_cast<size_t>(max_b));
+  for (int64_t i = 0; i < max_b; ++i)
+    for (int64_t j = 0; j < blocks_per_seq; ++j)
+      tables[static_cast<size_t>(i)].push_back(static_cast<int32_t>(i * blocks_per_seq + j));
   std::ofstream out;
   if (!f.out.empty()) out.open(f.out, std::ios::app);
 
   for (int64_t b : f.batch_sizes) {
     std::vector<int32_t> tokens(static_cast<size_t>(b));
     for (int64_t i = 0; i < b; ++i) tokens[static_cast<size_t>(i)] = static_cast<int32_t>((i * 7919 + 13) % config.vocab_size);
-    std::vector<deepseek_v4::StepChunk> chunks;
-    for (int64_t i = 0; i < b; ++i)
-      chunks.push_back({static_cast<int32_t>(i), f.context, std::span<const int32_t>(&tokens[static_cast<size_t>(i)], 1),
-                        true, false});
+    std::vector<ChunkView> chunks;
+    for (int64_t i = 0; i < b; ++i) {
+      ChunkView v;
+      v.slot = static_cast<int32_t>(i);
+      v.first_position = f.context;
+      v.num_tokens = 1;
+      v.tokens = std::span<const int32_t>(&tokens[static_cast<size_t>(i)], 1);
+      v.blocks = tables[static_cast<size_t>(i)];
+      v.needs_logits = true;
+      chunks.push_back(v);
+    }
     // Op-by-op profile (second run: the first warms cuBLAS and the allocator).
-    std::vector<deepseek_v4::cuda::OpProfile> ops;
+    std::vector<OpProfile> ops;
     double eager_ms = 0.0;
     for (int rep = 0; rep < 2; ++rep) {
-      const Status s = (*model)->ProfileForward(chunks, &ops, &eager_ms);
+      const Status s = model.ProfileForward(chunks, &ops, &eager_ms);
       if (!s.ok()) {
         std::fprintf(stderr, "error: %s\n", s.ToString().c_str());
         return 1;
       }
     }
-    // Graphed steps: wall time per Forward (plan, metadata upload, graph, sync). The logits
+    // Graphed steps: wall time per step (plan, metadata upload, graph, sync). The logits
     // stay on the device, as when the server samples there.
     const auto keep_on_device = [](const Tensor&, cudaStream_t) { return Status::Ok(); };
-    Status s = (*model)->EnableGraphs(max_b);
-    for (int rep = 0; s.ok() && rep < 3; ++rep) s = (*model)->Forward(chunks, nullptr, keep_on_device);
+    auto step = [&] {
+      PG_RETURN_IF_ERROR(model.Launch(chunks, keep_on_device));
+      PG_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(model.stream()));
+      return Status::Ok();
+    };
+    Status s = model.EnableGraphs(max_b);
+    for (int rep = 0; s.ok() && rep < 3; ++rep) s = step();
     std::vector<double> times, host;
     for (int rep = 0; s.ok() && rep < f.steps; ++rep) {
       const auto t0 = std::chrono::steady_clock::now();
-      s = (*model)->Forward(chunks, nullptr, keep_on_device);
+      s = step();
       times.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-      host.push_back((*model)->last_host_ms());
+      host.push_back(model.last_host_ms());
     }
     if (!s.ok()) {
       std::fprintf(stderr, "error: %s\n", s.ToString().c_str());

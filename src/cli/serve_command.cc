@@ -92,6 +92,7 @@ void AddServeCommand(CLI::App& app, EngineFactory factory) {
   auto options = std::make_shared<ServeOptions>();
   auto drain_seconds = std::make_shared<double>(30.0);
   auto idle_seconds = std::make_shared<double>(60.0);
+  auto enable_prefix_caching = std::make_shared<bool>(true);
   server::ServerConfig& s = options->server;
   CLI::App* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server");
   cmd->add_option("--model-path", options->model_path,
@@ -115,7 +116,7 @@ void AddServeCommand(CLI::App& app, EngineFactory factory) {
   cmd->add_option("--num-layers", options->num_layers, "Keep only the first N layers (0: all)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 16));
   cmd->add_option("--max-model-len", options->max_model_len,
-                  "Context per sequence the device state holds (0: the model's, at most 8192)")
+                  "Longest context of a sequence (0: the model's; CUDA: at most 8192)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 24));
   cmd->add_option("--expert-format", options->expert_format,
                   "CUDA routed experts: bf16 or mxfp4 (read as stored, quantised at load, or generated)")
@@ -134,8 +135,23 @@ void AddServeCommand(CLI::App& app, EngineFactory factory) {
   cmd->add_option("--max-num-waiting", options->max_num_waiting,
                   "Engine waiting queue; beyond it requests get 429")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
-  cmd->add_option("--kv-cache-tokens", options->kv_cache_tokens, "KV cache size in tokens")
+  cmd->add_option("--kv-cache-tokens", options->kv_cache_tokens,
+                  "Tokens of context the KV blocks hold (default: CPU 262144, CUDA what "
+                  "--gpu-memory-utilization leaves)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
+  cmd->add_option("--gpu-memory-utilization,--mem-fraction-static", options->gpu_memory_utilization,
+                  "CUDA: fraction of the device's memory for weights, workspaces and the KV pools")
+      ->check(CLI::Range(0.05, 1.0))->capture_default_str();
+  cmd->add_option("--block-size", options->block_size,
+                  "Tokens per KV block, the prefix cache's granularity (rounded up to a multiple of the "
+                  "window and the compress ratios)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))->capture_default_str();
+  auto* enable = cmd->add_flag("--enable-prefix-caching", *enable_prefix_caching,
+                               "Share KV blocks between requests with a common prefix (the default)");
+  cmd->add_flag("--disable-prefix-caching", options->disable_prefix_caching, "No prefix caching")->excludes(enable);
+  cmd->add_option("--kv-snapshot-fraction", options->kv_snapshot_fraction,
+                  "Share of the KV memory for prefix-cache snapshots (the state at block boundaries)")
+      ->check(CLI::Range(0.0, 0.9))->capture_default_str();
   cmd->add_option("--io-threads", s.num_io_threads, "HTTP I/O threads")
       ->check(CLI::Range(1, 256))->capture_default_str();
   cmd->add_option("--worker-threads", s.num_worker_threads,

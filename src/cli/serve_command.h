@@ -23,7 +23,11 @@ struct ServeOptions {
   int64_t max_num_seqs = 256;             // running sequences per step
   int64_t max_num_batched_tokens = 2048;  // token budget per step
   int64_t max_num_waiting = 4096;         // bounded waiting queue (full: 429)
-  int64_t kv_cache_tokens = 1 << 22;      // tokens of context the KV pools hold in total
+  int64_t kv_cache_tokens = 0;            // > 0: tokens of context the KV blocks hold
+  int64_t block_size = 256;               // tokens per KV block
+  bool disable_prefix_caching = false;
+  double kv_snapshot_fraction = 0.1;      // of the KV blocks' bytes, for prefix-cache snapshots
+  double gpu_memory_utilization = 0.9;    // CUDA: fraction of device memory for weights, state and KV
   std::string device = "cpu";             // cpu or cuda
   bool synthetic_weights = false;         // random weights for --model-path's config.json
   int64_t num_layers = 0;                 // > 0: only the first layers

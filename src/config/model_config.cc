@@ -236,6 +236,7 @@ Result<ModelConfig> ParseChecked(std::string_view json_text) {
 
   // Defaults are HF's DeepseekV4Config defaults (the V4-Flash shapes).
   ModelConfig c;
+  c.model_type = *model_type;
   c.vocab_size = 129280;
   c.hidden_size = 4096;
   c.num_layers = 43;

@@ -41,6 +41,7 @@ struct RopeConfig {
 };
 
 struct ModelConfig {
+  std::string model_type = "deepseek_v4";  // selects the model's implementation (model/model_registry.h)
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
   int64_t num_layers = 0;

@@ -6,15 +6,32 @@
 
 namespace peregrine {
 
+namespace {
+
+KvCacheConfig KvConfigOf(const KvCapacity& c) {
+  KvCacheConfig k;
+  k.layout = c.layout;
+  k.num_slots = c.num_slots;
+  k.num_blocks = c.num_blocks;
+  k.num_snapshots = c.num_snapshots;
+  k.enable_prefix_caching = c.num_snapshots > 0;
+  return k;
+}
+
+}  // namespace
+
 Engine::Engine(const EngineConfig& config, std::unique_ptr<ModelRunner> runner)
     : config_(config),
       runner_(std::move(runner)),
       vocab_size_(runner_->vocab_size()),
       max_context_(runner_->max_context()),
       eos_ids_(runner_->eos_token_ids()),
-      kv_(config.kv_cache),
+      depth_(static_cast<size_t>(std::max(runner_->max_in_flight(), 1))),
+      kv_(KvConfigOf(runner_->kv_capacity())),
       scheduler_(config.scheduler, kv_) {
   stats_.kv_capacity_tokens = kv_.capacity_tokens();
+  stats_.kv_num_blocks = kv_.config().num_blocks;
+  stats_.kv_block_tokens = kv_.block_tokens();
   stats_.is_ready = true;
 }
 
@@ -118,6 +135,7 @@ void Engine::Finish(Sequence* seq, FinishReason reason, const std::string& error
   ev.finish = reason;
   ev.error = error;
   ev.num_prompt_tokens = seq->num_prompt_tokens;
+  ev.num_cached_prompt_tokens = std::max<int64_t>(seq->num_cached_tokens, 0);
   ev.time = std::chrono::steady_clock::now();
   seq->sink(ev);
   Close(seq);
@@ -126,7 +144,6 @@ void Engine::Finish(Sequence* seq, FinishReason reason, const std::string& error
 void Engine::Close(Sequence* seq) {
   seq->finished = true;
   scheduler_.remove(seq);
-  runner_->Release(seq->id);
   auto it = live_.find(seq->request.id);
   PG_CHECK(it != live_.end() && it->second.get() == seq, "closing a sequence that is not live");
   std::unique_ptr<Sequence> owned = std::move(it->second);
@@ -148,7 +165,7 @@ void Engine::Emit(Sequence* seq, SampleResult sample, std::chrono::steady_clock:
   const bool is_eos = std::find(eos_ids_.begin(), eos_ids_.end(), sample.token) != eos_ids_.end();
   const bool is_stop =
       std::find(r.stop_token_ids.begin(), r.stop_token_ids.end(), sample.token) != r.stop_token_ids.end();
-  const int64_t known = static_cast<int64_t>(seq->tokens.size()) - seq->num_pending;
+  const auto known = static_cast<int64_t>(seq->tokens.size());
   if ((is_eos && !r.ignore_eos) || is_stop) finish = FinishReason::kStop;
   else if (seq->num_generated >= r.max_tokens || known >= max_context_) finish = FinishReason::kLength;
 
@@ -156,51 +173,11 @@ void Engine::Emit(Sequence* seq, SampleResult sample, std::chrono::steady_clock:
   ev.token_ids = {sample.token};
   ev.samples = {std::move(sample)};
   ev.num_prompt_tokens = seq->num_prompt_tokens;
+  ev.num_cached_prompt_tokens = std::max<int64_t>(seq->num_cached_tokens, 0);
   ev.time = now;
   ev.finish = finish;
   seq->sink(ev);
   if (finish) Close(seq);
-}
-
-bool Engine::Step() {
-  TakeInbox();
-  const bool did = runner_->supports_overlap() ? StepOverlapped() : StepSync();
-  graveyard_.clear();
-  return did;
-}
-
-bool Engine::StepSync() {
-  SchedulerOutput plan = scheduler_.schedule();                       // schedule
-  for (Sequence* seq : plan.preempted) runner_->Release(seq->id);
-  if (plan.chunks.empty()) {
-    UpdateStats();
-    return false;
-  }
-
-  std::vector<RunnerChunk> chunks;
-  chunks.reserve(plan.chunks.size());
-  for (const ScheduledChunk& c : plan.chunks)
-    chunks.push_back({c.seq->id, kv_.get(c.seq->id).slot, c.first,
-                      std::span<const int32_t>(c.seq->tokens).subspan(static_cast<size_t>(c.first),
-                                                                      static_cast<size_t>(c.num_tokens)),
-                      c.samples});
-  std::vector<SampleResult> samples;
-  if (Status s = RunAndSample(plan, chunks, &samples); !s.ok()) {         // run + sample
-    FailStep(plan, s);
-    return true;
-  }
-  scheduler_.on_computed(plan);
-
-  const auto now = std::chrono::steady_clock::now();
-  size_t row = 0;
-  for (const ScheduledChunk& c : plan.chunks) {                         // post-process, emit
-    if (!c.samples) continue;
-    SampleResult sample = std::move(samples[row++]);
-    c.seq->tokens.push_back(sample.token);
-    Emit(c.seq, std::move(sample), now);
-  }
-  UpdateStats();
-  return true;
 }
 
 namespace {
@@ -211,67 +188,71 @@ bool CountsOwnTokens(const SamplingParams& p) {
   return p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f || p.repetition_penalty != 1.0f;
 }
 
-constexpr int32_t kPlaceholder = -1;
-
 }  // namespace
 
-bool Engine::StepOverlapped() {
+bool Engine::Step() {
+  TakeInbox();
   if (!launched_.empty()) {
     bool wait = false;
     for (const LaunchedRow& r : launched_.back().rows)
       wait = wait || (!r.seq->finished && !r.discard && CountsOwnTokens(r.seq->request.sampling));
     if (wait) CollectOldest();
   }
-  SchedulerOutput plan = scheduler_.schedule();                        // schedule
-  for (Sequence* seq : plan.preempted) runner_->Release(seq->id);
-  if (plan.chunks.empty()) {
-    const bool collected = !launched_.empty();
-    if (collected) CollectOldest();
-    UpdateStats();
-    return collected;
-  }
+  SchedulerOutput plan = scheduler_.schedule();                                  // schedule
+  const bool planned = !plan.chunks.empty();
+  const bool in_flight = !launched_.empty();
+  if (planned) Launch(std::move(plan));                                          // launch
+  while (!launched_.empty() && (!planned || launched_.size() >= depth_)) CollectOldest();  // collect, emit
+  graveyard_.clear();
+  UpdateStats();
+  return planned || in_flight;
+}
 
+bool Engine::Launch(SchedulerOutput plan) {
   std::vector<RunnerChunk> chunks;
   std::vector<RunnerSampling> sampling;
   chunks.reserve(plan.chunks.size());
   for (const ScheduledChunk& c : plan.chunks) {
     Sequence* seq = c.seq;
-    RunnerChunk rc{seq->id, kv_.get(seq->id).slot, c.first,
-                   std::span<const int32_t>(seq->tokens).subspan(static_cast<size_t>(c.first),
-                                                                 static_cast<size_t>(c.num_tokens)),
-                   c.samples};
-    // A pending placeholder is the sequence's last token, sampled by the newest launched step.
-    if (seq->num_pending > 0 && c.samples) {
-      PG_CHECK(seq->num_pending == 1 && !launched_.empty(), "a placeholder without its launched step");
-      rc.fed_from = seq->pending_row;
-    }
+    const RequestKv& kv = kv_.get(seq->id);
+    RunnerChunk rc;
+    rc.seq_id = seq->id;
+    ChunkView& v = rc.view;
+    v.slot = kv.slot;
+    v.first_position = c.first;
+    v.num_tokens = c.num_tokens;
+    // The newest token may still be sampled by the launched step (then the device reads it).
+    const int64_t known_end = std::min<int64_t>(c.first + c.num_tokens, static_cast<int64_t>(seq->tokens.size()));
+    v.tokens = std::span<const int32_t>(seq->tokens).subspan(static_cast<size_t>(c.first),
+                                                             static_cast<size_t>(known_end - c.first));
+    v.feeds_last = known_end < c.first + c.num_tokens;
+    PG_CHECK(!v.feeds_last || (c.samples && seq->num_pending == 1 && known_end + 1 == c.first + c.num_tokens),
+             "a chunk misses a token that no launched step samples");
+    v.blocks = kv.blocks;
+    v.snapshots = c.snapshots;
+    v.restore = c.restore;
+    v.needs_logits = c.samples;
     chunks.push_back(rc);
     if (c.samples) sampling.push_back({&seq->request.sampling, seq->sampling.get()});
   }
-  if (Status s = runner_->Launch(chunks, sampling); !s.ok()) {          // launch
+  if (Status s = runner_->Launch(chunks, sampling); !s.ok()) {
     FailStep(plan, s);
     while (!launched_.empty()) CollectOldest();
-    UpdateStats();
-    return true;
+    return false;
   }
   scheduler_.on_computed(plan);
   LaunchedStep step;
   for (const ScheduledChunk& c : plan.chunks) {
     if (!c.samples) continue;
     Sequence* seq = c.seq;
-    seq->tokens.push_back(kPlaceholder);
     ++seq->num_pending;
-    seq->pending_row = static_cast<int32_t>(step.rows.size());
-    step.rows.push_back({seq, seq->tokens.size() - 1});
+    step.rows.push_back({seq});
     // The step's token ends the sequence by length: plan nothing past it.
-    if (seq->num_generated + seq->num_pending >= seq->request.max_tokens ||
-        static_cast<int64_t>(seq->tokens.size()) >= max_context_)
+    if (seq->num_generated + seq->num_pending >= seq->request.max_tokens || seq->num_tokens() >= max_context_)
       scheduler_.remove(seq);
   }
   step.plan = std::move(plan);
   launched_.push_back(std::move(step));
-  while (launched_.size() > 1) CollectOldest();                       // collect the previous step
-  UpdateStats();
   return true;
 }
 
@@ -290,9 +271,11 @@ void Engine::CollectOldest() {
   for (size_t i = 0; i < step.rows.size(); ++i) {                       // post-process, emit
     if (skip[i]) continue;
     Sequence* seq = step.rows[i].seq;
-    seq->tokens[step.rows[i].token_index] = samples[i].token;
+    seq->tokens.push_back(samples[i].token);
     --seq->num_pending;
+    // A newer launched step read this token from the device: it computed on a wrong one.
     const bool restart = refeed_failed[i] && seq->num_pending > 0;
+    kv_.commit(seq->id, seq->tokens);
     Emit(seq, std::move(samples[i]), now);
     if (restart && !seq->finished) Restart(seq);
   }
@@ -301,31 +284,10 @@ void Engine::CollectOldest() {
 
 void Engine::Restart(Sequence* seq) {
   PG_CHECK(!launched_.empty() && seq->num_pending == 1, "restart without a pending row");
-  launched_.back().rows[static_cast<size_t>(seq->pending_row)].discard = true;
-  seq->tokens.pop_back();
+  for (LaunchedRow& r : launched_.back().rows)
+    if (r.seq == seq) r.discard = true;
   seq->num_pending = 0;
   scheduler_.requeue(seq);
-  runner_->Release(seq->id);
-}
-
-Status Engine::RunAndSample(const SchedulerOutput& plan, std::span<const RunnerChunk> chunks,
-                            std::vector<SampleResult>* samples) {
-  if (runner_->samples_on_device()) {
-    std::vector<RunnerSampling> sampling;
-    for (const ScheduledChunk& c : plan.chunks)
-      if (c.samples) sampling.push_back({&c.seq->request.sampling, c.seq->sampling.get()});
-    return runner_->RunAndSample(chunks, sampling, samples);
-  }
-  std::vector<float> logits;
-  PG_RETURN_IF_ERROR(runner_->Run(chunks, &logits));
-  size_t row = 0;
-  for (const ScheduledChunk& c : plan.chunks) {
-    if (!c.samples) continue;
-    std::span<float> row_logits(logits.data() + row++ * static_cast<size_t>(vocab_size_),
-                                static_cast<size_t>(vocab_size_));
-    samples->push_back(Sample(row_logits, c.seq->request.sampling, *c.seq->sampling));
-  }
-  return Status::Ok();
 }
 
 void Engine::UpdateStats() {
@@ -334,6 +296,8 @@ void Engine::UpdateStats() {
   stats_.num_waiting = scheduler_.num_waiting();
   stats_.kv_usage = kv_.usage();
   stats_.num_preemptions = scheduler_.num_preemptions();
+  stats_.prefix_cache_queries = scheduler_.num_prefix_query_tokens();
+  stats_.prefix_cache_hits = scheduler_.num_prefix_hit_tokens();
   const DeviceTime device = runner_->device_time();
   stats_.device_busy_seconds = device.busy_s;
   stats_.device_idle_seconds = device.idle_s;

@@ -1,18 +1,19 @@
 // Engine: owns requests from submission to their last event and runs the step loop on its
-// own thread: schedule -> run -> sample -> post-process -> emit.
+// own thread. Every step reads schedule -> launch -> collect -> post-process -> emit.
 //
-// With a runner that overlaps steps (ModelRunner::supports_overlap) the loop runs one step
-// ahead: it plans and launches step n+1 while the device runs step n, then collects and
-// post-processes step n while the device runs step n+1. A sequence that sampled in step n
-// takes part in step n+1 with a placeholder for that token, which the device fills in from
-// step n's samples. What the engine cannot know ahead is handled after the fact:
+// The runner says how many launched steps may wait (ModelRunner::max_in_flight): with one,
+// each step is collected right after its launch; with two, the loop runs one step ahead: it
+// plans and launches step n+1 while the device runs step n, then collects and
+// post-processes step n. A sequence that sampled in step n takes part in step n+1 with its
+// newest token still unknown on the host (Sequence::num_pending); the device reads it from
+// the token its slot sampled. What the engine cannot know ahead is handled after the fact:
 // - a sequence that finishes in step n (stop token, abort) has its step n+1 row dropped;
 // - a sequence that reaches its length in step n is not planned into step n+1 at all;
 // - a row the device could not sample (finished on the host) fed step n+1 a wrong token, so
 //   that sequence drops its step n+1 row and restarts (recompute, as after a preemption);
 // - sequences whose sampling counts their own tokens (penalties) need step n's token on the
 //   host before step n+1's rows exist: such a step is collected before the next is planned.
-// A request's tokens are therefore the same with and without overlap.
+// A request's tokens are therefore the same at any depth.
 #pragma once
 
 #include <atomic>
@@ -36,11 +37,11 @@ namespace peregrine {
 
 struct EngineConfig {
   SchedulerConfig scheduler;
-  KvCacheConfig kv_cache;
 };
 
 class Engine final : public EngineClient {
  public:
+  // The KV bookkeeping follows the runner's pools (ModelRunner::kv_capacity).
   Engine(const EngineConfig& config, std::unique_ptr<ModelRunner> runner);
   ~Engine() override;
 
@@ -54,9 +55,8 @@ class Engine final : public EngineClient {
   int64_t vocab_size() const override { return vocab_size_; }
   int64_t max_context() const override { return max_context_; }
 
-  // One step on the calling thread (tests drive the engine this way without Start()); with
-  // an overlapping runner a call launches a step and collects the previous one. Returns
-  // false when there was nothing to do.
+  // One step on the calling thread (tests drive the engine this way without Start()).
+  // Returns false when there was nothing to do.
   bool Step();
 
  private:
@@ -65,11 +65,9 @@ class Engine final : public EngineClient {
     std::unordered_set<std::string> aborted;
   };
 
-  // A launched, uncollected step (overlap): its plan and, per sampling row, the sequence and
-  // the index of the placeholder its token replaces.
+  // A launched, uncollected step: its plan and, per sampling row, the sequence.
   struct LaunchedRow {
     Sequence* seq = nullptr;
-    size_t token_index = 0;
     bool discard = false;  // the sequence restarted: drop this row's sample
   };
   struct LaunchedStep {
@@ -89,16 +87,12 @@ class Engine final : public EngineClient {
   // sequence on a stop token or at its length.
   void Emit(Sequence* seq, SampleResult sample, std::chrono::steady_clock::time_point now);
   void FailStep(const SchedulerOutput& out, const Status& status);
-  bool StepSync();
-  bool StepOverlapped();
+  // Launches the plan's step; false when it failed (its requests errored out).
+  bool Launch(SchedulerOutput plan);
   // Collects the oldest launched step and post-processes its samples.
   void CollectOldest();
   // Drops the sequence's pending row in the newest launched step and recomputes it.
   void Restart(Sequence* seq);
-  // Runs the step's chunks and samples one token per chunk that samples, on the device when
-  // the runner can, else with Sample() on the host logits.
-  Status RunAndSample(const SchedulerOutput& plan, std::span<const RunnerChunk> chunks,
-                      std::vector<SampleResult>* samples);
   void UpdateStats();
   void Loop();
 
@@ -107,13 +101,14 @@ class Engine final : public EngineClient {
   const int64_t vocab_size_;
   const int64_t max_context_;
   const std::vector<int32_t> eos_ids_;
+  const size_t depth_;  // launched steps that may wait to be collected
 
   // Engine-thread state.
   KvManager kv_;
   Scheduler scheduler_;
   std::unordered_map<std::string, std::unique_ptr<Sequence>> live_;  // by request id
   int64_t next_seq_id_ = 1;
-  std::deque<LaunchedStep> launched_;  // oldest first; at most one between Step() calls
+  std::deque<LaunchedStep> launched_;  // oldest first
   std::vector<std::unique_ptr<Sequence>> graveyard_;  // finished with no launched step left; freed per Step
 
   // Shared with submitting threads.

@@ -24,6 +24,7 @@ struct EngineRequest {
   int64_t max_tokens = 16;             // >= 1 new tokens at most
   std::vector<int32_t> stop_token_ids; // finish with kStop when generated (token is emitted)
   bool ignore_eos = false;             // when false, the model's EOS ids also finish with kStop
+  std::string cache_salt;              // prefix-cache namespace: only requests with the same salt share blocks
 };
 
 enum class FinishReason : uint8_t {
@@ -55,6 +56,8 @@ struct EngineStats {
   int64_t num_preemptions = 0;         // cumulative
   int64_t prefix_cache_queries = 0;    // cumulative tokens looked up
   int64_t prefix_cache_hits = 0;       // cumulative tokens found
+  int64_t kv_num_blocks = 0;           // KV blocks of the pools
+  int64_t kv_block_tokens = 0;         // tokens per block
   double device_busy_seconds = 0.0;    // cumulative device time of steps (runners that time it)
   double device_idle_seconds = 0.0;    // cumulative device idle time between steps of a busy engine
   bool is_ready = false;

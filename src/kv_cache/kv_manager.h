@@ -1,69 +1,101 @@
-// The DeepSeek-V4 KV state manager (host bookkeeping, no device code).
+// The KV bookkeeping of the running requests (host only, no device code): which request
+// holds which per-request slot, which blocks (its block table) and which prefix-cache
+// entries. The backend maps slot and block ids to its own storage (KvLayout says what a
+// slot and a block hold).
 //
-// Per request the model keeps: a sliding-window ring and compressor state per layer (fixed
-// size: one "slot" of the slot pool), compressed ratio-4 entries for every CSA layer and
-// their indexer keys, and compressed ratio-128 entries for every HCA layer. Compressed
-// entries live in pages of `page_size` entries; one page id addresses the same block in
-// every layer of its kind (as block tables do), so a request has three page tables.
+// Blocks are taken as the request's entries complete (KvLayout::BlocksFor) and returned on
+// free. With prefix caching, every full block is keyed by the hash chain of its prefix
+// (block_hash.h) once its tokens are known; a snapshot of the per-request state is written
+// at each block boundary a request crosses (when the snapshot pool has room) and keyed like
+// the block it ends. A new request starts from the longest cached prefix that ends at a
+// keyed snapshot (and leaves its last token to compute): it shares those blocks read-only,
+// its slot is restored from the snapshot, and its computation starts at the boundary.
+//
 // Mutations come in can_X / X pairs; X on a state that fails can_X is a broken invariant.
 #pragma once
 
 #include <cstdint>
+#include <span>
+#include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
-#include "kv_cache/page_pool.h"
+#include "kv_cache/block_hash.h"
+#include "kv_cache/block_pool.h"
+#include "model/kv_layout.h"
 
 namespace peregrine {
 
 struct KvCacheConfig {
-  int32_t page_size = 64;          // compressed entries per page
-  int32_t num_slots = 64;          // requests that can hold window/compressor state at once
-  int32_t num_csa_pages = 0;       // pages for ratio-4 entries (+ indexer keys, same ids)
-  int32_t num_hca_pages = 0;       // pages for ratio-128 entries
-  int64_t csa_ratio = 4;
-  int64_t hca_ratio = 128;
-  bool has_csa = true;             // the model has CSA layers
-  bool has_hca = true;             // the model has HCA layers
+  KvLayout layout;
+  int32_t num_slots = 64;      // requests that can hold per-request state at once
+  int32_t num_blocks = 0;      // blocks of the paged kinds
+  int32_t num_snapshots = 0;   // block-boundary snapshots (prefix caching)
+  bool enable_prefix_caching = false;  // needs layout.can_snapshot() and num_snapshots > 0
 };
 
 struct RequestKv {
   int32_t slot = -1;
-  int64_t num_tokens = 0;             // tokens whose KV is held
-  std::vector<int32_t> csa_pages;     // ratio-4 entries and indexer keys
-  std::vector<int32_t> hca_pages;     // ratio-128 entries
+  int64_t num_tokens = 0;           // tokens whose KV is held or being computed
+  std::vector<int32_t> blocks;      // block j covers tokens [j * block_tokens, (j + 1) * block_tokens)
+  int64_t num_cached_tokens = 0;    // found in the prefix cache at admission
+  int32_t restore = -1;             // snapshot the slot starts from, until the first chunk takes it
+  // Prefix-cache keys.
+  BlockHash root{};
+  BlockHash last_key{};             // key of block num_keyed_blocks - 1
+  int64_t num_keyed_blocks = 0;
+  std::vector<std::pair<int64_t, int32_t>> written;  // (boundary in blocks, snapshot) not keyed yet
+  int32_t held_restore = -1;        // the restore snapshot, held until the step that read it is committed
 };
 
 class KvManager {
  public:
   explicit KvManager(const KvCacheConfig& config);
 
-  // A new request needs a slot (and pages for its first tokens, via can_append).
+  bool prefix_caching() const { return caching_; }
+  int64_t block_tokens() const { return config_.layout.block_tokens; }
+
   bool can_admit() const { return !free_slots_.empty(); }
-  void admit(int64_t request);
+  // Admits a request whose context is `tokens` and returns the tokens it starts with from
+  // the prefix cache (0 without a hit; a multiple of block_tokens, below tokens.size()).
+  int64_t admit(int64_t request, std::span<const int32_t> tokens, std::string_view cache_salt = {});
   // Room for `num_new` more tokens of an admitted request.
   bool can_append(int64_t request, int64_t num_new) const;
-  void append(int64_t request, int64_t num_new);
-  // Frees everything the request holds (no-op for unknown requests).
+  // Takes the blocks for `num_new` more tokens. `snapshots` (may be null) gets one entry per
+  // block boundary the new tokens reach, in order (the first is the first boundary after the
+  // old num_tokens): the snapshot to write there, or -1.
+  void append(int64_t request, int64_t num_new, std::vector<int32_t>* snapshots = nullptr);
+  // The snapshot the request's first chunk restores its slot from (-1: none); taken once.
+  int32_t take_restore(int64_t request);
+  // After a step was launched or its tokens arrived: keys the request's full blocks whose
+  // tokens are known (`known` = its context so far) and the snapshots that end them, and lets
+  // go of a restore snapshot that a launched step has read.
+  void commit(int64_t request, std::span<const int32_t> known);
+  // Frees everything the request holds (no-op for unknown requests); cached blocks stay
+  // readable until evicted.
   void free(int64_t request);
 
   bool holds(int64_t request) const { return requests_.count(request) != 0; }
   const RequestKv& get(int64_t request) const;
   // Whether a request of `num_tokens` could ever fit in an empty cache.
   bool fits_when_empty(int64_t num_tokens) const;
-  // Fraction of pages in use (the larger of the two pools).
+  // Fraction of blocks in use (cached blocks nobody holds count as free, as they are reclaimable).
   double usage() const;
-  // Tokens of context one request could hold if it had the whole cache.
+  // Tokens of context the blocks hold.
   int64_t capacity_tokens() const;
+  int32_t num_free_blocks() const { return blocks_.num_free(); }
+  int32_t num_cached_blocks() const { return blocks_.num_cached(); }
+  int32_t num_cached_snapshots() const { return snapshots_.num_cached(); }
   const KvCacheConfig& config() const { return config_; }
 
  private:
-  int32_t CsaPagesFor(int64_t num_tokens) const;
-  int32_t HcaPagesFor(int64_t num_tokens) const;
+  int32_t BlocksNeeded(const RequestKv& kv, int64_t num_new) const;
 
   KvCacheConfig config_;
-  PagePool csa_pool_;
-  PagePool hca_pool_;
+  bool caching_ = false;
+  BlockPool blocks_;
+  BlockPool snapshots_;
   std::vector<int32_t> free_slots_;
   std::unordered_map<int64_t, RequestKv> requests_;
 };

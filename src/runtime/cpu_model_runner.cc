@@ -1,10 +1,25 @@
 #include "runtime/cpu_model_runner.h"
 
+#include <algorithm>
 #include <string>
 
 namespace peregrine {
 
-CpuModelRunner::CpuModelRunner(std::unique_ptr<deepseek_v4::Model> model) : model_(std::move(model)) {}
+CpuModelRunner::CpuModelRunner(std::unique_ptr<HostModel> model, const CpuRunnerOptions& options)
+    : model_(std::move(model)),
+      options_(options),
+      max_context_(options.max_context > 0
+                       ? std::min(options.max_context, model_->config().max_position_embeddings)
+                       : model_->config().max_position_embeddings) {
+  KvBudget budget;
+  budget.num_slots = options.num_slots;
+  budget.prefix_caching = options.prefix_caching;
+  budget.snapshot_fraction = options.snapshot_fraction;
+  capacity_ = SizeKvPoolsForTokens(model_->kv_layout(options.block_tokens), options.kv_tokens, budget);
+  kv_ = model_->CreateKvPools(options.block_tokens, capacity_.num_slots, capacity_.num_blocks, capacity_.num_snapshots);
+  slot_positions_.assign(static_cast<size_t>(capacity_.num_slots), -1);
+  slot_tokens_.assign(static_cast<size_t>(capacity_.num_slots), -1);
+}
 
 std::vector<int32_t> CpuModelRunner::eos_token_ids() const {
   std::vector<int32_t> ids;
@@ -12,21 +27,71 @@ std::vector<int32_t> CpuModelRunner::eos_token_ids() const {
   return ids;
 }
 
-Status CpuModelRunner::Run(std::span<const RunnerChunk> chunks, std::vector<float>* logits) {
-  // One batched forward over every chunk: weights are read once per step, not per sequence.
-  std::vector<deepseek_v4::Model::Chunk> batch;
-  batch.reserve(chunks.size());
-  for (const RunnerChunk& chunk : chunks) {
-    auto it = states_.find(chunk.seq_id);
-    if (chunk.first_position == 0) {
-      // A (re)start: recompute from scratch, as after preemption.
-      it = states_.insert_or_assign(chunk.seq_id, model_->NewSequence()).first;
-    } else if (it == states_.end() || it->second.num_tokens != chunk.first_position) {
-      return Internal("runner state out of step for sequence " + std::to_string(chunk.seq_id));
+Status CpuModelRunner::Launch(std::span<const RunnerChunk> chunks, std::span<const RunnerSampling> sampling) {
+  if (static_cast<int>(launched_.size()) >= max_in_flight()) return Internal("too many launched steps");
+  std::vector<ChunkView> views;
+  std::vector<std::vector<int32_t>> fed(chunks.size());
+  views.reserve(chunks.size());
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    ChunkView v = chunks[i].view;
+    if (v.slot < 0 || v.slot >= capacity_.num_slots)
+      return Internal("KV slot " + std::to_string(v.slot) + " outside the pools");
+    const int64_t at = slot_positions_[static_cast<size_t>(v.slot)];
+    const bool restarts = v.first_position == 0 || v.restore >= 0;
+    if (!restarts && v.first_position != at)
+      return Internal("runner state out of step for sequence " + std::to_string(chunks[i].seq_id));
+    if (v.feeds_last) {
+      // The slot's newest token, sampled by the previous step (already on the host here).
+      const int32_t last = slot_tokens_[static_cast<size_t>(v.slot)];
+      if (last < 0) return Internal("a chunk is fed from a slot that sampled nothing");
+      fed[i].assign(v.tokens.begin(), v.tokens.end());
+      fed[i].push_back(last);
+      v.tokens = fed[i];
+      v.feeds_last = false;
     }
-    batch.push_back({&it->second, chunk.tokens, /*all_logits=*/false, chunk.needs_logits});
+    views.push_back(v);
   }
-  return model_->Forward(batch, logits);
+  std::vector<float> logits;
+  const Status s = model_->Forward(views, *kv_, &logits);
+  for (const ChunkView& v : views)
+    slot_positions_[static_cast<size_t>(v.slot)] = s.ok() ? v.first_position + v.num_tokens : -1;
+  PG_RETURN_IF_ERROR(s);
+
+  const int64_t vocab = model_->config().vocab_size;
+  if (logits.size() != sampling.size() * static_cast<size_t>(vocab))
+    return Internal("one sampling entry per logits row expected");
+  Launched step;
+  size_t row = 0;
+  for (const ChunkView& v : views) {
+    if (!v.needs_logits) continue;
+    const RunnerSampling& smp = sampling[row];
+    step.rng_before.push_back(smp.state->rng());
+    step.states.push_back(smp.state);
+    std::span<float> row_logits(logits.data() + row * static_cast<size_t>(vocab), static_cast<size_t>(vocab));
+    step.results.push_back(Sample(row_logits, *smp.params, *smp.state));
+    slot_tokens_[static_cast<size_t>(v.slot)] = step.results.back().token;
+    ++row;
+  }
+  launched_.push_back(std::move(step));
+  return Status::Ok();
+}
+
+Status CpuModelRunner::Collect(std::span<const uint8_t> skip, std::vector<SampleResult>* results,
+                               std::vector<uint8_t>* refeed_failed) {
+  if (launched_.empty()) return Internal("no launched step to collect");
+  Launched step = std::move(launched_.front());
+  launched_.pop_front();
+  if (skip.size() != step.results.size()) return Internal("collect: one skip flag per sampling row expected");
+  results->assign(step.results.size(), SampleResult{});
+  refeed_failed->assign(step.results.size(), 0);
+  for (size_t i = 0; i < skip.size(); ++i) {
+    if (skip[i]) {
+      step.states[i]->rng() = step.rng_before[i];  // a restarting sequence draws this token again
+      continue;
+    }
+    (*results)[i] = std::move(step.results[i]);
+  }
+  return Status::Ok();
 }
 
 }  // namespace peregrine

@@ -1,28 +1,62 @@
-// ModelRunner on the CPU reference backend: one SequenceState per sequence, every step one
-// batched forward (each sequence's logits depend on its own tokens only: batch-invariant).
+// ModelRunner on the CPU reference backend, for any HostModel: the KV pools are the model's
+// host pools sized by the runtime, every step is one batched forward (each sequence's logits depend on its own
+// tokens only: batch-invariant) and sampling runs on the host inside Launch, so the token
+// buffer holds every slot's newest token before the next step is planned.
 #pragma once
 
+#include <deque>
 #include <memory>
-#include <unordered_map>
+#include <random>
+#include <vector>
 
-#include "model/deepseek_v4/model.h"
+#include "model/host_model.h"
+#include "runtime/kv_sizing.h"
 #include "runtime/model_runner.h"
 
 namespace peregrine {
 
+struct CpuRunnerOptions {
+  int32_t num_slots = 64;
+  int64_t kv_tokens = 1 << 18;       // tokens of context the blocks hold
+  int64_t block_tokens = 256;
+  bool prefix_caching = true;
+  double snapshot_fraction = 0.1;
+  int64_t max_context = 0;           // 0: the model's max_position_embeddings
+  // Let two launched steps wait (the engine then plans a step before collecting the last);
+  // steps still complete inside Launch, so this only exercises the overlapped engine path.
+  bool overlap = false;
+};
+
 class CpuModelRunner final : public ModelRunner {
  public:
-  explicit CpuModelRunner(std::unique_ptr<deepseek_v4::Model> model);
+  CpuModelRunner(std::unique_ptr<HostModel> model, const CpuRunnerOptions& options);
 
-  Status Run(std::span<const RunnerChunk> chunks, std::vector<float>* logits) override;
-  void Release(int64_t seq_id) override { states_.erase(seq_id); }
+  int max_in_flight() const override { return options_.overlap ? 2 : 1; }
+  Status Launch(std::span<const RunnerChunk> chunks, std::span<const RunnerSampling> sampling) override;
+  Status Collect(std::span<const uint8_t> skip, std::vector<SampleResult>* results,
+                 std::vector<uint8_t>* refeed_failed) override;
+  KvCapacity kv_capacity() const override { return capacity_; }
   int64_t vocab_size() const override { return model_->config().vocab_size; }
-  int64_t max_context() const override { return model_->config().max_position_embeddings; }
+  int64_t max_context() const override { return max_context_; }
   std::vector<int32_t> eos_token_ids() const override;
 
+  HostKvPools& kv() { return *kv_; }
+
  private:
-  std::unique_ptr<deepseek_v4::Model> model_;
-  std::unordered_map<int64_t, deepseek_v4::SequenceState> states_;
+  struct Launched {
+    std::vector<SampleResult> results;
+    std::vector<std::mt19937_64> rng_before;
+    std::vector<SequenceSamplingState*> states;
+  };
+
+  std::unique_ptr<HostModel> model_;
+  CpuRunnerOptions options_;
+  int64_t max_context_;
+  KvCapacity capacity_;
+  std::unique_ptr<HostKvPools> kv_;
+  std::vector<int64_t> slot_positions_;  // [num_slots] next position of the slot's state, -1 unusable
+  std::vector<int32_t> slot_tokens_;     // [num_slots] the token each slot sampled last
+  std::deque<Launched> launched_;
 };
 
 }  // namespace peregrine

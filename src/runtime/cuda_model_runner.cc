@@ -21,12 +21,11 @@ Tensor DeviceView(const peregrine::cuda::DeviceBuffer& b, DType t, Shape s) {
 
 }  // namespace
 
-CudaModelRunner::CudaModelRunner(std::unique_ptr<deepseek_v4::cuda::CudaModel> model, bool device_sampling,
-                                 bool overlap)
-    : model_(std::move(model)),
+CudaModelRunner::CudaModelRunner(std::unique_ptr<DeviceExecutor> executor, bool device_sampling, bool overlap)
+    : executor_(std::move(executor)),
       device_sampling_(device_sampling),
       overlap_(overlap),
-      slot_positions_(static_cast<size_t>(model_->options().num_slots), -1) {}
+      slot_positions_(static_cast<size_t>(executor_->kv_capacity().num_slots), -1) {}
 
 CudaModelRunner::~CudaModelRunner() {
   // Launched steps write into this runner's pinned buffers: let them finish first.
@@ -35,50 +34,35 @@ CudaModelRunner::~CudaModelRunner() {
 
 std::vector<int32_t> CudaModelRunner::eos_token_ids() const {
   std::vector<int32_t> ids;
-  for (int64_t id : model_->config().eos_token_ids) ids.push_back(static_cast<int32_t>(id));
+  for (int64_t id : executor_->config().eos_token_ids) ids.push_back(static_cast<int32_t>(id));
   return ids;
-}
-
-void CudaModelRunner::Release(int64_t) {
-  // Slots are the engine's: a released sequence's slot is restarted (position 0) by its next
-  // owner, which overwrites the state as it goes (in stream order after any launched step).
 }
 
 Status CudaModelRunner::PlanChunks(std::span<const RunnerChunk> chunks) {
   step_.clear();
   for (const RunnerChunk& chunk : chunks) {
-    if (chunk.slot < 0 || chunk.slot >= static_cast<int32_t>(slot_positions_.size()))
-      return Internal("KV slot " + std::to_string(chunk.slot) + " outside the device state");
-    const int64_t at = slot_positions_[static_cast<size_t>(chunk.slot)];
-    if (chunk.first_position != 0 && chunk.first_position != at)
+    const ChunkView& v = chunk.view;
+    if (v.slot < 0 || v.slot >= static_cast<int32_t>(slot_positions_.size()))
+      return Internal("KV slot " + std::to_string(v.slot) + " outside the device pools");
+    const int64_t at = slot_positions_[static_cast<size_t>(v.slot)];
+    const bool restarts = v.first_position == 0 || v.restore >= 0;
+    if (!restarts && v.first_position != at)
       return Internal("runner state out of step for sequence " + std::to_string(chunk.seq_id));
-    deepseek_v4::StepChunk step{chunk.slot, chunk.first_position, chunk.tokens, chunk.needs_logits};
-    step.fed_from = chunk.fed_from;
-    step_.push_back(step);
+    step_.push_back(v);
   }
   return Status::Ok();
 }
 
 void CudaModelRunner::Advance(std::span<const RunnerChunk> chunks, const Status& status) {
   for (const RunnerChunk& chunk : chunks)
-    slot_positions_[static_cast<size_t>(chunk.slot)] =
-        status.ok() ? chunk.first_position + static_cast<int64_t>(chunk.tokens.size()) : -1;
-}
-
-Status CudaModelRunner::Run(std::span<const RunnerChunk> chunks, std::vector<float>* logits) {
-  if (!launched_.empty()) return Internal("a synchronous step while launched steps wait to be collected");
-  for (const RunnerChunk& chunk : chunks)
-    if (chunk.fed_from >= 0) return InvalidArgument("a synchronous step cannot feed tokens from a previous step");
-  PG_RETURN_IF_ERROR(PlanChunks(chunks));
-  const Status s = model_->Forward(step_, logits);
-  Advance(chunks, s);
-  return s;
+    slot_positions_[static_cast<size_t>(chunk.view.slot)] =
+        status.ok() ? chunk.view.first_position + chunk.view.num_tokens : -1;
 }
 
 Status CudaModelRunner::EnsureCapacity(LaunchSlot& slot, size_t rows, size_t edits) {
   namespace pc = peregrine::cuda;
-  pc::CachingAllocator& a = model_->allocator();
-  const size_t vocab = static_cast<size_t>(model_->config().vocab_size);
+  pc::CachingAllocator& a = executor_->allocator();
+  const size_t vocab = static_cast<size_t>(executor_->config().vocab_size);
   if (rows > slot.row_capacity) {
     const size_t n = std::max<size_t>(rows, 2 * slot.row_capacity);
     PG_ASSIGN_OR_RETURN(slot.in_rows, pc::PinnedHostBuffer::Allocate(n * sizeof(DeviceSamplingRow)));
@@ -116,7 +100,7 @@ Status CudaModelRunner::EnqueueSampling(LaunchSlot& slot, const Tensor& logits, 
   const size_t r = slot.rows, e = slot.edits;
   if (r > 0) {
     const int64_t rr = static_cast<int64_t>(r), ee = static_cast<int64_t>(e);
-    const int64_t vocab = model_->config().vocab_size;
+    const int64_t vocab = executor_->config().vocab_size;
     std::memcpy(slot.in_rows.data(), slot.batch.rows.data(), r * sizeof(DeviceSamplingRow));
     std::memcpy(slot.in_offsets.data(), slot.batch.edit_offsets.data(), (r + 1) * 4);
     if (e > 0) std::memcpy(slot.in_edits.data(), slot.batch.edits.data(), e * sizeof(DeviceLogitEdit));
@@ -150,6 +134,8 @@ Status CudaModelRunner::EnqueueSampling(LaunchSlot& slot, const Tensor& logits, 
     save.dst = DeviceView(slot.saved_logits_d, DType::kF32, {rr, vocab});
     save.flags = a.status;
     PG_RETURN_IF_ERROR(peregrine::cuda::CopyFlaggedRows(save, stream));
+    // The next step's fed chunks read these tokens from their slots.
+    PG_RETURN_IF_ERROR(executor_->StoreSampledTokens(slot.tokens_d.as<int32_t>(), rr));
     PG_CUDA_RETURN_IF_ERROR(d2h(slot.out_tokens, slot.tokens_d, r * 4));
     PG_CUDA_RETURN_IF_ERROR(d2h(slot.out_logprobs, slot.logprobs_d, r * 4));
     PG_CUDA_RETURN_IF_ERROR(d2h(slot.out_status, slot.status_d, r * 4));
@@ -161,23 +147,41 @@ Status CudaModelRunner::EnqueueSampling(LaunchSlot& slot, const Tensor& logits, 
   return slot.done.Record(stream);
 }
 
+Status CudaModelRunner::LaunchHostSampled(LaunchSlot& slot, std::span<const RunnerSampling> sampling) {
+  std::vector<float> logits;
+  PG_RETURN_IF_ERROR(executor_->Forward(step_, &logits));
+  const auto vocab = static_cast<size_t>(executor_->config().vocab_size);
+  if (logits.size() != sampling.size() * vocab) return Internal("one sampling entry per logits row expected");
+  slot.host_results.clear();
+  for (size_t i = 0; i < sampling.size(); ++i)
+    slot.host_results.push_back(
+        Sample(std::span<float>(logits.data() + i * vocab, vocab), *sampling[i].params, *sampling[i].state));
+  return Status::Ok();
+}
+
 Status CudaModelRunner::Launch(std::span<const RunnerChunk> chunks, std::span<const RunnerSampling> sampling) {
-  if (!device_sampling_) return Internal("overlapped steps need device sampling");
-  if (launched_.size() >= launch_slots_.size()) return Internal("two launched steps wait to be collected already");
+  if (static_cast<int>(launched_.size()) >= max_in_flight()) return Internal("too many launched steps");
   const int index = (last_launched_ + 1) % static_cast<int>(launch_slots_.size());
   LaunchSlot& slot = launch_slots_[static_cast<size_t>(index)];
-  bool fed = false;
-  for (const RunnerChunk& chunk : chunks) fed = fed || chunk.fed_from >= 0;
-  const LaunchSlot* previous = last_launched_ >= 0 ? &launch_slots_[static_cast<size_t>(last_launched_)] : nullptr;
-  if (fed && previous == nullptr) return InvalidArgument("a chunk is fed from a previous step, but none was launched");
   PG_RETURN_IF_ERROR(PlanChunks(chunks));
+  for (const ChunkView& v : step_)
+    if (v.feeds_last && !device_sampling_) return Internal("a fed chunk needs device sampling");
+  slot.slots.clear();
+  for (const RunnerChunk& chunk : chunks) slot.slots.push_back(chunk.view.slot);
+  slot.sampling.assign(sampling.begin(), sampling.end());
+  if (!device_sampling_) {
+    const Status s = LaunchHostSampled(slot, sampling);
+    Advance(chunks, s);
+    PG_RETURN_IF_ERROR(s);
+    slot.rows = sampling.size();
+    launched_.push_back(index);
+    last_launched_ = index;
+    return Status::Ok();
+  }
 
-  const int64_t vocab = model_->config().vocab_size;
+  const int64_t vocab = executor_->config().vocab_size;
   slot.batch.Clear();
   slot.rng_before.resize(sampling.size());
-  slot.sampling.assign(sampling.begin(), sampling.end());
-  slot.slots.clear();
-  for (const RunnerChunk& chunk : chunks) slot.slots.push_back(chunk.slot);
   for (size_t i = 0; i < sampling.size(); ++i)
     AppendDeviceRow(*sampling[i].params, *sampling[i].state, vocab, slot.batch, &slot.rng_before[i]);
   slot.rows = slot.batch.num_rows();
@@ -188,11 +192,10 @@ Status CudaModelRunner::Launch(std::span<const RunnerChunk> chunks, std::span<co
     PG_ASSIGN_OR_RETURN(step_start_[i], peregrine::cuda::Event::Create(true));
     PG_ASSIGN_OR_RETURN(step_end_[i], peregrine::cuda::Event::Create(true));
   }
-  PG_RETURN_IF_ERROR(step_start_[slot.timing].Record(model_->stream()));
+  PG_RETURN_IF_ERROR(step_start_[slot.timing].Record(executor_->stream()));
 
   auto hook = [&](const Tensor& logits, cudaStream_t stream) { return EnqueueSampling(slot, logits, stream); };
-  const Status s = model_->Launch(step_, hook, fed ? previous->tokens_d.as<int32_t>() : nullptr,
-                                  fed ? static_cast<int64_t>(previous->rows) : 0);
+  const Status s = executor_->Launch(step_, hook);
   Advance(chunks, s);
   if (!s.ok()) {
     // Nothing waits on this slot; its RNG draws are rolled back so a retry draws the same.
@@ -211,6 +214,14 @@ Status CudaModelRunner::Collect(std::span<const uint8_t> skip, std::vector<Sampl
   const int index = launched_.front();
   launched_.pop_front();
   LaunchSlot& slot = launch_slots_[static_cast<size_t>(index)];
+  if (!device_sampling_) {
+    if (skip.size() != slot.host_results.size()) return Internal("collect: one skip flag per sampling row expected");
+    results->assign(slot.host_results.size(), SampleResult{});
+    refeed_failed->assign(slot.host_results.size(), 0);
+    for (size_t i = 0; i < skip.size(); ++i)
+      if (!skip[i]) (*results)[i] = std::move(slot.host_results[i]);
+    return Status::Ok();
+  }
   if (Status s = slot.done.Synchronize(); !s.ok()) {
     for (int32_t state_slot : slot.slots) slot_positions_[static_cast<size_t>(state_slot)] = -1;
     return s;
@@ -234,7 +245,7 @@ Status CudaModelRunner::Collect(std::span<const uint8_t> skip, std::vector<Sampl
   const int32_t* status = slot.out_status.as<int32_t>();
   const int32_t* top_tokens = slot.out_top_tokens.as<int32_t>();
   const float* top_logprobs = slot.out_top_logprobs.as<float>();
-  const int64_t vocab = model_->config().vocab_size;
+  const int64_t vocab = executor_->config().vocab_size;
   results->assign(r, SampleResult{});
   refeed_failed->assign(r, 0);
   std::vector<float> row_logits;
@@ -270,14 +281,6 @@ Status CudaModelRunner::Collect(std::span<const uint8_t> skip, std::vector<Sampl
     state.Append(out.token);
   }
   return Status::Ok();
-}
-
-Status CudaModelRunner::RunAndSample(std::span<const RunnerChunk> chunks, std::span<const RunnerSampling> sampling,
-                                     std::vector<SampleResult>* results) {
-  if (!launched_.empty()) return Internal("a synchronous step while launched steps wait to be collected");
-  PG_RETURN_IF_ERROR(Launch(chunks, sampling));
-  std::vector<uint8_t> skip(sampling.size(), 0), refeed_failed;
-  return Collect(skip, results, &refeed_failed);
 }
 
 }  // namespace peregrine

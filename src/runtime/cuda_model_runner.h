@@ -1,11 +1,12 @@
-// ModelRunner on the CUDA backend: the engine's steps run as DeepSeek-V4 forwards on one GPU
-// (deepseek_v4::cuda::CudaModel); each sequence's device state lives in its KV slot.
+// ModelRunner on the CUDA backend: the engine's steps run on one GPU through a
+// DeviceExecutor (any registered device model; the executor owns the KV pools, graphs and
+// staging).
 //
 // With device sampling the runner can overlap steps: Launch enqueues a step (forward,
-// sampling, result copies into pinned host memory, an event) and returns; Collect waits for
-// the oldest launched step's event. Two launch slots alternate, each with its own sampling
-// buffers, so step n+1 can be launched, and read step n's sampled tokens on the device,
-// before the host has collected step n.
+// sampling, the sampled tokens into the slots' token buffer, result copies into pinned host
+// memory, an event) and returns; Collect waits for the oldest launched step's event. Two
+// launch slots alternate, each with its own sampling buffers, so step n+1 can be launched,
+// and read step n's sampled tokens on the device, before the host has collected step n.
 #pragma once
 
 #include <array>
@@ -18,7 +19,7 @@
 #include "backend/cuda/stream.h"
 #include "sampling/device_rows.h"
 
-#include "model/deepseek_v4/cuda/cuda_model.h"
+#include "runtime/device_executor.h"
 #include "runtime/model_runner.h"
 
 namespace peregrine {
@@ -26,27 +27,25 @@ namespace peregrine {
 class CudaModelRunner final : public ModelRunner {
  public:
   // `device_sampling`: sample on the GPU (kernels/sampling.cuh), so only token ids cross to
-  // the host; otherwise the engine samples the copied logits. `overlap` (needs device
-  // sampling): let the engine launch step n+1 before collecting step n.
-  CudaModelRunner(std::unique_ptr<deepseek_v4::cuda::CudaModel> model, bool device_sampling, bool overlap = true);
+  // the host; otherwise the logits are copied and sampled on the host. `overlap` (needs
+  // device sampling): let the engine launch step n+1 before collecting step n.
+  CudaModelRunner(std::unique_ptr<DeviceExecutor> executor, bool device_sampling, bool overlap = true);
   ~CudaModelRunner() override;
 
+  int max_in_flight() const override { return device_sampling_ && overlap_ ? 2 : 1; }
   // Fails (Internal) when a chunk continues a slot at another position than where its
   // state stands: the engine and the device state disagree.
-  Status Run(std::span<const RunnerChunk> chunks, std::vector<float>* logits) override;
-  bool samples_on_device() const override { return device_sampling_; }
-  Status RunAndSample(std::span<const RunnerChunk> chunks, std::span<const RunnerSampling> sampling,
-                      std::vector<SampleResult>* results) override;
-  bool supports_overlap() const override { return device_sampling_ && overlap_; }
   Status Launch(std::span<const RunnerChunk> chunks, std::span<const RunnerSampling> sampling) override;
   Status Collect(std::span<const uint8_t> skip, std::vector<SampleResult>* results,
                  std::vector<uint8_t>* refeed_failed) override;
+  KvCapacity kv_capacity() const override { return executor_->kv_capacity(); }
   DeviceTime device_time() const override { return device_time_; }
   void NoteIdle() override { idle_since_collect_ = true; }
-  void Release(int64_t seq_id) override;
-  int64_t vocab_size() const override { return model_->config().vocab_size; }
-  int64_t max_context() const override { return model_->options().max_context; }
+  int64_t vocab_size() const override { return executor_->config().vocab_size; }
+  int64_t max_context() const override { return executor_->options().max_context; }
   std::vector<int32_t> eos_token_ids() const override;
+
+  DeviceExecutor& executor() { return *executor_; }
 
  private:
   // One launched step's sampling: its rows, the RNG of each row before its draw, pinned
@@ -56,6 +55,7 @@ class CudaModelRunner final : public ModelRunner {
     std::vector<std::mt19937_64> rng_before;
     std::vector<RunnerSampling> sampling;
     std::vector<int32_t> slots;  // the chunks' state slots (marked unusable if the step fails)
+    std::vector<SampleResult> host_results;  // host sampling: the step's results
     size_t rows = 0, edits = 0;
     size_t row_capacity = 0, edit_capacity = 0;
     peregrine::cuda::PinnedHostBuffer in_rows, in_offsets, in_edits;
@@ -67,7 +67,7 @@ class CudaModelRunner final : public ModelRunner {
     size_t timing = 0;  // its events in the timing ring
   };
 
-  // Builds the step's chunks, checking each slot's position.
+  // Checks that each chunk continues its slot (or restarts it) and collects the views.
   Status PlanChunks(std::span<const RunnerChunk> chunks);
   // Records where each slot's state stands after a step is enqueued (or that it is unusable).
   void Advance(std::span<const RunnerChunk> chunks, const Status& status);
@@ -75,15 +75,17 @@ class CudaModelRunner final : public ModelRunner {
   Status EnsureCapacity(LaunchSlot& slot, size_t rows, size_t edits);
   // The step's sampling, enqueued behind its logits.
   Status EnqueueSampling(LaunchSlot& slot, const Tensor& logits, cudaStream_t stream);
+  // Host sampling: the step runs to completion, its logits sampled by Sample().
+  Status LaunchHostSampled(LaunchSlot& slot, std::span<const RunnerSampling> sampling);
 
-  std::unique_ptr<deepseek_v4::cuda::CudaModel> model_;
+  std::unique_ptr<DeviceExecutor> executor_;
   bool device_sampling_ = false;
   bool overlap_ = true;
-  std::vector<int64_t> slot_positions_;  // [num_slots] next position of the slot's state, -1 free
-  std::vector<deepseek_v4::StepChunk> step_;
+  std::vector<int64_t> slot_positions_;  // [num_slots] next position of the slot's state, -1 unusable
+  std::vector<ChunkView> step_;
   std::array<LaunchSlot, 2> launch_slots_;
   std::deque<int> launched_;  // launch slots of the launched, uncollected steps, oldest first
-  int last_launched_ = -1;    // the slot of the newest launched step (its tokens feed the next)
+  int last_launched_ = -1;    // the slot of the newest launched step
   // Step timing: a start and an end event per launch, in a ring longer than the launches
   // alive at once (two launched + the last collected), so the last collected step's end
   // event is still valid when the next step is collected.

@@ -32,6 +32,32 @@ void Scheduler::preempt(Sequence* seq, SchedulerOutput& out) {
   out.preempted.push_back(seq);
 }
 
+int64_t Scheduler::ChunkLength(const Sequence& seq, int64_t budget) const {
+  const int64_t p0 = seq.num_computed;
+  const int64_t end = seq.num_tokens();
+  int64_t e = p0 + std::min(end - p0, budget);
+  const int64_t b = kv_.block_tokens();
+  if (kv_.prefix_caching() && b > 0) {
+    if (p0 % b != 0) {
+      e = std::min(e, (p0 / b + 1) * b);
+    } else if (e < end && e % b != 0 && e / b * b > p0) {
+      e = e / b * b;
+    }
+  }
+  return e - p0;
+}
+
+void Scheduler::Plan(Sequence* seq, int64_t n, SchedulerOutput& out) {
+  ScheduledChunk c;
+  c.seq = seq;
+  c.first = seq->num_computed;
+  c.num_tokens = n;
+  c.samples = seq->num_computed + n == seq->num_tokens();
+  kv_.append(seq->id, n, &c.snapshots);
+  c.restore = kv_.take_restore(seq->id);
+  out.chunks.push_back(std::move(c));
+}
+
 SchedulerOutput Scheduler::schedule() {
   SchedulerOutput out;
   int64_t budget = config_.max_num_batched_tokens;
@@ -39,7 +65,7 @@ SchedulerOutput Scheduler::schedule() {
   // Running sequences first, oldest first; make room by preempting the newest.
   for (size_t i = 0; i < running_.size() && budget > 0;) {
     Sequence* seq = running_[i];
-    const int64_t n = std::min(seq->num_uncomputed(), budget);
+    const int64_t n = ChunkLength(*seq, budget);
     if (n <= 0) {
       ++i;
       continue;
@@ -53,33 +79,42 @@ SchedulerOutput Scheduler::schedule() {
       preempt(seq, out);  // the newest itself: nothing left to take from
       continue;
     }
-    kv_.append(seq->id, n);
-    out.chunks.push_back({seq, seq->num_computed, n, seq->num_computed + n == static_cast<int64_t>(seq->tokens.size())});
+    Plan(seq, n, out);
     budget -= n;
     ++i;
   }
 
-  // Then admit waiting sequences in arrival order.
+  // Then admit waiting sequences in arrival order (none past one whose token is pending).
   while (!waiting_.empty() && budget > 0 && static_cast<int64_t>(running_.size()) < config_.max_num_seqs &&
          kv_.can_admit()) {
     Sequence* seq = waiting_.front();
-    const int64_t n = std::min(seq->num_uncomputed(), budget);
-    kv_.admit(seq->id);
-    if (!kv_.can_append(seq->id, n)) {
+    if (seq->num_pending > 0) break;
+    const int64_t hit = kv_.admit(seq->id, seq->tokens, seq->request.cache_salt);
+    seq->num_computed = hit;
+    const int64_t n = ChunkLength(*seq, budget);
+    if (n <= 0 || !kv_.can_append(seq->id, n)) {
       kv_.free(seq->id);
+      seq->num_computed = 0;
       break;  // keep arrival order: no smaller request jumps the queue
     }
-    kv_.append(seq->id, n);
+    if (seq->num_cached_tokens < 0) seq->num_cached_tokens = std::min(hit, seq->num_prompt_tokens);
+    if (kv_.prefix_caching()) {
+      num_prefix_queries_ += static_cast<int64_t>(seq->tokens.size());
+      num_prefix_hits_ += hit;
+    }
     waiting_.pop_front();
     running_.push_back(seq);
-    out.chunks.push_back({seq, seq->num_computed, n, seq->num_computed + n == static_cast<int64_t>(seq->tokens.size())});
+    Plan(seq, n, out);
     budget -= n;
   }
   return out;
 }
 
 void Scheduler::on_computed(const SchedulerOutput& out) {
-  for (const ScheduledChunk& c : out.chunks) c.seq->num_computed = c.first + c.num_tokens;
+  for (const ScheduledChunk& c : out.chunks) {
+    c.seq->num_computed = c.first + c.num_tokens;
+    kv_.commit(c.seq->id, c.seq->tokens);
+  }
 }
 
 }  // namespace peregrine

@@ -1,11 +1,19 @@
-// Continuous batching with chunked prefill and preemption by recompute (host only).
+// Continuous batching with chunked prefill, prefix reuse and preemption by recompute (host
+// only).
 //
 // Each step has a token budget. Running sequences are served first, in admission order
 // (a decode takes one token, an unfinished prefill takes a chunk); then waiting sequences
 // are admitted in arrival order while the budget, the running cap and the KV cache allow.
-// When a running sequence cannot get KV pages for its next tokens, the most recently
+// Admission starts a sequence from the longest prefix the KV cache holds for its tokens.
+// When a running sequence cannot get KV blocks for its next tokens, the most recently
 // admitted running sequence is preempted: its KV is freed and it returns to the front of
-// the waiting queue, to be recomputed from its tokens (prompt + generated) later.
+// the waiting queue, to be recomputed from its tokens (prompt + generated) later, from
+// whatever of them the prefix cache still holds.
+//
+// With prefix caching, chunks respect block boundaries so that every boundary a chunk
+// passes can be snapshotted: a chunk that starts inside a block ends at that block's end at
+// the latest, and a chunk that starts on a boundary and stops before the sequence's end
+// stops on a boundary when it passes one.
 #pragma once
 
 #include <cstdint>
@@ -28,11 +36,13 @@ struct ScheduledChunk {
   int64_t first = 0;        // == seq->num_computed when scheduled
   int64_t num_tokens = 0;
   bool samples = false;     // the chunk reaches the end of the sequence's tokens
+  int32_t restore = -1;     // the slot starts from this snapshot (first chunk after a prefix hit)
+  std::vector<int32_t> snapshots;  // per block boundary the chunk reaches: snapshot to write, or -1
 };
 
 struct SchedulerOutput {
   std::vector<ScheduledChunk> chunks;
-  std::vector<Sequence*> preempted;  // the runner must drop their state
+  std::vector<Sequence*> preempted;  // their KV is freed
 };
 
 class Scheduler {
@@ -47,22 +57,32 @@ class Scheduler {
   // from its tokens (as a preemption does, without counting one).
   void requeue(Sequence* seq);
 
+  // A sequence waiting for a token a launched step still samples is not admitted until the
+  // token is known.
   SchedulerOutput schedule();
-  // Marks a step's chunks as computed (after the runner succeeded).
+  // Marks a step's chunks as computed (after the runner launched it) and commits their KV.
   void on_computed(const SchedulerOutput& out);
 
   int64_t num_running() const { return static_cast<int64_t>(running_.size()); }
   int64_t num_waiting() const { return static_cast<int64_t>(waiting_.size()); }
   int64_t num_preemptions() const { return num_preemptions_; }
+  // Prefix cache lookups of admitted sequences, in tokens (vLLM's queries and hits).
+  int64_t num_prefix_query_tokens() const { return num_prefix_queries_; }
+  int64_t num_prefix_hit_tokens() const { return num_prefix_hits_; }
 
  private:
   void preempt(Sequence* seq, SchedulerOutput& out);
+  // Tokens of the sequence's next chunk within `budget` (block-aligned with prefix caching).
+  int64_t ChunkLength(const Sequence& seq, int64_t budget) const;
+  void Plan(Sequence* seq, int64_t n, SchedulerOutput& out);
 
   SchedulerConfig config_;
   KvManager& kv_;
   std::vector<Sequence*> running_;  // admission order
   std::deque<Sequence*> waiting_;
   int64_t num_preemptions_ = 0;
+  int64_t num_prefix_queries_ = 0;
+  int64_t num_prefix_hits_ = 0;
 };
 
 }  // namespace peregrine

@@ -15,22 +15,22 @@ struct Sequence {
   int64_t id = 0;                    // engine-internal, never reused
   EngineRequest request;
   EventSink sink;
-  std::vector<int32_t> tokens;       // prompt followed by generated tokens
+  std::vector<int32_t> tokens;       // prompt followed by the generated tokens known on the host
   int64_t num_prompt_tokens = 0;
-  int64_t num_computed = 0;          // tokens whose state the runner holds
+  int64_t num_computed = 0;          // tokens whose state the runner holds (or a launched step computes)
   int64_t num_generated = 0;
   int64_t num_preemptions = 0;
+  int64_t num_cached_tokens = -1;    // prompt tokens found in the prefix cache at first admission
   std::unique_ptr<SequenceSamplingState> sampling;
   std::chrono::steady_clock::time_point arrival;
-  // Overlapped steps (engine.h): the last num_pending tokens are placeholders for tokens that
-  // launched steps are still sampling (at most one when a step is planned); pending_row is the
-  // newest one's sampling row in its step. `finished`: the last event went out, but a
-  // launched step may still name the sequence.
+  // Overlapped steps (engine.h): a launched step is still sampling the sequence's next token
+  // (at most one at a time), which its slot's next chunk reads on the device.
   int64_t num_pending = 0;
-  int32_t pending_row = -1;
+  // The last event went out, but a launched step may still name the sequence.
   bool finished = false;
 
-  int64_t num_uncomputed() const { return static_cast<int64_t>(tokens.size()) - num_computed; }
+  int64_t num_tokens() const { return static_cast<int64_t>(tokens.size()) + num_pending; }
+  int64_t num_uncomputed() const { return num_tokens() - num_computed; }
 };
 
 }  // namespace peregrine

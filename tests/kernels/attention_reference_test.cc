@@ -18,7 +18,7 @@
 #include "model/deepseek_v4/compressor.h"
 #include "model/deepseek_v4/layers.h"
 #include "model/deepseek_v4/rope.h"
-#include "model/deepseek_v4/state.h"
+#include "model/deepseek_v4/kv_store.h"
 
 namespace peregrine::deepseek_v4 {
 namespace {
@@ -86,6 +86,12 @@ TEST_P(AttentionReferenceTest, BatchedOpsReproduceTheModel) {
   config.index_head_dim = d.index_dim;
   config.index_topk = d.index_topk;
   config.rms_norm_eps = 1e-6;
+  config.num_layers = 1;
+  config.layer_types = {kind == Kind::kCsa   ? AttentionType::kCompressedSparse
+                        : kind == Kind::kHca ? AttentionType::kHeavilyCompressed
+                                             : AttentionType::kSliding};
+  config.compress_ratio_csa = 4;
+  config.compress_ratio_hca = 8;
   RopeConfig rope_config;
   rope_config.theta = 160000.0;
   rope_config.yarn = true;
@@ -118,12 +124,14 @@ TEST_P(AttentionReferenceTest, BatchedOpsReproduceTheModel) {
 
   cpu::ThreadPool pool(1);
   const AttentionContext ctx{config, rope, pool};
-  std::vector<LayerState> model_states(batch);
-  for (LayerState& s : model_states) {
-    s.window.assign(static_cast<size_t>(d.window * d.head_dim), 0.0f);
-    if (w.compressor) s.compressor = CompressorState{ratio, d.head_dim, coff, {}, {}, {}, {}, {}};
-    if (w.indexer) s.indexer = CompressorState{4, d.index_dim, 2, {}, {}, {}, {}, {}};
-  }
+  // The model's state: one slot per request, 16-token blocks.
+  const KvGeometry geometry = KvGeometry::For(config, 16, KvElementSizes{});
+  const auto blocks_per_request = static_cast<int32_t>(geometry.Layout().BlocksFor(steps) + 1);
+  CpuKvStore model_kv(geometry, batch, batch * blocks_per_request, 0);
+  std::vector<std::vector<int32_t>> block_tables(batch);
+  for (int64_t b = 0; b < batch; ++b)
+    for (int32_t j = 0; j < blocks_per_request; ++j)
+      block_tables[static_cast<size_t>(b)].push_back(static_cast<int32_t>(b) * blocks_per_request + j);
 
   // Batched state, pages shuffled.
   BatchedLayer L;
@@ -205,9 +213,10 @@ TEST_P(AttentionReferenceTest, BatchedOpsReproduceTheModel) {
     std::vector<Segment> segments;
     for (int64_t b = 0; b < batch; ++b) {
       if (positions[static_cast<size_t>(b)] < 0) continue;
-      segments.push_back({&model_states[static_cast<size_t>(b)], positions[static_cast<size_t>(b)], b, 1});
+      segments.push_back({&model_kv, static_cast<int32_t>(b), block_tables[static_cast<size_t>(b)], {},
+                          positions[static_cast<size_t>(b)], b, 1});
     }
-    Attention(ctx, w, segments, x.data(), batch, want.data());
+    Attention(ctx, w, 0, segments, x.data(), batch, want.data());
 
     // The batched references.
     std::vector<float> qr = linear(x, w.wq_a, batch);
@@ -310,12 +319,13 @@ TEST_P(AttentionReferenceTest, BatchedOpsReproduceTheModel) {
   // Compressed entries agree bit for bit (same arithmetic in the same order).
   if (w.compressor) {
     for (int64_t b = 0; b < batch; ++b) {
-      const CompressorState& s = model_states[static_cast<size_t>(b)].compressor;
-      for (int64_t k = 0; k < s.num_entries(); ++k) {
+      const int64_t num_entries = (steps - offsets[b]) / ratio;
+      for (int64_t k = 0; k < num_entries; ++k) {
         const int64_t row = L.page_table[static_cast<size_t>(b * L.max_pages + k / L.page_size)] * L.page_size +
                             k % L.page_size;
+        const float* entry = model_kv.Entry(0, block_tables[static_cast<size_t>(b)], k);
         for (int64_t c = 0; c < d.head_dim; ++c)
-          ASSERT_EQ(L.cache[static_cast<size_t>(row * d.head_dim + c)], s.entries[static_cast<size_t>(k * d.head_dim + c)])
+          ASSERT_EQ(L.cache[static_cast<size_t>(row * d.head_dim + c)], entry[c])
               << "request " << b << " entry " << k << " channel " << c;
       }
     }

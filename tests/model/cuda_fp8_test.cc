@@ -34,6 +34,7 @@
 namespace peregrine::deepseek_v4::cuda {
 namespace {
 
+using testing::StepChunk;
 using testing::RelativeL2;
 
 constexpr int64_t kBlock = 128;
@@ -144,20 +145,20 @@ class CudaFp8DenseTest : public ::testing::Test {
     prompt_ = Prompt(200, config_.vocab_size);
   }
 
-  std::unique_ptr<CudaModel> MakeCuda(const Checkpoint& checkpoint, DenseFormat format) {
-    CudaModelOptions o;
+  std::unique_ptr<testing::SlotModel> MakeCuda(const Checkpoint& checkpoint, DenseFormat format) {
+    testing::SlotModelOptions o;
     o.num_slots = 4;
     o.max_tokens = 256;
     o.max_context = 1024;
     o.max_logit_rows = 256;
     o.weights.dense_format = format;
-    auto model = CudaModel::Create(config_, checkpoint, o);
+    auto model = testing::SlotModel::Create(config_, checkpoint, o);
     EXPECT_TRUE(model.ok()) << model.status().ToString();
     return model.ok() ? std::move(model).value() : nullptr;
   }
 
   // Prefills the prompt into `slot` in chunks of `chunk`; logits of every token [T, V].
-  std::vector<float> Prefill(CudaModel& model, int32_t slot, int64_t chunk) {
+  std::vector<float> Prefill(testing::SlotModel& model, int32_t slot, int64_t chunk) {
     return testing::PrefillLogits(model, slot, prompt_, chunk);
   }
 

@@ -11,9 +11,56 @@ namespace peregrine::testing {
 
 using deepseek_v4::Model;
 using deepseek_v4::SequenceState;
-using deepseek_v4::StepChunk;
 
-std::vector<float> PrefillLogits(deepseek_v4::cuda::CudaModel& model, int32_t slot, std::span<const int32_t> prompt,
+Result<std::unique_ptr<SlotModel>> SlotModel::Create(const ModelConfig& config, const Checkpoint& checkpoint,
+                                                     const SlotModelOptions& o) {
+  ExecutorOptions eo;
+  eo.num_slots = o.num_slots;
+  eo.max_tokens = o.max_tokens;
+  eo.max_context = o.max_context;
+  eo.max_logit_rows = o.max_logit_rows;
+  eo.block_tokens = o.block_tokens;
+  eo.prefix_caching = false;
+  const KvLayout layout = deepseek_v4::KvGeometry::For(config, o.block_tokens, {2, 2}).Layout();
+  const int64_t per_slot = std::max<int64_t>(layout.BlocksFor(o.max_context), 1);
+  eo.kv_tokens = o.num_slots * per_slot * layout.block_tokens;
+  const deepseek_v4::cuda::WeightLoadOptions weights = o.weights;
+  const DeviceModelFactory factory = [weights](const ModelConfig& c, const Checkpoint& ckpt,
+                                               const DeviceModelLimits& limits, const DeviceWeightOptions&,
+                                               cuda::CachingAllocator& allocator,
+                                               cudaStream_t stream) -> Result<std::unique_ptr<DeviceModel>> {
+    PG_ASSIGN_OR_RETURN(std::unique_ptr<deepseek_v4::cuda::CudaModel> model,
+                        deepseek_v4::cuda::CudaModel::Create(c, ckpt, limits, weights, allocator, stream));
+    return std::unique_ptr<DeviceModel>(std::move(model));
+  };
+  auto m = std::unique_ptr<SlotModel>(new SlotModel());
+  PG_ASSIGN_OR_RETURN(m->executor_, DeviceExecutor::Create(config, checkpoint, factory, eo));
+  if (m->executor_->kv_capacity().num_blocks < o.num_slots * per_slot) return Internal("fewer KV blocks than asked for");
+  for (int64_t s = 0; s < o.num_slots; ++s) {
+    m->tables_.emplace_back();
+    for (int64_t j = 0; j < per_slot; ++j) m->tables_.back().push_back(static_cast<int32_t>(s * per_slot + j));
+  }
+  return m;
+}
+
+Status SlotModel::Forward(std::span<const StepChunk> chunks, std::vector<float>* logits) {
+  std::vector<ChunkView> views;
+  for (const StepChunk& c : chunks) {
+    if (c.slot < 0 || c.slot >= static_cast<int32_t>(tables_.size())) return InvalidArgument("slot out of range");
+    ChunkView v;
+    v.slot = c.slot;
+    v.first_position = c.first_position;
+    v.num_tokens = static_cast<int64_t>(c.tokens.size());
+    v.tokens = c.tokens;
+    v.blocks = tables_[static_cast<size_t>(c.slot)];
+    v.needs_logits = c.needs_logits;
+    v.all_logits = c.all_logits;
+    views.push_back(v);
+  }
+  return executor_->Forward(views, logits);
+}
+
+std::vector<float> PrefillLogits(SlotModel& model, int32_t slot, std::span<const int32_t> prompt,
                                  int64_t chunk) {
   std::vector<float> all, part;
   for (size_t begin = 0; begin < prompt.size(); begin += static_cast<size_t>(chunk)) {
@@ -27,7 +74,7 @@ std::vector<float> PrefillLogits(deepseek_v4::cuda::CudaModel& model, int32_t sl
   return all;
 }
 
-std::vector<double> BatchedDecodeErrors(deepseek_v4::cuda::CudaModel& model, Model& cpu,
+std::vector<double> BatchedDecodeErrors(SlotModel& model, Model& cpu,
                                         std::span<const int32_t> prompt, std::span<const int64_t> lengths,
                                         int32_t first_slot, int64_t chunk, int steps) {
   std::vector<SequenceState> states;

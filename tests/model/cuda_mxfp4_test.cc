@@ -33,6 +33,7 @@
 namespace peregrine::deepseek_v4::cuda {
 namespace {
 
+using testing::StepChunk;
 using testing::RelativeL2;
 
 constexpr uint64_t kSeed = 91;
@@ -108,20 +109,20 @@ class CudaMxfp4ExpertsTest : public ::testing::Test {
     for (int64_t i = 0; i < 160; ++i) prompt_.push_back(static_cast<int32_t>((i * 37 + 11) % config_.vocab_size));
   }
 
-  std::unique_ptr<CudaModel> MakeCuda(const Checkpoint& checkpoint, ExpertFormat format) {
-    CudaModelOptions o;
+  std::unique_ptr<testing::SlotModel> MakeCuda(const Checkpoint& checkpoint, ExpertFormat format) {
+    testing::SlotModelOptions o;
     o.num_slots = 4;
     o.max_tokens = 256;
     o.max_context = 1024;
     o.max_logit_rows = 256;
     o.weights.expert_format = format;
-    auto model = CudaModel::Create(config_, checkpoint, o);
+    auto model = testing::SlotModel::Create(config_, checkpoint, o);
     EXPECT_TRUE(model.ok()) << model.status().ToString();
     return model.ok() ? std::move(model).value() : nullptr;
   }
 
   // Prefills the prompt into `slot` in chunks of `chunk`; logits of every token [T, V].
-  std::vector<float> Prefill(CudaModel& model, int32_t slot, int64_t chunk) {
+  std::vector<float> Prefill(testing::SlotModel& model, int32_t slot, int64_t chunk) {
     return testing::PrefillLogits(model, slot, prompt_, chunk);
   }
 

@@ -31,24 +31,13 @@
 namespace peregrine::deepseek_v4::cuda {
 namespace {
 
+using testing::StepChunk;
 using testing::FixtureDirs;
 using testing::Golden;
 using testing::ReadGolden;
 using testing::RelativeL2;
 
-bool HasBf16Margins(const std::filesystem::path& fixture) {
-  std::ifstream in(fixture / "meta.json");
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str().find("\"bf16_margins\": true") != std::string::npos;
-}
-
-std::vector<std::filesystem::path> Bf16Fixtures() {
-  std::vector<std::filesystem::path> dirs;
-  for (const auto& d : FixtureDirs())
-    if (HasBf16Margins(d)) dirs.push_back(d);
-  return dirs;
-}
+std::vector<std::filesystem::path> Bf16Fixtures() { return testing::Bf16FixtureDirs(); }
 
 // bf16 activations and KV (8 significant bits) through three layers, weights exact in bf16:
 // measured 1.3e-2 over a whole prefill and up to 3.5e-2 for single decode steps (128 logits);
@@ -70,12 +59,12 @@ class CudaModelTest : public ::testing::TestWithParam<std::filesystem::path> {
     config_ = *config;
     auto checkpoint = Checkpoint::Open(dir);
     ASSERT_TRUE(checkpoint.ok()) << checkpoint.status().ToString();
-    CudaModelOptions o;
+    testing::SlotModelOptions o;
     o.num_slots = 4;
     o.max_tokens = 1024;
     o.max_context = std::min<int64_t>(config->max_position_embeddings, 1024);
     o.max_logit_rows = 1024;
-    auto model = CudaModel::Create(*config, **checkpoint, o);
+    auto model = testing::SlotModel::Create(*config, **checkpoint, o);
     ASSERT_TRUE(model.ok()) << model.status().ToString();
     model_ = std::move(model).value();
     auto golden = ReadGolden(GetParam() / "golden.safetensors");
@@ -98,7 +87,7 @@ class CudaModelTest : public ::testing::TestWithParam<std::filesystem::path> {
   }
 
   ModelConfig config_;
-  std::unique_ptr<CudaModel> model_;
+  std::unique_ptr<testing::SlotModel> model_;
   Golden golden_;
 };
 

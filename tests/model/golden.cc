@@ -1,5 +1,8 @@
 #include "golden.h"
 
+#include <fstream>
+#include <sstream>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -58,6 +61,17 @@ std::vector<std::filesystem::path> FixtureDirs() {
   for (const auto& e : std::filesystem::directory_iterator(root / "tests" / "fixtures"))
     if (e.is_directory() && std::filesystem::exists(e.path() / "golden.safetensors")) dirs.push_back(e.path());
   std::sort(dirs.begin(), dirs.end());
+  return dirs;
+}
+
+std::vector<std::filesystem::path> Bf16FixtureDirs() {
+  std::vector<std::filesystem::path> dirs;
+  for (const auto& d : FixtureDirs()) {
+    std::ifstream in(d / "meta.json");
+    std::stringstream text;
+    text << in.rdbuf();
+    if (text.str().find("\"bf16_margins\": true") != std::string::npos) dirs.push_back(d);
+  }
   return dirs;
 }
 

@@ -25,5 +25,7 @@ int64_t ArgMax(const float* x, int64_t n);
 
 // The fixture directories under tests/fixtures (each has model/ and golden.safetensors).
 std::vector<std::filesystem::path> FixtureDirs();
+// Those made with bf16 margins (meta.json "bf16_margins": true; docs/decisions/0002).
+std::vector<std::filesystem::path> Bf16FixtureDirs();
 
 }  // namespace peregrine::testing

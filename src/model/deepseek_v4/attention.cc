@@ -28,15 +28,16 @@ void RopeRows(const RopeTable& rope, int64_t position, float* x, int64_t rows, i
 
 // Lightning indexer for one query: score(k) = sum_h w_h * relu(q_h . key_k) / sqrt(Id) over
 // the visible entries, then the top `topk` (ties to the lower index).
-//   q [IH, Id], weights [IH], keys [num_visible, Id] -> selected entry indices
-std::vector<int64_t> IndexerTopK(const float* q, const float* weights, const float* keys, int64_t num_heads,
-                                 int64_t dim, int64_t num_visible, int64_t topk) {
+//   q [IH, Id], weights [IH], keys: num_visible pointers to [Id] -> selected entry indices
+std::vector<int64_t> IndexerTopK(const float* q, const float* weights, const std::vector<const float*>& keys,
+                                 int64_t num_heads, int64_t dim, int64_t topk) {
+  const auto num_visible = static_cast<int64_t>(keys.size());
   const float scale = 1.0f / std::sqrt(static_cast<float>(dim));
   std::vector<float> score(static_cast<size_t>(num_visible));
   for (int64_t k = 0; k < num_visible; ++k) {
     float acc = 0.0f;
     for (int64_t h = 0; h < num_heads; ++h)
-      acc += weights[h] * (std::fmax(cpu::Dot(q + h * dim, keys + k * dim, dim), 0.0f) * scale);
+      acc += weights[h] * (std::fmax(cpu::Dot(q + h * dim, keys[static_cast<size_t>(k)], dim), 0.0f) * scale);
     score[static_cast<size_t>(k)] = acc;
   }
   std::vector<int64_t> order(static_cast<size_t>(num_visible));
@@ -71,7 +72,7 @@ void SinkAttentionHead(const float* q, const std::vector<const float*>& rows, in
 
 }  // namespace
 
-void Attention(const AttentionContext& ctx, const AttentionWeights& w, std::span<const Segment> segments,
+void Attention(const AttentionContext& ctx, const AttentionWeights& w, int64_t layer, std::span<const Segment> segments,
                const float* x, int64_t num_rows, float* out) {
   const ModelConfig& c = ctx.config;
   const int64_t t_n = num_rows;
@@ -118,35 +119,57 @@ void Attention(const AttentionContext& ctx, const AttentionWeights& w, std::span
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   std::vector<float> o(static_cast<size_t>(t_n * h_n * hd));
   std::vector<const float*> rows;
+  std::vector<const float*> keys;
   for (const Segment& seg : segments) {
-    LayerState& state = *seg.state;
-    for (int64_t t = seg.first_row; t < seg.first_row + seg.num_tokens; ++t) {
-    const int64_t pos = positions[static_cast<size_t>(t)];
-    std::copy(kv.begin() + t * hd, kv.begin() + (t + 1) * hd, state.window.begin() + (pos % window) * hd);
-    rows.clear();
-    for (int64_t p = std::max<int64_t>(0, pos - window + 1); p <= pos; ++p)
-      rows.push_back(state.window.data() + (p % window) * hd);
+    CpuKvStore& kvs = *seg.kv;
+    float* ring = kvs.Window(layer, seg.slot);
+    const int64_t block = kvs.geometry().block_tokens;
+    const int64_t first_boundary = seg.first_position / block + 1;
+    CompressorRings crings, irings;
     if (w.compressor) {
-      const int64_t width = w.compressor->coff * hd;
-      CompressorAppend(*w.compressor, state.compressor, ctx.rope, eps, pos, ckv.data() + t * width,
-                       cgate.data() + t * width);
-      const int64_t visible = state.compressor.num_entries();
-      if (w.indexer) {
-        CompressorAppend(w.indexer->compressor, state.indexer, ctx.rope, eps, pos, ikv.data() + t * 2 * id,
-                         igate.data() + t * 2 * id);
-        for (int64_t k : IndexerTopK(iq.data() + t * ih_n * id, iw.data() + t * ih_n, state.indexer.entries.data(),
-                                     ih_n, id, state.indexer.num_entries(), c.index_topk))
-          rows.push_back(state.compressor.entries.data() + k * hd);
-      } else {
-        for (int64_t k = 0; k < visible; ++k) rows.push_back(state.compressor.entries.data() + k * hd);
+      crings = {kvs.CompressorKv(layer, seg.slot), kvs.CompressorGate(layer, seg.slot), w.compressor->ratio, hd,
+                w.compressor->coff};
+    }
+    if (w.indexer) {
+      irings = {kvs.IndexerKv(layer, seg.slot), kvs.IndexerGate(layer, seg.slot), w.indexer->compressor.ratio, id,
+                w.indexer->compressor.coff};
+    }
+    for (int64_t t = seg.first_row; t < seg.first_row + seg.num_tokens; ++t) {
+      const int64_t pos = positions[static_cast<size_t>(t)];
+      std::copy(kv.begin() + t * hd, kv.begin() + (t + 1) * hd, ring + (pos % window) * hd);
+      rows.clear();
+      for (int64_t p = std::max<int64_t>(0, pos - window + 1); p <= pos; ++p) rows.push_back(ring + (p % window) * hd);
+      if (w.compressor) {
+        const int64_t ratio = w.compressor->ratio;
+        const int64_t width = w.compressor->coff * hd;
+        const int64_t k = (pos + 1) / ratio - 1;  // the entry this token completes, if any
+        const bool completes = (pos + 1) % ratio == 0;
+        CompressorAppend(*w.compressor, crings, ctx.rope, eps, pos, ckv.data() + t * width, cgate.data() + t * width,
+                         completes ? kvs.Entry(layer, seg.blocks, k) : nullptr);
+        const int64_t visible = (pos + 1) / ratio;
+        if (w.indexer) {
+          CompressorAppend(w.indexer->compressor, irings, ctx.rope, eps, pos, ikv.data() + t * 2 * id,
+                           igate.data() + t * 2 * id, completes ? kvs.IndexKey(layer, seg.blocks, k) : nullptr);
+          keys.clear();
+          for (int64_t e = 0; e < visible; ++e) keys.push_back(kvs.IndexKey(layer, seg.blocks, e));
+          for (int64_t e : IndexerTopK(iq.data() + t * ih_n * id, iw.data() + t * ih_n, keys, ih_n, id, c.index_topk))
+            rows.push_back(kvs.Entry(layer, seg.blocks, e));
+        } else {
+          for (int64_t e = 0; e < visible; ++e) rows.push_back(kvs.Entry(layer, seg.blocks, e));
+        }
       }
-    }
-    for (int64_t h = 0; h < h_n; ++h) {
-      float* oh = o.data() + (t * h_n + h) * hd;
-      SinkAttentionHead(q.data() + (t * h_n + h) * hd, rows, hd, scale, w.sink.f32()[h], oh);
-    }
-    // K = V carries the rotation on its trailing dims; undo it at the query's position.
-    RopeRows(ctx.rope, pos, o.data() + t * h_n * hd, h_n, hd, /*inverse=*/true);
+      for (int64_t h = 0; h < h_n; ++h) {
+        float* oh = o.data() + (t * h_n + h) * hd;
+        SinkAttentionHead(q.data() + (t * h_n + h) * hd, rows, hd, scale, w.sink.f32()[h], oh);
+      }
+      // K = V carries the rotation on its trailing dims; undo it at the query's position.
+      RopeRows(ctx.rope, pos, o.data() + t * h_n * hd, h_n, hd, /*inverse=*/true);
+      // At a block boundary the slot's state is what a request sharing this prefix starts from.
+      if ((pos + 1) % block == 0) {
+        const int64_t i = (pos + 1) / block - first_boundary;
+        if (i >= 0 && i < static_cast<int64_t>(seg.snapshots.size()) && seg.snapshots[static_cast<size_t>(i)] >= 0)
+          kvs.WriteSnapshot(layer, seg.slot, seg.snapshots[static_cast<size_t>(i)], pos + 1);
+      }
     }
   }
 

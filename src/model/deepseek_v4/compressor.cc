@@ -5,65 +5,60 @@
 #include <vector>
 
 #include "backend/cpu/cpu_ops.h"
+#include "base/check.h"
 
 namespace peregrine::deepseek_v4 {
 
-bool CompressorAppend(const CompressorWeights& w, CompressorState& s, const RopeTable& rope, float eps,
-                      int64_t position, const float* kv, const float* gate) {
-  const int64_t width = s.coff * s.dim;
-  const float* ape = w.ape.f32() + (position % s.ratio) * width;
-  s.pending_kv.insert(s.pending_kv.end(), kv, kv + width);
-  for (int64_t i = 0; i < width; ++i) s.pending_gate.push_back(gate[i] + ape[i]);
-  if ((position + 1) % s.ratio != 0) return false;
-  PG_CHECK(s.num_pending() == s.ratio, "a block completed with missing rows");
-
-  // Slots of the pooled entry: with overlap, the previous block's first halves (if any)
-  // then this block's second halves; without, this block's rows.
+bool CompressorAppend(const CompressorWeights& w, const CompressorRings& s, const RopeTable& rope, float eps,
+                      int64_t position, const float* kv, const float* gate, float* entry) {
   const int64_t r = s.ratio;
   const int64_t d = s.dim;
+  const int64_t width = s.coff * d;
   const bool overlap = s.coff == 2;
-  const bool has_previous = overlap && !s.previous_kv.empty();
-  std::vector<float> entry(static_cast<size_t>(d));
+  const int64_t block = position / r;
+  const int64_t half = overlap ? (block & 1) : 0;
+  const float* ape = w.ape.f32() + (position % r) * width;
+  float* kv_row = s.kv + (half * r + position % r) * width;
+  float* gate_row = s.gate + (half * r + position % r) * width;
+  for (int64_t i = 0; i < width; ++i) {
+    kv_row[i] = kv[i];
+    gate_row[i] = gate[i] + ape[i];
+  }
+  if ((position + 1) % r != 0) return false;
+  PG_CHECK(entry != nullptr, "a block completed with nowhere to write its entry");
+
+  // Slots of the pooled entry: this block's second halves (its rows, without overlap), then
+  // with overlap the previous block's first halves (none before block 1).
+  const bool has_previous = overlap && block >= 1;
+  const float* cur_kv = s.kv + half * r * width + (overlap ? d : 0);
+  const float* cur_gate = s.gate + half * r * width + (overlap ? d : 0);
+  const float* prev_kv = s.kv + (half ^ 1) * r * width;
+  const float* prev_gate = s.gate + (half ^ 1) * r * width;
   for (int64_t c = 0; c < d; ++c) {
     float max_gate = -std::numeric_limits<float>::infinity();
-    auto current_gate = [&](int64_t t) { return s.pending_gate[static_cast<size_t>(t * width + (overlap ? d : 0) + c)]; };
-    auto current_kv = [&](int64_t t) { return s.pending_kv[static_cast<size_t>(t * width + (overlap ? d : 0) + c)]; };
-    for (int64_t t = 0; t < r; ++t) max_gate = std::fmax(max_gate, current_gate(t));
+    for (int64_t t = 0; t < r; ++t) max_gate = std::fmax(max_gate, cur_gate[t * width + c]);
     if (has_previous)
-      for (int64_t t = 0; t < r; ++t) max_gate = std::fmax(max_gate, s.previous_gate[static_cast<size_t>(t * d + c)]);
+      for (int64_t t = 0; t < r; ++t) max_gate = std::fmax(max_gate, prev_gate[t * width + c]);
     float denom = 0.0f;
     float acc = 0.0f;
     for (int64_t t = 0; t < r; ++t) {
-      const float e = std::exp(current_gate(t) - max_gate);
+      const float e = std::exp(cur_gate[t * width + c] - max_gate);
       denom += e;
-      acc += e * current_kv(t);
+      acc += e * cur_kv[t * width + c];
     }
     if (has_previous) {
       for (int64_t t = 0; t < r; ++t) {
-        const float e = std::exp(s.previous_gate[static_cast<size_t>(t * d + c)] - max_gate);
+        const float e = std::exp(prev_gate[t * width + c] - max_gate);
         denom += e;
-        acc += e * s.previous_kv[static_cast<size_t>(t * d + c)];
+        acc += e * prev_kv[t * width + c];
       }
     }
-    entry[static_cast<size_t>(c)] = acc / denom;
+    entry[c] = acc / denom;
   }
-  cpu::RmsNorm(entry.data(), w.norm.f32(), entry.data(), 1, d, eps);
+  cpu::RmsNorm(entry, w.norm.f32(), entry, 1, d, eps);
   std::vector<float> cos(static_cast<size_t>(rope.rope_dim() / 2)), sin(cos.size());
   rope.Angles(position + 1 - r, cos.data(), sin.data());
-  cpu::ApplyRope(entry.data(), 1, d, rope.rope_dim(), cos.data(), sin.data(), /*inverse=*/false);
-  s.entries.insert(s.entries.end(), entry.begin(), entry.end());
-
-  if (overlap) {
-    s.previous_kv.resize(static_cast<size_t>(r * d));
-    s.previous_gate.resize(static_cast<size_t>(r * d));
-    for (int64_t t = 0; t < r; ++t)
-      for (int64_t c = 0; c < d; ++c) {
-        s.previous_kv[static_cast<size_t>(t * d + c)] = s.pending_kv[static_cast<size_t>(t * width + c)];
-        s.previous_gate[static_cast<size_t>(t * d + c)] = s.pending_gate[static_cast<size_t>(t * width + c)];
-      }
-  }
-  s.pending_kv.clear();
-  s.pending_gate.clear();
+  cpu::ApplyRope(entry, 1, d, rope.rope_dim(), cos.data(), sin.data(), /*inverse=*/false);
   return true;
 }
 

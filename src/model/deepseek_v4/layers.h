@@ -8,8 +8,8 @@
 
 #include "backend/cpu/thread_pool.h"
 #include "config/model_config.h"
+#include "model/deepseek_v4/kv_store.h"
 #include "model/deepseek_v4/rope.h"
-#include "model/deepseek_v4/state.h"
 #include "model/deepseek_v4/weights.h"
 
 namespace peregrine::deepseek_v4 {
@@ -36,18 +36,22 @@ struct AttentionContext {
   cpu::ThreadPool& pool;
 };
 
-// A run of consecutive tokens of one sequence inside a batch of rows.
+// A run of consecutive tokens of one sequence inside a batch of rows, and where its state lives.
 struct Segment {
-  LayerState* state = nullptr;
-  int64_t first_position = 0;  // position of the segment's first token
-  int64_t first_row = 0;       // its row in the batch
+  CpuKvStore* kv = nullptr;
+  int32_t slot = 0;
+  std::span<const int32_t> blocks;     // block table of the compressed entries
+  std::span<const int32_t> snapshots;  // per block boundary in (first, first + T]: snapshot or -1
+  int64_t first_position = 0;          // position of the segment's first token
+  int64_t first_row = 0;               // its row in the batch
   int64_t num_tokens = 0;
 };
 
-// Attention over a batch of segments (tokens of several sequences): projections run over
-// all rows at once, then each segment walks its tokens in order, extending its window ring,
-// compressor and indexer state and attending.          x [N, D] -> out [N, D]
-void Attention(const AttentionContext& ctx, const AttentionWeights& w, std::span<const Segment> segments,
+// Attention of layer `layer` over a batch of segments (tokens of several sequences):
+// projections run over all rows at once, then each segment walks its tokens in order,
+// extending its window ring, compressor and indexer state, attending, and writing the
+// snapshots of the block boundaries it passes.          x [N, D] -> out [N, D]
+void Attention(const AttentionContext& ctx, const AttentionWeights& w, int64_t layer, std::span<const Segment> segments,
                const float* x, int64_t num_rows, float* out);
 
 // Routed + shared experts.                  x [T, D], token_ids [T] -> out [T, D]

@@ -1,5 +1,7 @@
-// DeepSeek-V4 on the CPU reference backend: loads a checkpoint directory and runs the
-// forward over chunks of a sequence, carrying the incremental state between chunks.
+// DeepSeek-V4 on the CPU reference backend: loads a checkpoint directory and runs batched
+// forwards over chunks of sequences whose state lives in a CpuKvStore (slots, blocks,
+// snapshots), so any chunking of a prompt followed by single-token decode gives the same
+// logits as one full forward.
 #pragma once
 
 #include <filesystem>
@@ -10,13 +12,16 @@
 #include "backend/cpu/thread_pool.h"
 #include "config/model_config.h"
 #include "model/checkpoint.h"
+#include "model/deepseek_v4/layers.h"
 #include "model/deepseek_v4/rope.h"
-#include "model/deepseek_v4/state.h"
+#include "model/deepseek_v4/kv_store.h"
+#include "model/host_model.h"
+#include "model/step_view.h"
 #include "model/deepseek_v4/weights.h"
 
 namespace peregrine::deepseek_v4 {
 
-class Model {
+class Model final : public HostModel {
  public:
   // Reads DIR/config.json and the safetensors shards; weights stay mapped where stored fp32.
   static Result<std::unique_ptr<Model>> Load(const std::filesystem::path& dir, int num_threads);
@@ -24,8 +29,22 @@ class Model {
   static Result<std::unique_ptr<Model>> Create(ModelConfig config, std::unique_ptr<Checkpoint> checkpoint,
                                                int num_threads);
 
-  const ModelConfig& config() const { return config_; }
+  const ModelConfig& config() const override { return config_; }
+  KvLayout kv_layout(int64_t block_tokens) const override { return Geometry(block_tokens).Layout(); }
+  std::unique_ptr<HostKvPools> CreateKvPools(int64_t block_tokens, int32_t num_slots, int32_t num_blocks,
+                                             int32_t num_snapshots) const override;
+  // The KV geometry at a block size (rounded up to what the layers need).
+  KvGeometry Geometry(int64_t block_tokens) const { return KvGeometry::For(config_, block_tokens, KvElementSizes{}); }
   SequenceState NewSequence() const { return SequenceState::Create(config_); }
+
+  // One engine step: every chunk's state lives in `kv` (its slot, block table and
+  // snapshots; restores happen first). `logits` gets the requested rows [rows, vocab] in
+  // chunk order; a chunk's results do not depend on the others. Fails before touching any
+  // state when an id is outside [0, vocab), a chunk is malformed (fed tokens, a block table
+  // that does not cover it) or a sequence would pass max_position_embeddings.
+  Status Forward(std::span<const ChunkView> chunks, CpuKvStore& kv, std::vector<float>* logits);
+  // The same through the runtime's interface (`kv` must be a CpuKvStore).
+  Status Forward(std::span<const ChunkView> chunks, HostKvPools& kv, std::vector<float>* logits) override;
 
   // One sequence's part of a batched forward.
   struct Chunk {
@@ -35,11 +54,9 @@ class Model {
     bool needs_logits = true;         // false: no logits for this chunk at all
   };
 
-  // Runs every chunk in one pass (projections, experts and the head batched over all
-  // tokens; attention per sequence) and advances the states. `logits` gets the requested
-  // rows [rows, vocab] in chunk order. A chunk's results do not depend on the others.
-  // Fails before touching any state when an id is outside [0, vocab) or a sequence would
-  // pass max_position_embeddings.
+  // Sequences on stores of their own (SequenceState): runs every chunk in one pass
+  // (projections, experts and the head batched over all tokens; attention per sequence) and
+  // advances the states, as the engine step above does.
   Status Forward(std::span<const Chunk> batch, std::vector<float>* logits);
 
   // One sequence: logits [T, vocab] when `all_logits`, else [1, vocab] for the last token.
@@ -48,6 +65,9 @@ class Model {
 
  private:
   Model(ModelConfig config, std::unique_ptr<Checkpoint> checkpoint, ModelWeights weights, int num_threads);
+  // The forward over segments that name their own stores.
+  Status Run(std::span<const Segment> segments, std::span<const int32_t> ids, std::span<const uint8_t> logit_rows,
+             std::vector<float>* logits);
 
   ModelConfig config_;
   std::unique_ptr<Checkpoint> checkpoint_;  // owns the mappings `weights_` may borrow
@@ -56,5 +76,8 @@ class Model {
   RopeTable rope_compress_;
   cpu::ThreadPool pool_;
 };
+
+// Registers DeepSeek-V4 on the CPU backend under model_type "deepseek_v4".
+void RegisterHostModel(HostModelRegistry& registry);
 
 }  // namespace peregrine::deepseek_v4

@@ -5,22 +5,61 @@
 
 namespace peregrine::deepseek_v4 {
 
-Result<StepPlan> PlanStep(std::span<const StepChunk> chunks, const ModelConfig& c, const StepLimits& limits) {
+int64_t MaxSnapshotsPerChunk(int64_t max_chunk_tokens, int64_t block_tokens) {
+  return block_tokens > 0 ? max_chunk_tokens / block_tokens + 1 : 1;
+}
+
+namespace {
+
+Status CheckChunk(const ChunkView& chunk, const StepLimits& limits, int64_t window) {
+  const int64_t t_n = chunk.num_tokens;
+  if (t_n <= 0) return InvalidArgument("step chunk with no tokens");
+  if (static_cast<int64_t>(chunk.tokens.size()) + (chunk.feeds_last ? 1 : 0) != t_n)
+    return InvalidArgument("a step chunk's tokens and length disagree");
+  if (chunk.slot < 0 || chunk.slot >= limits.num_slots)
+    return InvalidArgument("state slot out of range: " + std::to_string(chunk.slot));
+  if (chunk.first_position < 0 || chunk.first_position + t_n > limits.max_context)
+    return InvalidArgument("sequence longer than the context the device state holds (" +
+                           std::to_string(limits.max_context) + ")");
+  const int64_t end = chunk.first_position + t_n;
+  const int64_t b = limits.block_tokens;
+  if (b > 0) {
+    const int64_t needed = end >= limits.first_entry_tokens ? (end - limits.first_entry_tokens) / b + 1 : 0;
+    if (static_cast<int64_t>(chunk.blocks.size()) < needed)
+      return InvalidArgument("the block table does not cover the chunk");
+    for (int32_t id : chunk.blocks.first(static_cast<size_t>(needed)))
+      if (id < 0 || id >= limits.num_blocks) return InvalidArgument("block id outside the pools");
+    const int64_t boundaries = end / b - chunk.first_position / b;
+    if (static_cast<int64_t>(chunk.snapshots.size()) > boundaries)
+      return InvalidArgument("more snapshots than block boundaries in the chunk");
+    // A snapshot inside the chunk copies the window from the step's own rows: they must hold
+    // all W positions before the boundary (the scheduler aligns chunks so they do).
+    for (size_t i = 0; i < chunk.snapshots.size(); ++i) {
+      const int64_t boundary = (chunk.first_position / b + 1 + static_cast<int64_t>(i)) * b;
+      if (chunk.snapshots[i] >= 0 && boundary < end && boundary - window < chunk.first_position)
+        return InvalidArgument("a snapshot inside a chunk less than a window after its start");
+    }
+  }
+  for (int32_t s : chunk.snapshots)
+    if (s >= limits.num_snapshots) return InvalidArgument("snapshot id outside the pools");
+  if (chunk.restore >= limits.num_snapshots || (chunk.restore >= 0 && (b <= 0 || chunk.first_position % b != 0)))
+    return InvalidArgument("a restore must name a snapshot taken at a block boundary");
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<StepPlan> PlanStep(std::span<const ChunkView> chunks, const ModelConfig& c, const StepLimits& limits) {
   const int64_t w = c.sliding_window;
-  int64_t n = 0;
+  int64_t n = 0, longest = 0;
   std::vector<bool> slot_used(static_cast<size_t>(limits.num_slots), false);
-  for (const StepChunk& chunk : chunks) {
-    if (chunk.tokens.empty()) return InvalidArgument("step chunk with no tokens");
-    if (chunk.slot < 0 || chunk.slot >= limits.num_slots)
-      return InvalidArgument("state slot out of range: " + std::to_string(chunk.slot));
+  for (const ChunkView& chunk : chunks) {
+    PG_RETURN_IF_ERROR(CheckChunk(chunk, limits, c.sliding_window));
     if (slot_used[static_cast<size_t>(chunk.slot)])
       return InvalidArgument("state slot used twice in one step: " + std::to_string(chunk.slot));
     slot_used[static_cast<size_t>(chunk.slot)] = true;
-    if (chunk.first_position < 0 ||
-        chunk.first_position + static_cast<int64_t>(chunk.tokens.size()) > limits.max_context)
-      return InvalidArgument("sequence longer than the context the device state holds (" +
-                             std::to_string(limits.max_context) + ")");
-    n += static_cast<int64_t>(chunk.tokens.size());
+    n += chunk.num_tokens;
+    longest = std::max(longest, chunk.num_tokens);
   }
   if (n > limits.max_tokens)
     return InvalidArgument("step of " + std::to_string(n) + " tokens exceeds " + std::to_string(limits.max_tokens));
@@ -28,6 +67,8 @@ Result<StepPlan> PlanStep(std::span<const StepChunk> chunks, const ModelConfig& 
   StepPlan p;
   p.num_tokens = n;
   p.num_chunks = static_cast<int64_t>(chunks.size());
+  p.max_chunk_tokens = longest;
+  p.max_snapshots = MaxSnapshotsPerChunk(longest, limits.block_tokens);
   const auto un = static_cast<size_t>(n);
   p.token_ids.reserve(un);
   p.positions.reserve(un);
@@ -42,18 +83,22 @@ Result<StepPlan> PlanStep(std::span<const StepChunk> chunks, const ModelConfig& 
   p.csa_rows.reserve(un);
   p.hca_rows.reserve(un);
   p.chunk_offsets.push_back(0);
+  p.snapshot_table.assign(chunks.size() * static_cast<size_t>(p.max_snapshots), -1);
 
   const int64_t scratch = limits.num_slots * w;  // first scratch row
   int64_t row = 0;
-  for (const StepChunk& chunk : chunks) {
-    const int64_t t_n = static_cast<int64_t>(chunk.tokens.size());
+  for (size_t ci = 0; ci < chunks.size(); ++ci) {
+    const ChunkView& chunk = chunks[ci];
+    const int64_t t_n = chunk.num_tokens;
     const int64_t p0 = chunk.first_position;
     p.chunk_positions.push_back(static_cast<int32_t>(p0));
     p.chunk_slots.push_back(chunk.slot);
+    std::copy(chunk.snapshots.begin(), chunk.snapshots.end(),
+              p.snapshot_table.begin() + static_cast<int64_t>(ci) * p.max_snapshots);
     for (int64_t i = 0; i < t_n; ++i) {
       const int64_t t = row + i;
       const int64_t pos = p0 + i;
-      p.token_ids.push_back(chunk.tokens[static_cast<size_t>(i)]);
+      p.token_ids.push_back(i < static_cast<int64_t>(chunk.tokens.size()) ? chunk.tokens[static_cast<size_t>(i)] : 0);
       p.positions.push_back(static_cast<int32_t>(pos));
       p.token_slots.push_back(chunk.slot);
       int32_t* win = p.window_indices.data() + t * w;

@@ -24,72 +24,73 @@ int32_t NextToken(int32_t last, int64_t position) {
   return t == kEos ? 2 : t;
 }
 
+// A runner whose "model" is NextToken: it checks that every chunk continues its slot where
+// the last one left it (or restarts it at 0, or at a restored block boundary), samples with the
+// host sampler, and keeps each slot's newest token for chunks that feed their last token.
+// With `overlap` it reports two steps in flight, as the CUDA runner does; rows whose token
+// `refeed_fails` picks are "finished on the host": the slot's token buffer gets 0 (wrong)
+// for them, as the device has no token for a row it gave up on.
 class FakeRunner final : public ModelRunner {
  public:
-  Status Run(std::span<const RunnerChunk> chunks, std::vector<float>* logits) override {
+  explicit FakeRunner(int32_t num_blocks = 64, int32_t num_snapshots = 0) {
+    capacity.layout.block_tokens = 16;
+    capacity.layout.first_entry_tokens = 4;
+    capacity.layout.paged = {{"entries", 64}};
+    capacity.layout.per_request = {{"state", 32}};
+    capacity.layout.snapshot_bytes = 16;
+    capacity.num_slots = 8;
+    capacity.num_blocks = num_blocks;
+    capacity.num_snapshots = num_snapshots;
+    slot_positions.assign(8, -1);
+    slot_tokens.assign(8, -1);
+  }
+
+  int max_in_flight() const override { return overlap ? 2 : 1; }
+  Status Launch(std::span<const RunnerChunk> chunks, std::span<const RunnerSampling> sampling) override {
     if (fail_next) return Internal("injected runner failure");
-    logits->clear();
-    for (const RunnerChunk& c : chunks) {
-      int64_t& pos = positions[c.seq_id];
+    if (static_cast<int>(launched.size()) >= max_in_flight()) return Internal("fake runner: too many launched steps");
+    Step step;
+    std::vector<float> logits;
+    for (const RunnerChunk& rc : chunks) {
+      const ChunkView& c = rc.view;
+      int64_t& pos = slot_positions[static_cast<size_t>(c.slot)];
+      if (c.restore >= 0) {
+        if (c.first_position % capacity.layout.block_tokens != 0) return Internal("fake runner: restore off a boundary");
+        pos = c.first_position;
+        ++restores;
+      }
       if (c.first_position == 0) pos = 0;
       if (pos != c.first_position) return Internal("fake runner: out of step");
-      pos += static_cast<int64_t>(c.tokens.size());
-      max_chunk = std::max<int64_t>(max_chunk, static_cast<int64_t>(c.tokens.size()));
+      if (static_cast<int64_t>(c.tokens.size()) + (c.feeds_last ? 1 : 0) != c.num_tokens)
+        return Internal("fake runner: chunk tokens and length disagree");
+      if (capacity.layout.BlocksFor(c.first_position + c.num_tokens) > static_cast<int64_t>(c.blocks.size()))
+        return Internal("fake runner: the block table does not cover the chunk");
+      int32_t last = c.tokens.empty() ? -1 : c.tokens.back();
+      if (c.feeds_last) {
+        last = slot_tokens[static_cast<size_t>(c.slot)];
+        if (last < 0) return Internal("fake runner: fed from a slot that sampled nothing");
+        ++fed_chunks;
+        fed_seqs.push_back(rc.seq_id);
+      }
+      pos += c.num_tokens;
+      max_chunk = std::max<int64_t>(max_chunk, c.num_tokens);
       if (!c.needs_logits) continue;
       std::vector<float> row(kVocab, 0.0f);
-      row[static_cast<size_t>(NextToken(c.tokens.back(), pos - 1))] = 5.0f;
-      logits->insert(logits->end(), row.begin(), row.end());
+      row[static_cast<size_t>(NextToken(last, pos - 1))] = 5.0f;
+      logits.insert(logits.end(), row.begin(), row.end());
     }
-    return Status::Ok();
-  }
-  // With `device` set, the engine must hand sampling over: this fake samples its own logits
-  // with the host sampler, as a device sampler must match it token for token.
-  bool samples_on_device() const override { return device; }
-  Status RunAndSample(std::span<const RunnerChunk> chunks, std::span<const RunnerSampling> sampling,
-                      std::vector<SampleResult>* results) override {
-    std::vector<float> logits;
-    PG_RETURN_IF_ERROR(Run(chunks, &logits));
-    size_t rows = 0;
-    for (const RunnerChunk& c : chunks) rows += c.needs_logits ? 1 : 0;
-    if (rows != sampling.size()) return Internal("fake runner: one sampling entry per logits row expected");
-    ++device_steps;
-    for (size_t i = 0; i < sampling.size(); ++i)
-      results->push_back(Sample(std::span<float>(logits.data() + i * kVocab, kVocab), *sampling[i].params,
-                                *sampling[i].state));
-    return Status::Ok();
-  }
-  // With `overlap` set, the fake also overlaps steps: Launch runs and samples at once (as if
-  // the device were infinitely fast), feeding each fed chunk the previous launch's token; rows
-  // whose token `refeed_fails` picks are "finished on the host": the next launch is fed token
-  // 0 for them (wrong), as the device feeds a row it gave up on.
-  bool supports_overlap() const override { return overlap; }
-  Status Launch(std::span<const RunnerChunk> chunks, std::span<const RunnerSampling> sampling) override {
-    if (launched.size() >= 2) return Internal("fake runner: a third launched step");
-    std::vector<std::vector<int32_t>> resolved;
-    std::vector<RunnerChunk> run(chunks.begin(), chunks.end());
-    for (RunnerChunk& c : run) {
-      resolved.emplace_back(c.tokens.begin(), c.tokens.end());
-      if (c.fed_from >= 0) {
-        if (last_fed.empty() || c.fed_from >= static_cast<int32_t>(last_fed.size()))
-          return Internal("fake runner: fed from a row the previous launch does not have");
-        resolved.back().back() = last_fed[static_cast<size_t>(c.fed_from)];
-        ++fed_chunks;
-        fed_seqs.push_back(c.seq_id);
-      } else if (!c.tokens.empty() && c.tokens.back() < 0) {
-        return Internal("fake runner: a placeholder token that is not fed");
-      }
-      c.tokens = resolved.back();
-      c.fed_from = -1;
-    }
-    Step step;
-    PG_RETURN_IF_ERROR(RunAndSample(run, sampling, &step.results));
-    last_fed.clear();
-    for (size_t i = 0; i < step.results.size(); ++i) {
-      const bool fails = refeed_fails && refeed_fails(step.results[i].token);
+    if (logits.size() != sampling.size() * kVocab) return Internal("fake runner: one sampling entry per logits row");
+    size_t row = 0;
+    for (const RunnerChunk& rc : chunks) {
+      if (!rc.view.needs_logits) continue;
+      step.results.push_back(Sample(std::span<float>(logits.data() + row * kVocab, kVocab), *sampling[row].params,
+                                    *sampling[row].state));
+      const bool fails = refeed_fails && refeed_fails(step.results.back().token);
       step.refeed_failed.push_back(fails ? 1 : 0);
-      step.rng_after.push_back(sampling[i].state->rng());
-      step.states.push_back(sampling[i].state);
-      last_fed.push_back(fails ? 0 : step.results[i].token);
+      step.rng_after.push_back(sampling[row].state->rng());
+      step.states.push_back(sampling[row].state);
+      slot_tokens[static_cast<size_t>(rc.view.slot)] = fails ? 0 : step.results.back().token;
+      ++row;
     }
     launched.push_back(std::move(step));
     max_launched = std::max<int64_t>(max_launched, static_cast<int64_t>(launched.size()));
@@ -111,17 +112,17 @@ class FakeRunner final : public ModelRunner {
     *refeed_failed = step.refeed_failed;
     return Status::Ok();
   }
-  void Release(int64_t seq_id) override { positions.erase(seq_id); }
+  KvCapacity kv_capacity() const override { return capacity; }
   int64_t vocab_size() const override { return kVocab; }
   int64_t max_context() const override { return 4096; }
   std::vector<int32_t> eos_token_ids() const override { return {kEos}; }
 
-  std::map<int64_t, int64_t> positions;
+  KvCapacity capacity;
+  std::vector<int64_t> slot_positions;
+  std::vector<int32_t> slot_tokens;
   int64_t max_chunk = 0;
   bool fail_next = false;
-  bool device = false;
-  int64_t device_steps = 0;
-  // Overlap.
+  int64_t restores = 0;
   struct Step {
     std::vector<SampleResult> results;
     std::vector<uint8_t> refeed_failed;
@@ -131,7 +132,6 @@ class FakeRunner final : public ModelRunner {
   bool overlap = false;
   std::function<bool(int32_t)> refeed_fails;
   std::deque<Step> launched;
-  std::vector<int32_t> last_fed;
   int64_t fed_chunks = 0, max_launched = 0;
   std::vector<int64_t> fed_seqs;
 };
@@ -142,15 +142,11 @@ struct Collected {
   int events = 0;
 };
 
-EngineConfig Config(int64_t budget, int32_t csa_pages) {
+EngineConfig Config(int64_t budget) {
   EngineConfig c;
   c.scheduler.max_num_batched_tokens = budget;
   c.scheduler.max_num_seqs = 8;
   c.scheduler.max_num_waiting = 64;
-  c.kv_cache.page_size = 4;
-  c.kv_cache.num_slots = 8;
-  c.kv_cache.num_csa_pages = csa_pages;
-  c.kv_cache.num_hca_pages = 64;
   return c;
 }
 
@@ -203,7 +199,8 @@ Status Submit(Engine& engine, EngineRequest r, Collected& out) {
 TEST(EngineTest, BatchesChunkedPrefillsAndDecodes) {
   auto runner = std::make_unique<FakeRunner>();
   FakeRunner* fake = runner.get();
-  Engine engine(Config(/*budget=*/16, /*csa_pages=*/64), std::move(runner));
+  runner->capacity.num_blocks = /*csa_pages=*/64;
+  Engine engine(Config(/*budget=*/16), std::move(runner));
   std::vector<Collected> out(6);
   std::vector<std::vector<int32_t>> prompts;
   for (int i = 0; i < 6; ++i) {
@@ -217,48 +214,44 @@ TEST(EngineTest, BatchesChunkedPrefillsAndDecodes) {
     ASSERT_TRUE(o.finish.has_value());
   }
   EXPECT_LE(fake->max_chunk, 16);  // prompts longer than the budget were chunked
-  EXPECT_TRUE(fake->positions.empty());
   EXPECT_EQ(engine.Stats().num_running, 0);
   EXPECT_DOUBLE_EQ(engine.Stats().kv_usage, 0.0);
 }
 
-TEST(EngineTest, DeviceSamplingRunnerGivesTheSameTokens) {
-  // Greedy and seeded requests through a runner that samples itself and through host sampling.
-  auto run = [](bool device, std::vector<std::vector<int32_t>>* prompts) {
-    auto runner = std::make_unique<FakeRunner>();
-    runner->device = device;
-    FakeRunner* fake = runner.get();
-    Engine engine(Config(/*budget=*/16, /*csa_pages=*/64), std::move(runner));
-    std::vector<Collected> out(4);
-    prompts->clear();
-    for (int i = 0; i < 4; ++i) {
-      prompts->push_back(Prompt(3 + 11 * i, i));
-      EngineRequest r = Request(Name("d", i), prompts->back(), 9);
-      if (i % 2 == 1) {
-        r.sampling.temperature = 0.8f;
-        r.sampling.seed = 100 + i;
-      }
-      EXPECT_TRUE(Submit(engine, std::move(r), out[static_cast<size_t>(i)]).ok());
-    }
-    RunToCompletion(engine);
-    EXPECT_EQ(fake->device_steps > 0, device);
-    return out;
+TEST(EngineTest, PrefixCacheStartsSharedPromptsAtTheDeepestSnapshot) {
+  // Prompts that share their first 50 tokens: blocks of 16, so a later one starts at 48 from
+  // the snapshot there, and a prompt under another salt starts at 0.
+  auto runner = std::make_unique<FakeRunner>(/*num_blocks=*/64, /*num_snapshots=*/16);
+  FakeRunner* fake = runner.get();
+  Engine engine(Config(/*budget=*/64), std::move(runner));
+  const std::vector<int32_t> shared = Prompt(50, 3);
+  auto prompt = [&](int tail) {
+    std::vector<int32_t> p = shared;
+    for (int i = 0; i < 5; ++i) p.push_back(3 + (tail * 11 + i) % 40);
+    return p;
   };
-  std::vector<std::vector<int32_t>> prompts;
-  const std::vector<Collected> host = run(false, &prompts);
-  const std::vector<Collected> device = run(true, &prompts);
-  for (size_t i = 0; i < 4; ++i) {
-    ASSERT_TRUE(device[i].finish.has_value()) << i;
-    EXPECT_EQ(device[i].tokens, host[i].tokens) << i;
-    if (i % 2 == 0) {
-      EXPECT_EQ(device[i].tokens, Expected(prompts[i], 9)) << i;
-    }
-  }
+  Collected first, second, salted;
+  ASSERT_TRUE(Submit(engine, Request("first", prompt(1), 6), first).ok());
+  RunToCompletion(engine);
+  EXPECT_EQ(fake->restores, 0);
+  ASSERT_TRUE(Submit(engine, Request("second", prompt(2), 6), second).ok());
+  EngineRequest other = Request("salted", prompt(2), 6);
+  other.cache_salt = "another tenant";
+  ASSERT_TRUE(Submit(engine, std::move(other), salted).ok());
+  RunToCompletion(engine);
+  EXPECT_EQ(fake->restores, 1);
+  EXPECT_EQ(first.tokens, Expected(prompt(1), 6));
+  EXPECT_EQ(second.tokens, Expected(prompt(2), 6));
+  EXPECT_EQ(salted.tokens, second.tokens);
+  const EngineStats stats = engine.Stats();
+  EXPECT_EQ(stats.prefix_cache_queries, 3 * 55);
+  EXPECT_EQ(stats.prefix_cache_hits, 48);
+  EXPECT_DOUBLE_EQ(stats.kv_usage, 0.0);
 }
 
 TEST(EngineTest, PreemptionByRecomputeKeepsGreedyOutput) {
   // 10 CSA pages of 16 tokens: four 40-token sequences cannot all grow to 70 tokens.
-  Engine engine(Config(64, 10), std::make_unique<FakeRunner>());
+  Engine engine(Config(64), std::make_unique<FakeRunner>(10));
   std::vector<Collected> out(4);
   std::vector<std::vector<int32_t>> prompts;
   for (int i = 0; i < 4; ++i) {
@@ -271,7 +264,7 @@ TEST(EngineTest, PreemptionByRecomputeKeepsGreedyOutput) {
 }
 
 TEST(EngineTest, StopsOnEosAndStopTokensUnlessIgnored) {
-  Engine engine(Config(64, 64), std::make_unique<FakeRunner>());
+  Engine engine(Config(64), std::make_unique<FakeRunner>(64));
   Collected eos, stop, ignore;
   ASSERT_TRUE(Submit(engine, Request("eos", {5, 42}, 10), eos).ok());
   EngineRequest s = Request("stop", {5, 6}, 10);
@@ -291,7 +284,7 @@ TEST(EngineTest, StopsOnEosAndStopTokensUnlessIgnored) {
 }
 
 TEST(EngineTest, AbortFreesWithinOneStep) {
-  Engine engine(Config(64, 64), std::make_unique<FakeRunner>());
+  Engine engine(Config(64), std::make_unique<FakeRunner>(64));
   Collected a, b;
   ASSERT_TRUE(Submit(engine, Request("a", Prompt(30, 1), 900), a).ok());
   ASSERT_TRUE(Submit(engine, Request("b", Prompt(30, 2), 5), b).ok());
@@ -308,9 +301,9 @@ TEST(EngineTest, AbortFreesWithinOneStep) {
 }
 
 TEST(EngineTest, RejectsWhatCanNeverRun) {
-  EngineConfig c = Config(64, 4);  // 64 tokens of CSA KV in the whole pool
+  EngineConfig c = Config(64);
   c.scheduler.max_num_waiting = 2;
-  Engine engine(c, std::make_unique<FakeRunner>());
+  Engine engine(c, std::make_unique<FakeRunner>(4));  // 4 blocks: 67 tokens at most
   Collected sink;
   EXPECT_EQ(Submit(engine, Request("e", {}, 4), sink).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(Submit(engine, Request("v", {3, static_cast<int32_t>(kVocab)}, 4), sink).code(), StatusCode::kInvalidArgument);
@@ -329,7 +322,8 @@ TEST(EngineTest, RejectsWhatCanNeverRun) {
 TEST(EngineTest, RunnerFailureErrorsTheStepsRequests) {
   auto runner = std::make_unique<FakeRunner>();
   FakeRunner* fake = runner.get();
-  Engine engine(Config(64, 64), std::move(runner));
+  runner->capacity.num_blocks = 64;
+  Engine engine(Config(64), std::move(runner));
   Collected a;
   ASSERT_TRUE(Submit(engine, Request("a", {3, 4}, 8), a).ok());
   fake->fail_next = true;
@@ -343,7 +337,7 @@ TEST(EngineTest, RunnerFailureErrorsTheStepsRequests) {
 }
 
 TEST(EngineTest, ThreadedSubmissionsComplete) {
-  Engine engine(Config(32, 32), std::make_unique<FakeRunner>());
+  Engine engine(Config(32), std::make_unique<FakeRunner>(32));
   engine.Start();
   constexpr int kThreads = 4, kPerThread = 8;
   std::vector<Collected> out(kThreads * kPerThread);
@@ -380,14 +374,15 @@ TEST(EngineTest, ThreadedSubmissionsComplete) {
 }
 
 
-// Overlapped steps (Engine with a runner that supports_overlap): the same tokens as the
-// synchronous engine, whatever the engine learns only after launching the next step.
+// Overlapped steps (a runner with two steps in flight): the same tokens as the synchronous
+// engine, whatever the engine learns only after launching the next step.
 
 enum class Mode { kSync, kOverlap };
 
 struct Workload {
   std::vector<EngineRequest> requests;
-  EngineConfig config = Config(/*budget=*/16, /*csa_pages=*/64);
+  EngineConfig config = Config(/*budget=*/16);
+  int32_t num_blocks = 64;
   std::function<bool(int32_t)> refeed_fails;
 };
 
@@ -399,8 +394,7 @@ struct Outcome {
 };
 
 Outcome RunWorkload(const Workload& w, Mode mode) {
-  auto runner = std::make_unique<FakeRunner>();
-  runner->device = true;
+  auto runner = std::make_unique<FakeRunner>(w.num_blocks);
   runner->overlap = mode == Mode::kOverlap;
   runner->refeed_fails = w.refeed_fails;
   FakeRunner* fake = runner.get();
@@ -501,7 +495,8 @@ TEST(EngineOverlapTest, RowsFinishedOnTheHostRestartTheirSequence) {
 
 TEST(EngineOverlapTest, PreemptionKeepsOutput) {
   Workload w;
-  w.config = Config(64, 10);  // four 40-token sequences cannot all grow to 70 tokens
+  w.config = Config(64);
+  w.num_blocks = 10;  // four 40-token sequences cannot all grow to 70 tokens
   for (int i = 0; i < 4; ++i) w.requests.push_back(Request(Name("p", i), Prompt(40, i + 10), 30));
   const Outcome overlap = RunWorkload(w, Mode::kOverlap);
   EXPECT_GT(overlap.preemptions, 0);
@@ -523,9 +518,9 @@ TEST(EngineOverlapTest, PenalisedRequestsAreNeverPlannedAhead) {
 
 TEST(EngineOverlapTest, AbortWhileAStepIsLaunched) {
   auto runner = std::make_unique<FakeRunner>();
-  runner->device = true;
   runner->overlap = true;
-  Engine engine(Config(64, 64), std::move(runner));
+  runner->capacity.num_blocks = 64;
+  Engine engine(Config(64), std::move(runner));
   Collected a, b;
   ASSERT_TRUE(Submit(engine, Request("a", Prompt(30, 1), 900), a).ok());
   ASSERT_TRUE(Submit(engine, Request("b", Prompt(30, 2), 6), b).ok());
@@ -545,10 +540,10 @@ TEST(EngineOverlapTest, AbortWhileAStepIsLaunched) {
 
 TEST(EngineOverlapTest, LaunchFailureErrorsItsRequestsAndTheEngineGoesOn) {
   auto runner = std::make_unique<FakeRunner>();
-  runner->device = true;
   runner->overlap = true;
   FakeRunner* fake = runner.get();
-  Engine engine(Config(64, 64), std::move(runner));
+  runner->capacity.num_blocks = 64;
+  Engine engine(Config(64), std::move(runner));
   Collected a;
   ASSERT_TRUE(Submit(engine, Request("a", {3, 4}, 8), a).ok());
   engine.Step();
@@ -566,9 +561,9 @@ TEST(EngineOverlapTest, LaunchFailureErrorsItsRequestsAndTheEngineGoesOn) {
 
 TEST(EngineOverlapTest, ThreadedEngineStopsCleanlyMidStream) {
   auto runner = std::make_unique<FakeRunner>();
-  runner->device = true;
   runner->overlap = true;
-  Engine engine(Config(32, 512), std::move(runner));
+  runner->capacity.num_blocks = 512;
+  Engine engine(Config(32), std::move(runner));
   engine.Start();
   std::mutex mu;
   std::vector<Collected> out(6);

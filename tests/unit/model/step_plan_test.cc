@@ -1,8 +1,10 @@
-// The host plan of a device step: window lists, ring updates, visible entries, logit rows.
+// The host plan of a device step: window lists, ring updates, visible entries, logit rows,
+// block coverage and snapshot tables.
 #include "model/deepseek_v4/step_plan.h"
 
 #include <gtest/gtest.h>
 
+#include <numeric>
 #include <vector>
 
 namespace peregrine::deepseek_v4 {
@@ -17,18 +19,39 @@ ModelConfig SmallConfig() {
   return c;
 }
 
-const StepLimits kLimits{/*num_slots=*/3, /*max_tokens=*/16, /*max_context=*/64};
+// 8-token blocks, taken once 4 tokens of the block exist.
+const StepLimits kLimits{/*num_slots=*/3, /*max_tokens=*/16, /*max_context=*/64, /*block_tokens=*/8,
+                         /*num_blocks=*/32, /*num_snapshots=*/4, /*first_entry_tokens=*/4};
+
+const std::vector<int32_t> kBlocks = [] {
+  std::vector<int32_t> b(8);
+  std::iota(b.begin(), b.end(), 10);
+  return b;
+}();
+
+ChunkView Chunk(int32_t slot, int64_t first, std::span<const int32_t> tokens, bool logits, bool all = false) {
+  ChunkView v;
+  v.slot = slot;
+  v.first_position = first;
+  v.num_tokens = static_cast<int64_t>(tokens.size());
+  v.tokens = tokens;
+  v.blocks = kBlocks;
+  v.needs_logits = logits;
+  v.all_logits = all;
+  return v;
+}
 
 TEST(StepPlanTest, PrefillChunkReadsRingThenItsOwnRows) {
   const ModelConfig c = SmallConfig();
   const std::vector<int32_t> tokens = {5, 6, 7, 8, 9, 10};
   // Slot 2 continues at position 3: positions 3..8, scratch rows start at 3 * 4 = 12.
-  const StepChunk chunk{2, 3, tokens, true, false};
+  const ChunkView chunk = Chunk(2, 3, tokens, true);
   auto plan = PlanStep({&chunk, 1}, c, kLimits);
   ASSERT_TRUE(plan.ok()) << plan.status().ToString();
   const StepPlan& p = *plan;
   EXPECT_EQ(p.num_tokens, 6);
   EXPECT_EQ(p.positions, (std::vector<int32_t>{3, 4, 5, 6, 7, 8}));
+  EXPECT_EQ(p.token_slots, (std::vector<int32_t>{2, 2, 2, 2, 2, 2}));
   // Token at position 3 sees positions 0..3: 0..2 from slot 2's ring (rows 8..10), 3 from scratch row 12.
   EXPECT_EQ(std::vector<int32_t>(p.window_indices.begin(), p.window_indices.begin() + 4),
             (std::vector<int32_t>{8, 9, 10, 12}));
@@ -49,7 +72,7 @@ TEST(StepPlanTest, PrefillChunkReadsRingThenItsOwnRows) {
 TEST(StepPlanTest, DecodeBatchAndLogitRows) {
   const ModelConfig c = SmallConfig();
   const std::vector<int32_t> a = {1}, b = {2, 3};
-  const StepChunk chunks[] = {{0, 0, a, true, false}, {1, 10, b, false, true}};
+  const ChunkView chunks[] = {Chunk(0, 0, a, true), Chunk(1, 10, b, false, true)};
   auto plan = PlanStep(chunks, c, kLimits);
   ASSERT_TRUE(plan.ok());
   EXPECT_EQ(plan->window_lengths, (std::vector<int32_t>{1, 4, 4}));
@@ -60,20 +83,65 @@ TEST(StepPlanTest, DecodeBatchAndLogitRows) {
   EXPECT_EQ(plan->max_csa_entries, 3);
 }
 
+TEST(StepPlanTest, FedTokensAreZeroUntilTheDeviceFillsThem) {
+  const ModelConfig c = SmallConfig();
+  const std::vector<int32_t> known = {4, 5};
+  ChunkView v = Chunk(1, 6, known, true);
+  v.num_tokens = 3;
+  v.feeds_last = true;
+  auto plan = PlanStep({&v, 1}, c, kLimits);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  EXPECT_EQ(plan->token_ids, (std::vector<int32_t>{4, 5, 0}));
+  EXPECT_EQ(plan->positions, (std::vector<int32_t>{6, 7, 8}));
+}
+
+TEST(StepPlanTest, SnapshotTableHasOneColumnPerBoundaryAChunkCanPass) {
+  const ModelConfig c = SmallConfig();
+  const std::vector<int32_t> t(13, 3), one = {7};
+  ChunkView a = Chunk(0, 2, t, true);  // positions 2..14: boundary 8 only
+  const int32_t snaps_a[] = {3};
+  a.snapshots = snaps_a;
+  ChunkView b = Chunk(1, 15, one, true);  // position 15: ends on boundary 16
+  const int32_t snaps_b[] = {1};
+  b.snapshots = snaps_b;
+  const ChunkView chunks[] = {a, b};
+  auto plan = PlanStep(chunks, c, kLimits);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  EXPECT_EQ(plan->max_snapshots, 13 / 8 + 1);
+  EXPECT_EQ(plan->snapshot_table, (std::vector<int32_t>{3, -1, 1, -1}));
+  // Decode steps need one column.
+  EXPECT_EQ(MaxSnapshotsPerChunk(1, 256), 1);
+}
+
 TEST(StepPlanTest, RejectsBadSteps) {
   const ModelConfig c = SmallConfig();
   const std::vector<int32_t> t = {1}, none;
-  const StepChunk twice[] = {{1, 0, t, true, false}, {1, 5, t, true, false}};
+  const ChunkView twice[] = {Chunk(1, 0, t, true), Chunk(1, 5, t, true)};
   EXPECT_EQ(PlanStep(twice, c, kLimits).status().code(), StatusCode::kInvalidArgument);
-  const StepChunk out_of_range{3, 0, t, true, false};
+  const ChunkView out_of_range = Chunk(3, 0, t, true);
   EXPECT_EQ(PlanStep({&out_of_range, 1}, c, kLimits).status().code(), StatusCode::kInvalidArgument);
-  const StepChunk empty{0, 0, none, true, false};
+  const ChunkView empty = Chunk(0, 0, none, true);
   EXPECT_EQ(PlanStep({&empty, 1}, c, kLimits).status().code(), StatusCode::kInvalidArgument);
-  const StepChunk too_long{0, 64, t, true, false};
+  const ChunkView too_long = Chunk(0, 64, t, true);
   EXPECT_EQ(PlanStep({&too_long, 1}, c, kLimits).status().code(), StatusCode::kInvalidArgument);
   const std::vector<int32_t> many(17, 1);
-  const StepChunk too_many{0, 0, many, true, false};
+  const ChunkView too_many = Chunk(0, 0, many, true);
   EXPECT_EQ(PlanStep({&too_many, 1}, c, kLimits).status().code(), StatusCode::kInvalidArgument);
+  // Position 20 is in block 2 (which has entries from 20): a table of two blocks misses it.
+  ChunkView short_table = Chunk(0, 20, t, true);
+  short_table.blocks = std::span(kBlocks).first(2);
+  EXPECT_EQ(PlanStep({&short_table, 1}, c, kLimits).status().code(), StatusCode::kInvalidArgument);
+  const std::vector<int32_t> bad_ids = {1, 99, 2};
+  ChunkView bad_block = Chunk(0, 20, t, true);
+  bad_block.blocks = bad_ids;
+  EXPECT_EQ(PlanStep({&bad_block, 1}, c, kLimits).status().code(), StatusCode::kInvalidArgument);
+  ChunkView restore_off_boundary = Chunk(0, 5, t, true);
+  restore_off_boundary.restore = 0;
+  EXPECT_EQ(PlanStep({&restore_off_boundary, 1}, c, kLimits).status().code(), StatusCode::kInvalidArgument);
+  const int32_t two[] = {0, 1};
+  ChunkView extra_snapshot = Chunk(0, 7, t, true);  // reaches boundary 8 only
+  extra_snapshot.snapshots = two;
+  EXPECT_EQ(PlanStep({&extra_snapshot, 1}, c, kLimits).status().code(), StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -66,7 +66,7 @@ Status CudaModel::Impl::EnqueueLayer(int64_t i, int64_t rows, int64_t chunks) {
       a.hc_eps = static_cast<float>(c.hc_eps);
       a.rms_norm_eps = static_cast<float>(c.rms_norm_eps);
       a.sinkhorn_iters = static_cast<int>(c.hc_sinkhorn_iters);
-      return pc::HyperConnectionPre(a, stream.get());
+      return pc::HyperConnectionPre(a, stream);
     });
   };
   auto post_mix = [&] {
@@ -76,7 +76,7 @@ Status CudaModel::Impl::EnqueueLayer(int64_t i, int64_t rows, int64_t chunks) {
       a.f = f;
       a.post = post;
       a.comb = comb;
-      return pc::HyperConnectionPost(a, stream.get());
+      return pc::HyperConnectionPost(a, stream);
     });
   };
   PG_RETURN_IF_ERROR(pre(lw.hc_attn, lw.attn_norm));
@@ -90,7 +90,7 @@ Status CudaModel::Impl::EnqueueLayer(int64_t i, int64_t rows, int64_t chunks) {
 Status CudaModel::Impl::EnqueueAttention(int64_t i, int64_t rows, int64_t chunks) {
   const ModelConfig& c = config;
   const DeviceLayer& lw = weights.layers[static_cast<size_t>(i)];
-  LayerState& st = state[static_cast<size_t>(i)];
+  const LayerKv& st = kv[static_cast<size_t>(i)];
   const AttentionType type = c.layer_types[static_cast<size_t>(i)];
   const bool sliding = type == AttentionType::kSliding;
   const bool csa = type == AttentionType::kCompressedSparse;
@@ -101,15 +101,15 @@ Status CudaModel::Impl::EnqueueAttention(int64_t i, int64_t rows, int64_t chunks
   const int64_t ih = c.index_n_heads;
   const int64_t id = c.index_head_dim;
   const float eps = static_cast<float>(c.rms_norm_eps);
-  const cudaStream_t s = stream.get();
+  const cudaStream_t s = stream;
   const DeviceTensor& cos = sliding ? main_cos : compress_cos;
   const DeviceTensor& sin = sliding ? main_sin : compress_sin;
   const Tensor x = View(ws.x, DType::kBF16, {rows, d});
   const Tensor positions = MetaView(layout.positions, {rows});
-  const int64_t scratch_row = options.num_slots * w;
-  const int64_t window_rows = scratch_row + options.max_tokens;
-  const Tensor window = View(st.window, DType::kBF16, {window_rows, hd});
-  const Tensor new_kv = ViewAt(st.window, scratch_row * hd * 2, DType::kBF16, {rows, hd});
+  const int64_t scratch_row = pools.num_slots * w;
+  const Tensor window = st.window;
+  const Tensor new_kv = Tensor::Contiguous(static_cast<char*>(st.window.data) + scratch_row * hd * 2, DType::kBF16,
+                                           {rows, hd}, Device::kCuda);
   auto linear = [&](const Tensor& in, const Tensor& wt, const Tensor& out) {
     return Op(OpKind::kProjection, [&] { return pc::Linear(blas, {in, wt, out}, s); });
   };
@@ -149,8 +149,9 @@ Status CudaModel::Impl::EnqueueAttention(int64_t i, int64_t rows, int64_t chunks
   PG_RETURN_IF_ERROR(rope(new_kv, false));
 
   // Compressors: append this step's tokens, emit the entries of completed blocks.
-  auto compress = [&](const DeviceCompressor& cw, const DeviceTensor& kv_state, const DeviceTensor& gate_state,
-                      const Tensor& cache, const DeviceTensor& kv_buf, const DeviceTensor& gate_buf) -> Status {
+  auto compress = [&](const DeviceCompressor& cw, const Tensor& kv_ring, const Tensor& gate_ring, const Tensor& cache,
+                      const DeviceTensor& kv_buf, const DeviceTensor& gate_buf, float* tail_kv,
+                      float* tail_gate) -> Status {
     const int64_t width = cw.coff * cw.dim;
     const Tensor ckv = View(kv_buf, DType::kF32, {rows, width});
     const Tensor cgate = View(gate_buf, DType::kF32, {rows, width});
@@ -161,8 +162,8 @@ Status CudaModel::Impl::EnqueueAttention(int64_t i, int64_t rows, int64_t chunks
       a.kv = ckv;
       a.gate = cgate;
       a.ape = cw.ape.view;
-      a.kv_state = kv_state.view;
-      a.gate_state = gate_state.view;
+      a.kv_state = kv_ring;
+      a.gate_state = gate_ring;
       a.token_offsets = MetaView(layout.chunk_offsets, {chunks + 1});
       a.state_slots = MetaView(layout.chunk_slots, {chunks});
       a.positions = MetaView(layout.chunk_positions, {chunks});
@@ -170,23 +171,33 @@ Status CudaModel::Impl::EnqueueAttention(int64_t i, int64_t rows, int64_t chunks
       a.rope_cos = compress_cos.view;
       a.rope_sin = compress_sin.view;
       a.cache = cache;
-      a.page_table = MetaView(layout.chunk_slots, {chunks, 1});
+      a.page_table = BlockTables();
+      a.page_table_rows = MetaView(layout.chunk_slots, {chunks});
       a.ratio = cw.ratio;
       a.coff = cw.coff;
       a.rope_dim = c.rope_head_dim;
       a.eps = eps;
+      if (tail_kv != nullptr && pools.num_snapshots > 0) {
+        a.snapshot_table = MetaView(layout.snapshot_table, {chunks, layout.max_snapshots});
+        a.snapshot_kv = tail_kv;
+        a.snapshot_gate = tail_gate;
+        a.snapshot_stride = snapshot_floats;
+        a.num_snapshots = pools.num_snapshots;
+        a.snapshot_interval = geometry.block_tokens;
+      }
       return pc::CompressorStep(a, s);
     });
   };
   if (lw.compressor)
-    PG_RETURN_IF_ERROR(compress(*lw.compressor, st.kv_state, st.gate_state, st.cache.view, ws.ckv, ws.cgate));
+    PG_RETURN_IF_ERROR(compress(*lw.compressor, st.kv_ring, st.gate_ring, st.cache, ws.ckv, ws.cgate, st.tail_kv,
+                                st.tail_gate));
 
   // Indexer (CSA): its own compressor, then scores over the visible keys and the top-k.
   const Tensor topk = View(ws.topk, DType::kI32, {rows, c.index_topk});
   const Tensor topk_counts = View(ws.topk_counts, DType::kI32, {rows});
   if (csa) {
-    PG_RETURN_IF_ERROR(compress(*lw.index_compressor, st.index_kv_state, st.index_gate_state, st.index_keys.view,
-                                ws.ikv, ws.igate));
+    PG_RETURN_IF_ERROR(compress(*lw.index_compressor, st.index_kv_ring, st.index_gate_ring, st.index_keys, ws.ikv,
+                                ws.igate, st.tail_index_kv, st.tail_index_gate));
     const Tensor iq = View(ws.iq, DType::kBF16, {rows, ih * id});
     PG_RETURN_IF_ERROR(project(qr_n, lw.index_wq_b, iq));
     PG_RETURN_IF_ERROR(rope(View(ws.iq, DType::kBF16, {rows * ih, id}), false));
@@ -197,12 +208,13 @@ Status CudaModel::Impl::EnqueueAttention(int64_t i, int64_t rows, int64_t chunks
       pc::IndexerScoresArgs a;
       a.q = ViewAt(ws.iq, r0 * ih * id * 2, DType::kBF16, {nb, ih, id});
       a.weights = ViewAt(ws.iw, r0 * ih * 4, DType::kF32, {nb, ih});
-      a.keys = st.index_keys.view;
-      a.page_table = MetaView(layout.token_slots + r0, {nb, 1});
+      a.keys = st.index_keys;
+      a.page_table = BlockTables();
+      a.page_table_rows = MetaView(layout.token_slots + r0, {nb});
       a.num_entries = MetaView(layout.csa_entries + r0, {nb});
       a.scores = View(ws.scores, DType::kF32, {nb, score_stride});
       a.scale = 1.0f / std::sqrt(static_cast<float>(id));
-      a.num_ctas = 4 * num_sms;
+      a.num_ctas = 4 * limits.num_sms;
       PG_RETURN_IF_ERROR(Op(OpKind::kIndexer, [&] {
         return fast_indexer ? pc::IndexerScores(a, s) : pc::IndexerScoresGeneric(a, s);
       }));
@@ -214,7 +226,7 @@ Status CudaModel::Impl::EnqueueAttention(int64_t i, int64_t rows, int64_t chunks
         t.counts = ViewAt(ws.topk_counts, r0 * 4, DType::kI32, {nb});
         if (ws.topk_workspace.view.data != nullptr)
           t.workspace = View(ws.topk_workspace, DType::kI32, {nb, kernels::kIndexerTopKWorkspaceInts});
-        t.num_ctas = num_sms;
+        t.num_ctas = limits.num_sms;
         return pc::IndexerTopK(t, s);
       }));
     }
@@ -228,8 +240,9 @@ Status CudaModel::Impl::EnqueueAttention(int64_t i, int64_t rows, int64_t chunks
     a.window_indices = MetaView(layout.window_indices, {rows, w});
     a.window_lengths = MetaView(layout.window_lengths, {rows});
     if (!sliding) {
-      a.compressed_kv = st.cache.view;
-      a.page_table = MetaView(layout.token_slots, {rows, 1});
+      a.compressed_kv = st.cache;
+      a.page_table = BlockTables();
+      a.page_table_rows = MetaView(layout.token_slots, {rows});
       if (csa) {
         a.compressed_indices = topk;
         a.compressed_lengths = topk_counts;
@@ -279,7 +292,7 @@ Status CudaModel::Impl::EnqueueMoe(int64_t i, int64_t rows) {
   const int64_t inter = c.moe_intermediate_size;
   const int64_t shared = inter * c.num_shared_experts;
   const float limit = static_cast<float>(c.swiglu_limit);
-  const cudaStream_t s = stream.get();
+  const cudaStream_t s = stream;
   const Tensor x = View(ws.x, DType::kBF16, {rows, d});
   const bool hash = c.mlp_layer_types[static_cast<size_t>(i)] == MoeType::kHash;
   const bool mxfp4 = lw.experts.format == ExpertFormat::kMXFP4;

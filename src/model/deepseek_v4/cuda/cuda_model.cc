@@ -59,22 +59,12 @@ bool BuiltIndexer(int64_t heads, int64_t dim) {
 
 }  // namespace
 
-CudaModel::Impl::~Impl() {
-  graphs.clear();
-  for (cudaEvent_t e : event_pool) (void)cudaEventDestroy(e);
-  for (int32_t* h : meta_host)
-    if (h != nullptr) (void)cudaFreeHost(h);
-  for (cudaEvent_t e : meta_copied)
-    if (e != nullptr) (void)cudaEventDestroy(e);
-}
-
-Status CudaModel::Impl::Allocate() {
+Status CudaModel::Impl::Allocate(cudaStream_t load_stream) {
   const ModelConfig& c = config;
-  const CudaModelOptions& o = options;
+  const DeviceModelLimits& o = limits;
   const int64_t n = o.max_tokens;
   const int64_t d = c.hidden_size;
   const int64_t hc = c.hc_mult;
-  const int64_t w = c.sliding_window;
   const int64_t hd = c.head_dim;
   auto alloc = [&](DType dtype, Shape shape, DeviceTensor* out) -> Status {
     const size_t bytes = DTypeBytes(dtype, static_cast<size_t>(shape.numel()));
@@ -82,14 +72,6 @@ Status CudaModel::Impl::Allocate() {
     out->view = Tensor::Contiguous(out->buffer.data(), dtype, shape, Device::kCuda);
     return Status::Ok();
   };
-  auto alloc_state = [&](DType dtype, Shape shape, DeviceTensor* out) -> Status {
-    PG_RETURN_IF_ERROR(alloc(dtype, shape, out));
-    state_bytes += DTypeBytes(dtype, static_cast<size_t>(shape.numel()));
-    // Compressor rings and caches start zeroed: a fresh slot reads no garbage.
-    PG_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(out->view.data, 0, out->buffer.bytes(), stream.get()));
-    return Status::Ok();
-  };
-
   // RoPE tables up to the state's context.
   const int64_t half = c.rope_head_dim / 2;
   for (int table = 0; table < 2; ++table) {
@@ -104,30 +86,9 @@ Status CudaModel::Impl::Allocate() {
     PG_CUDA_RETURN_IF_ERROR(cudaMemcpy(ds.view.data, sin.data(), sin.size() * 4, cudaMemcpyHostToDevice));
   }
 
-  // Per-layer state.
+  // Compressed entries a sequence can have (the indexer's score rows).
   max_entries_csa = c.compress_ratio_csa > 0 ? o.max_context / c.compress_ratio_csa + 1 : 1;
   max_entries_hca = c.compress_ratio_hca > 0 ? o.max_context / c.compress_ratio_hca + 1 : 1;
-  state.resize(static_cast<size_t>(c.num_layers));
-  for (int64_t i = 0; i < c.num_layers; ++i) {
-    LayerState& s = state[static_cast<size_t>(i)];
-    const DeviceLayer& lw = weights.layers[static_cast<size_t>(i)];
-    PG_RETURN_IF_ERROR(alloc_state(DType::kBF16, {o.num_slots * w + n, hd}, &s.window));
-    if (lw.compressor) {
-      const DeviceCompressor& cw = *lw.compressor;
-      const int64_t entries = cw.ratio == c.compress_ratio_csa ? max_entries_csa : max_entries_hca;
-      PG_RETURN_IF_ERROR(alloc_state(DType::kF32, {o.num_slots, cw.coff * cw.ratio, cw.coff * cw.dim}, &s.kv_state));
-      PG_RETURN_IF_ERROR(alloc_state(DType::kF32, {o.num_slots, cw.coff * cw.ratio, cw.coff * cw.dim}, &s.gate_state));
-      PG_RETURN_IF_ERROR(alloc_state(DType::kBF16, {o.num_slots, entries, hd}, &s.cache));
-    }
-    if (lw.index_compressor) {
-      const DeviceCompressor& cw = *lw.index_compressor;
-      PG_RETURN_IF_ERROR(
-          alloc_state(DType::kF32, {o.num_slots, cw.coff * cw.ratio, cw.coff * cw.dim}, &s.index_kv_state));
-      PG_RETURN_IF_ERROR(
-          alloc_state(DType::kF32, {o.num_slots, cw.coff * cw.ratio, cw.coff * cw.dim}, &s.index_gate_state));
-      PG_RETURN_IF_ERROR(alloc_state(DType::kBF16, {o.num_slots, max_entries_csa, c.index_head_dim}, &s.index_keys));
-    }
-  }
 
   // Workspace.
   Workspace& x = ws;
@@ -166,8 +127,7 @@ Status CudaModel::Impl::Allocate() {
   if (score_stride > kernels::kIndexerTopKShortRow) {
     // Long rows' candidate lists; the top-k leaves its counters zero after every call.
     PG_RETURN_IF_ERROR(alloc(DType::kI32, {index_batch, kernels::kIndexerTopKWorkspaceInts}, &x.topk_workspace));
-    PG_CUDA_RETURN_IF_ERROR(
-        cudaMemsetAsync(x.topk_workspace.view.data, 0, x.topk_workspace.buffer.bytes(), stream.get()));
+    PG_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(x.topk_workspace.view.data, 0, x.topk_workspace.buffer.bytes(), load_stream));
   }
   PG_RETURN_IF_ERROR(alloc(DType::kBF16, {n, h, hd}, &x.o));
   PG_RETURN_IF_ERROR(alloc(DType::kBF16, {n, c.o_groups, c.o_lora_rank}, &x.mid));
@@ -181,130 +141,27 @@ Status CudaModel::Impl::Allocate() {
   PG_RETURN_IF_ERROR(alloc(DType::kBF16, {n, 2 * shared}, &x.shared_gate_up));
   PG_RETURN_IF_ERROR(alloc(DType::kBF16, {n, shared}, &x.shared_h));
   PG_RETURN_IF_ERROR(alloc(DType::kBF16, {n, d}, &x.shared_y));
-  max_logit_rows = o.max_logit_rows > 0 ? o.max_logit_rows : o.num_slots;
-  PG_RETURN_IF_ERROR(alloc(DType::kBF16, {max_logit_rows, d}, &x.head_x));
-  PG_RETURN_IF_ERROR(alloc(DType::kF32, {max_logit_rows, c.vocab_size}, &x.logits));
+  PG_RETURN_IF_ERROR(alloc(DType::kBF16, {o.max_logit_rows, d}, &x.head_x));
+  PG_RETURN_IF_ERROR(alloc(DType::kF32, {o.max_logit_rows, c.vocab_size}, &x.logits));
 
   fast_attention = BuiltAttention(h, hd);
   fast_indexer = BuiltIndexer(ih, id);
   if (fast_attention) {
     PG_RETURN_IF_ERROR(pc::PrepareSparseAttention());
-    attention_layout = pc::SparseAttentionLayout(num_sms, static_cast<int>(n));
+    attention_layout = pc::SparseAttentionLayout(o.num_sms, static_cast<int>(n));
     PG_RETURN_IF_ERROR(alloc(DType::kF32, {attention_layout.max_segments, h, hd}, &x.partial_o));
     PG_RETURN_IF_ERROR(alloc(DType::kF32, {attention_layout.max_segments, h}, &x.partial_lse));
   }
 
-  // Metadata: per token 9 ints + the window list + a feed pair, per chunk 4, the logit rows,
-  // 3 schedules.
-  const int64_t schedule_ints = fast_attention ? attention_layout.num_ints() : 0;
-  meta_capacity = n * (w + 12) + 4 * (n + 1) + 3 * schedule_ints + 64;
-  PG_RETURN_IF_ERROR(alloc(DType::kI32, {meta_capacity}, &meta));
-  for (size_t i = 0; i < meta_host.size(); ++i) {
-    PG_CUDA_RETURN_IF_ERROR(
-        cudaMallocHost(reinterpret_cast<void**>(&meta_host[i]), static_cast<size_t>(meta_capacity) * 4));
-    PG_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&meta_copied[i], cudaEventDisableTiming));
-  }
-  PG_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream.get()));
+  PG_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(load_stream));
   return Status::Ok();
 }
 
-Tensor CudaModel::Impl::MetaView(int64_t offset, Shape shape) const {
-  return Tensor::Contiguous(meta.view.as<int32_t>() + offset, DType::kI32, shape, Device::kCuda);
-}
+Tensor CudaModel::Impl::MetaView(int64_t offset, Shape shape) const { return meta->DeviceView(offset, shape); }
 
-Status CudaModel::Impl::UploadPlan(const StepPlan& plan, int64_t rows, std::span<const StepChunk> step_chunks,
-                                   const int32_t* fed_tokens, int64_t num_fed_tokens) {
-  const int64_t w = config.sliding_window;
-  const int64_t chunks = plan.num_chunks;
-  int64_t at = 0;
-  auto place = [&](int64_t count) {
-    const int64_t offset = at;
-    at += (count + 3) / 4 * 4;  // 16-byte aligned sections
-    return offset;
-  };
-  MetaLayout& m = layout;
-  m.token_ids = place(rows);
-  m.positions = place(rows);
-  m.token_slots = place(rows);
-  m.window_indices = place(rows * w);
-  m.window_lengths = place(rows);
-  m.ring_src = place(rows);
-  m.ring_dst = place(rows);
-  m.csa_entries = place(rows);
-  m.hca_entries = place(rows);
-  m.chunk_offsets = place(std::max(rows, chunks) + 1);
-  m.chunk_positions = place(std::max(rows, chunks));
-  m.chunk_slots = place(std::max(rows, chunks));
-  m.logit_rows = place(std::max<int64_t>(rows, 1));
-  const int64_t schedule_ints = fast_attention ? attention_layout.num_ints() : 0;
-  for (int64_t& s : m.schedules) s = place(schedule_ints);
-  // Last: every section a captured graph reads sits at an offset that depends on `rows`
-  // only; the feed pairs (read before the graph) vary per step.
-  m.num_feeds = 0;
-  for (const StepChunk& chunk : step_chunks) m.num_feeds += chunk.fed_from >= 0 ? 1 : 0;
-  m.feeds = place(2 * m.num_feeds);
-  m.total = at;
-  if (m.total > meta_capacity) return Internal("step metadata exceeds its buffer");
-
-  // The staging buffer of two uploads ago: its copy has been enqueued, wait until it ran.
-  const int turn = meta_turn;
-  meta_turn ^= 1;
-  PG_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(meta_copied[static_cast<size_t>(turn)]));
-  int32_t* h = meta_host[static_cast<size_t>(turn)];
-  const int64_t n = plan.num_tokens;
-  // Real rows first, then padding rows that every kernel skips (no window rows, no
-  // entries, negative positions, no ring update).
-  auto copy = [&](int64_t offset, const std::vector<int32_t>& v, int64_t count, int32_t pad) {
-    std::copy(v.begin(), v.end(), h + offset);
-    std::fill(h + offset + static_cast<int64_t>(v.size()), h + offset + count, pad);
-  };
-  copy(m.token_ids, plan.token_ids, rows, 0);
-  copy(m.positions, plan.positions, rows, -1);
-  copy(m.token_slots, plan.token_slots, rows, 0);
-  copy(m.window_indices, plan.window_indices, rows * w, -1);
-  copy(m.window_lengths, plan.window_lengths, rows, 0);
-  copy(m.ring_src, plan.ring_src, rows, -1);
-  copy(m.ring_dst, plan.ring_dst, rows, -1);
-  copy(m.csa_entries, plan.csa_entries, rows, 0);
-  copy(m.hca_entries, plan.hca_entries, rows, 0);
-  // Padding chunks are empty (offsets repeat the end) and skipped (slot -1).
-  const int64_t padded_chunks = std::max(rows, chunks);
-  copy(m.chunk_offsets, plan.chunk_offsets, padded_chunks + 1, static_cast<int32_t>(n));
-  copy(m.chunk_positions, plan.chunk_positions, padded_chunks, -1);
-  copy(m.chunk_slots, plan.chunk_slots, padded_chunks, -1);
-  copy(m.logit_rows, plan.logit_rows, rows, 0);
-  if (m.num_feeds > 0) {
-    if (fed_tokens == nullptr) return InvalidArgument("a chunk is fed from the previous step, but no tokens were given");
-    int32_t* feed = h + m.feeds;
-    int64_t row = 0;
-    for (const StepChunk& chunk : step_chunks) {
-      row += static_cast<int64_t>(chunk.tokens.size());
-      if (chunk.fed_from < 0) continue;
-      if (chunk.fed_from >= num_fed_tokens) return InvalidArgument("a chunk is fed from outside the previous step's tokens");
-      *feed++ = static_cast<int32_t>(row - 1);
-      *feed++ = chunk.fed_from;
-      h[m.token_ids + row - 1] = 0;  // the placeholder, until the feed overwrites it
-    }
-  }
-  if (fast_attention) {
-    const std::vector<int64_t>* kinds[3] = {&plan.sliding_rows, &plan.csa_rows, &plan.hca_rows};
-    std::vector<int64_t> padded;
-    for (int kind = 0; kind < 3; ++kind) {
-      padded.assign(kinds[kind]->begin(), kinds[kind]->end());
-      padded.resize(static_cast<size_t>(rows), 0);
-      PG_RETURN_IF_ERROR(pc::PlanSparseAttention(
-          padded, attention_layout, std::span<int32_t>(h + m.schedules[static_cast<size_t>(kind)], schedule_ints)));
-    }
-  }
-  PG_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(meta.view.data, h, static_cast<size_t>(m.total) * 4, cudaMemcpyHostToDevice,
-                                          stream.get()));
-  PG_CUDA_RETURN_IF_ERROR(cudaEventRecord(meta_copied[static_cast<size_t>(turn)], stream.get()));
-  if (m.num_feeds == 0) return Status::Ok();
-  pc::FeedTokensArgs feed;
-  feed.token_ids = MetaView(m.token_ids, {rows});
-  feed.feeds = MetaView(m.feeds, {m.num_feeds, 2});
-  feed.sampled = Tensor::Contiguous(const_cast<int32_t*>(fed_tokens), DType::kI32, {num_fed_tokens}, Device::kCuda);
-  return pc::FeedTokens(feed, stream.get());
+Tensor CudaModel::Impl::BlockTables() const {
+  return Tensor::Contiguous(pools.block_tables, DType::kI32, {pools.num_slots, std::max<int64_t>(pools.max_blocks, 1)},
+                            Device::kCuda);
 }
 
 Status CudaModel::Impl::EnqueueStep(int64_t rows, int64_t chunks, int64_t logit_rows) {
@@ -316,7 +173,7 @@ Status CudaModel::Impl::EnqueueStep(int64_t rows, int64_t chunks, int64_t logit_
     a.token_ids = MetaView(layout.token_ids, {rows});
     a.table = weights.embed.view;
     a.streams = View(ws.streams, DType::kF32, {rows, hc, d});
-    return pc::EmbeddingLookup(a, stream.get());
+    return pc::EmbeddingLookup(a, stream);
   }));
   for (int64_t i = 0; i < c.num_layers; ++i) PG_RETURN_IF_ERROR(EnqueueLayer(i, rows, chunks));
   if (logit_rows == 0) return Status::Ok();
@@ -333,175 +190,377 @@ Status CudaModel::Impl::EnqueueStep(int64_t rows, int64_t chunks, int64_t logit_
     a.y = View(ws.head_x, DType::kBF16, {logit_rows, d});
     a.hc_eps = static_cast<float>(c.hc_eps);
     a.rms_norm_eps = static_cast<float>(c.rms_norm_eps);
-    PG_RETURN_IF_ERROR(pc::HyperConnectionHead(a, stream.get()));
+    PG_RETURN_IF_ERROR(pc::HyperConnectionHead(a, stream));
     return pc::Linear(blas,
                       {View(ws.head_x, DType::kBF16, {logit_rows, d}), weights.head.view,
                        View(ws.logits, DType::kF32, {logit_rows, c.vocab_size})},
-                      stream.get());
+                      stream);
   }));
   return Status::Ok();
 }
 
-CudaModel::CudaModel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-CudaModel::~CudaModel() {
-  if (impl_) (void)impl_->stream.Synchronize();
-}
-
-const ModelConfig& CudaModel::config() const { return impl_->config; }
-const CudaModelOptions& CudaModel::options() const { return impl_->options; }
-uint64_t CudaModel::weight_bytes() const { return impl_->weights.bytes; }
-uint64_t CudaModel::state_bytes() const { return impl_->state_bytes; }
-
-Result<std::unique_ptr<CudaModel>> CudaModel::Create(ModelConfig config, const Checkpoint& checkpoint,
-                                                     const CudaModelOptions& options) {
-  PG_RETURN_IF_ERROR(ValidateModelConfig(config));
-  if (options.num_slots < 1 || options.max_tokens < 1 || options.max_context < 2)
-    return InvalidArgument("CUDA model: num_slots, max_tokens must be >= 1 and max_context >= 2");
-  if (options.max_context > config.max_position_embeddings)
-    return InvalidArgument("CUDA model: max_context exceeds the model's max_position_embeddings");
-  const std::vector<pc::DeviceInfo> devices = pc::ListDevices();
-  if (options.device < 0 || options.device >= static_cast<int>(devices.size()))
-    return Unavailable("no CUDA device " + std::to_string(options.device) + " (found " +
-                              std::to_string(devices.size()) + ")");
-  PG_RETURN_IF_ERROR(pc::SelectDevice(options.device));
-  auto impl = std::make_unique<Impl>();
-  impl->config = std::move(config);
-  impl->options = options;
-  impl->num_sms = devices[static_cast<size_t>(options.device)].num_sms;
-  impl->allocator = std::make_unique<pc::CachingAllocator>(impl->raw);
-  PG_ASSIGN_OR_RETURN(impl->stream, pc::Stream::Create());
-  PG_ASSIGN_OR_RETURN(impl->blas, pc::Blas::Create(*impl->allocator));
-  PG_ASSIGN_OR_RETURN(impl->weights, LoadDeviceWeights(impl->config, checkpoint, options.weights, *impl->allocator,
-                                                       impl->stream.get()));
-  PG_RETURN_IF_ERROR(impl->Allocate());
-  return std::unique_ptr<CudaModel>(new CudaModel(std::move(impl)));
-}
-
 namespace {
 
-// Token ids known on the host (a fed chunk's last token is a placeholder).
-Status CheckTokens(const ModelConfig& c, std::span<const StepChunk> chunks) {
-  for (const StepChunk& chunk : chunks) {
-    const size_t known = chunk.tokens.size() - (chunk.fed_from >= 0 ? 1 : 0);
-    for (int32_t id : chunk.tokens.first(known))
+// Token ids known on the host (a fed chunk's last token is not).
+Status CheckTokens(const ModelConfig& c, std::span<const ChunkView> chunks) {
+  for (const ChunkView& chunk : chunks)
+    for (int32_t id : chunk.tokens)
       if (id < 0 || id >= c.vocab_size) return InvalidArgument("token id out of range: " + std::to_string(id));
-  }
   return Status::Ok();
-}
-
-// The graph bucket of a decode batch: the next power of two.
-int64_t Bucket(int64_t batch) {
-  int64_t b = 1;
-  while (b < batch) b *= 2;
-  return b;
 }
 
 }  // namespace
 
-peregrine::cuda::CachingAllocator& CudaModel::allocator() { return *impl_->allocator; }
+CudaModel::CudaModel(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+CudaModel::~CudaModel() = default;
 
-cudaStream_t CudaModel::stream() const { return impl_->stream.get(); }
+const ModelConfig& CudaModel::config() const { return impl_->config; }
+uint64_t CudaModel::weight_bytes() const { return impl_->weights.bytes; }
+const KvGeometry& CudaModel::geometry() const { return impl_->geometry; }
 
-double CudaModel::last_host_ms() const { return impl_->last_host_ms; }
+Result<std::unique_ptr<CudaModel>> CudaModel::Create(const ModelConfig& config, const Checkpoint& checkpoint,
+                                                     const DeviceModelLimits& limits,
+                                                     const WeightLoadOptions& weight_options,
+                                                     pc::CachingAllocator& allocator, cudaStream_t stream) {
+  PG_RETURN_IF_ERROR(ValidateModelConfig(config));
+  if (limits.max_tokens < 1 || limits.max_context < 2 || limits.max_logit_rows < 1)
+    return InvalidArgument("CUDA model: max_tokens and max_logit_rows must be >= 1 and max_context >= 2");
+  if (limits.max_context > config.max_position_embeddings)
+    return InvalidArgument("CUDA model: max_context exceeds the model's max_position_embeddings");
+  auto impl = std::make_unique<Impl>();
+  impl->config = config;
+  impl->limits = limits;
+  impl->geometry = KvGeometry::For(config, limits.block_tokens, KvElementSizes{2, 2});
+  impl->allocator = &allocator;
+  PG_ASSIGN_OR_RETURN(impl->blas, pc::Blas::Create(allocator));
+  PG_ASSIGN_OR_RETURN(impl->weights, LoadDeviceWeights(impl->config, checkpoint, weight_options, allocator, stream));
+  PG_RETURN_IF_ERROR(impl->Allocate(stream));
+  return std::unique_ptr<CudaModel>(new CudaModel(std::move(impl)));
+}
 
-Status CudaModel::Impl::Enqueue(std::span<const StepChunk> chunks, const int32_t* fed_tokens, int64_t num_fed_tokens,
-                                int64_t* logit_rows) {
-  const auto started = std::chrono::steady_clock::now();
-  PG_RETURN_IF_ERROR(CheckTokens(config, chunks));
-  const StepLimits limits{options.num_slots, options.max_tokens, options.max_context};
-  PG_ASSIGN_OR_RETURN(StepPlan plan, PlanStep(chunks, config, limits));
-  const int64_t r = static_cast<int64_t>(plan.logit_rows.size());
-  if (r > max_logit_rows)
-    return InvalidArgument("step wants " + std::to_string(r) + " logits rows; the model holds " +
-                           std::to_string(max_logit_rows));
-  const bool decode = plan.num_tokens == plan.num_chunks;
-  const int64_t bucket = Bucket(plan.num_tokens);
-  if (decode && plan.num_tokens <= graph_max_batch && bucket <= options.max_tokens && bucket <= max_logit_rows &&
-      r == plan.num_tokens) {
-    // One token per chunk, each wanting logits: replay the bucket's graph (captured on first use).
-    PG_RETURN_IF_ERROR(UploadPlan(plan, bucket, chunks, fed_tokens, num_fed_tokens));
-    auto it = graphs.find(bucket);
-    if (it == graphs.end()) {
-      PG_RETURN_IF_ERROR(pc::Graph::BeginCapture(stream.get()));
-      const Status enqueued = EnqueueStep(bucket, bucket, bucket);
-      PG_ASSIGN_OR_RETURN(pc::Graph graph, pc::Graph::EndCapture(stream.get()));
-      PG_RETURN_IF_ERROR(enqueued);
-      it = graphs.emplace(bucket, std::move(graph)).first;
+KvLayout CudaModel::kv_layout() const {
+  const Impl& m = *impl_;
+  KvLayout layout = m.geometry.Layout();
+  // The window pool also holds each layer's rows of the step being run, after the rings.
+  for (KvKind& k : layout.per_request)
+    if (k.name == "window")
+      k.fixed_bytes = static_cast<int64_t>(m.geometry.layers.size()) * m.limits.max_tokens * m.geometry.head_dim * 2;
+  return layout;
+}
+
+Status CudaModel::BindKv(const DeviceKvPools& pools) {
+  Impl& m = *impl_;
+  const KvGeometry& g = m.geometry;
+  const KvLayout layout = kv_layout();
+  if (pools.paged.size() != layout.paged.size() || pools.per_request.size() != layout.per_request.size())
+    return InvalidArgument("KV pools do not match the model's layout");
+  if (pools.num_blocks > 0 && pools.block_tables == nullptr) return InvalidArgument("KV pools without block tables");
+  m.pools = pools;
+  const int64_t slots = pools.num_slots;
+  const int64_t blocks = pools.num_blocks;
+  const int64_t w = g.window, hd = g.head_dim, id = g.index_dim;
+  m.window_layer_rows = slots * w + m.limits.max_tokens;
+  auto paged = [&](const char* name) -> char* {
+    for (size_t i = 0; i < layout.paged.size(); ++i)
+      if (layout.paged[i].name == name) return static_cast<char*>(pools.paged[i]);
+    return nullptr;
+  };
+  char* window = static_cast<char*>(pools.per_request[0]);
+  float* rings = static_cast<float*>(pools.per_request[1]);
+  char* csa_entries = paged("csa_entries");
+  char* csa_keys = paged("csa_index_keys");
+  char* hca_entries = paged("hca_entries");
+  // Compressor rings, array by array, layer-major inside each (so a slot's rows of one array
+  // sit at one pitch across the layers): CSA kv, gate, indexer kv, indexer gate; HCA kv, gate.
+  int64_t csa_ratio = 0, hca_ratio = 0;
+  for (const KvGeometry::Layer& l : g.layers) {
+    if (l.csa_index >= 0) csa_ratio = l.ratio;
+    else if (l.ratio > 0) hca_ratio = l.ratio;
+  }
+  const int64_t csa_ring = g.RingFloats(csa_ratio, 2, hd), index_ring = g.RingFloats(csa_ratio, 2, id);
+  const int64_t hca_ring = g.RingFloats(hca_ratio, 1, hd);
+  float* csa_kv = rings;
+  float* csa_gate = csa_kv + g.num_csa * slots * csa_ring;
+  float* idx_kv = csa_gate + g.num_csa * slots * csa_ring;
+  float* idx_gate = idx_kv + g.num_csa * slots * index_ring;
+  float* hca_kv = idx_gate + g.num_csa * slots * index_ring;
+  float* hca_gate = hca_kv + g.num_hca * slots * hca_ring;
+  m.snapshot_floats = layout.snapshot_bytes / 4;
+  float* tails = pools.snapshots != nullptr
+                     ? reinterpret_cast<float*>(static_cast<char*>(pools.snapshots) + g.snapshot_window_bytes())
+                     : nullptr;
+  const int64_t tail_kv = csa_ratio * 2 * hd, tail_index = csa_ratio * 2 * id;
+  m.kv.assign(g.layers.size(), LayerKv{});
+  for (size_t i = 0; i < g.layers.size(); ++i) {
+    const KvGeometry::Layer& l = g.layers[i];
+    LayerKv& k = m.kv[i];
+    k.window = Tensor::Contiguous(window + static_cast<int64_t>(i) * m.window_layer_rows * hd * 2, DType::kBF16,
+                                  {m.window_layer_rows, hd}, Device::kCuda);
+    if (l.ratio == 0) continue;
+    const int64_t c = l.cache_index;
+    if (l.csa_index >= 0) {
+      k.kv_ring = Tensor::Contiguous(csa_kv + c * slots * csa_ring, DType::kF32, {slots, 2 * l.ratio, 2 * hd}, Device::kCuda);
+      k.gate_ring = Tensor::Contiguous(csa_gate + c * slots * csa_ring, DType::kF32, {slots, 2 * l.ratio, 2 * hd},
+                                       Device::kCuda);
+      k.index_kv_ring =
+          Tensor::Contiguous(idx_kv + c * slots * index_ring, DType::kF32, {slots, 2 * l.ratio, 2 * id}, Device::kCuda);
+      k.index_gate_ring =
+          Tensor::Contiguous(idx_gate + c * slots * index_ring, DType::kF32, {slots, 2 * l.ratio, 2 * id}, Device::kCuda);
+      k.cache = Tensor::Contiguous(csa_entries + c * blocks * l.entries_per_page * hd * 2, DType::kBF16,
+                                   {std::max<int64_t>(blocks, 1), l.entries_per_page, hd}, Device::kCuda);
+      k.index_keys = Tensor::Contiguous(csa_keys + c * blocks * l.entries_per_page * id * 2, DType::kBF16,
+                                        {std::max<int64_t>(blocks, 1), l.entries_per_page, id}, Device::kCuda);
+      if (tails != nullptr) {
+        // Tails array-major across the CSA layers: kv [csa][ratio][2Dh], gate, indexer kv, indexer gate.
+        k.tail_kv = tails + c * tail_kv;
+        k.tail_gate = tails + g.num_csa * tail_kv + c * tail_kv;
+        k.tail_index_kv = tails + 2 * g.num_csa * tail_kv + c * tail_index;
+        k.tail_index_gate = tails + 2 * g.num_csa * tail_kv + g.num_csa * tail_index + c * tail_index;
+      }
+    } else {
+      k.kv_ring = Tensor::Contiguous(hca_kv + c * slots * hca_ring, DType::kF32, {slots, l.ratio, hd}, Device::kCuda);
+      k.gate_ring = Tensor::Contiguous(hca_gate + c * slots * hca_ring, DType::kF32, {slots, l.ratio, hd}, Device::kCuda);
+      k.cache = Tensor::Contiguous(hca_entries + c * blocks * l.entries_per_page * hd * 2, DType::kBF16,
+                                   {std::max<int64_t>(blocks, 1), l.entries_per_page, hd}, Device::kCuda);
     }
-    PG_RETURN_IF_ERROR(it->second.Launch(stream.get()));
-  } else {
-    PG_RETURN_IF_ERROR(UploadPlan(plan, plan.num_tokens, chunks, fed_tokens, num_fed_tokens));
-    PG_RETURN_IF_ERROR(EnqueueStep(plan.num_tokens, plan.num_chunks, r));
   }
-  *logit_rows = r;
-  last_host_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
+  m.bound = true;
   return Status::Ok();
 }
 
-Status CudaModel::Forward(std::span<const StepChunk> chunks, std::vector<float>* logits, const LogitsHook& hook) {
-  Impl& m = *impl_;
-  int64_t r = 0;
-  PG_RETURN_IF_ERROR(m.Enqueue(chunks, nullptr, 0, &r));
-  if (hook) {
-    PG_RETURN_IF_ERROR(hook(View(m.ws.logits, DType::kF32, {r, m.config.vocab_size}), m.stream.get()));
-    return m.stream.Synchronize();
-  }
-  logits->resize(static_cast<size_t>(r * m.config.vocab_size));
-  if (r > 0) {
-    // Logit rows come out in the plan's order (graph buckets compute every row's head:
-    // rows are the logit_rows list, padded, so the first r are the wanted ones).
-    PG_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(logits->data(), m.ws.logits.view.data,
-                                            logits->size() * sizeof(float), cudaMemcpyDeviceToHost, m.stream.get()));
-  }
-  return m.stream.Synchronize();
+int64_t CudaModel::meta_capacity(int64_t rows, int64_t chunks) const {
+  const Impl& m = *impl_;
+  const int64_t w = m.config.sliding_window;
+  const int64_t padded = std::max(rows, chunks);
+  const int64_t schedule_ints = m.fast_attention ? m.attention_layout.num_ints() : 0;
+  const int64_t snapshots = MaxSnapshotsPerChunk(m.limits.max_tokens, m.geometry.block_tokens);
+  return rows * (w + 9) + 4 * (padded + 1) + padded * snapshots + 3 * schedule_ints + 64;
 }
 
-Status CudaModel::Launch(std::span<const StepChunk> chunks, const LogitsHook& hook, const int32_t* fed_tokens,
-                         int64_t num_fed_tokens) {
+Result<DeviceStep> CudaModel::Plan(std::span<const ChunkView> chunks, int64_t rows, StepMeta& meta) {
   Impl& m = *impl_;
-  int64_t r = 0;
-  PG_RETURN_IF_ERROR(m.Enqueue(chunks, fed_tokens, num_fed_tokens, &r));
-  return hook(View(m.ws.logits, DType::kF32, {r, m.config.vocab_size}), m.stream.get());
-}
-
-Status CudaModel::EnableGraphs(int64_t max_batch) {
-  if (max_batch < 0 || max_batch > impl_->options.max_tokens || max_batch > impl_->options.num_slots)
-    return InvalidArgument("graph batch limit must be in [0, min(max_tokens, num_slots)]");
-  impl_->graph_max_batch = max_batch;
-  impl_->graphs.clear();
-  return Status::Ok();
-}
-
-Status CudaModel::ProfileForward(std::span<const StepChunk> chunks, std::vector<OpProfile>* profile,
-                                 double* total_ms) {
-  Impl& m = *impl_;
+  if (!m.bound) return Internal("CUDA model: a step before the KV pools were bound");
   PG_RETURN_IF_ERROR(CheckTokens(m.config, chunks));
-  const StepLimits limits{m.options.num_slots, m.options.max_tokens, m.options.max_context};
+  const KvLayout layout = m.geometry.Layout();
+  StepLimits limits;
+  limits.num_slots = m.pools.num_slots;
+  limits.max_tokens = m.limits.max_tokens;
+  limits.max_context = m.limits.max_context;
+  limits.block_tokens = m.geometry.block_tokens;
+  limits.num_blocks = m.pools.num_blocks;
+  limits.num_snapshots = m.pools.num_snapshots;
+  limits.first_entry_tokens = layout.first_entry_tokens;
   PG_ASSIGN_OR_RETURN(StepPlan plan, PlanStep(chunks, m.config, limits));
-  PG_RETURN_IF_ERROR(m.UploadPlan(plan, plan.num_tokens));
-  PG_ASSIGN_OR_RETURN(pc::Event start, pc::Event::Create(true));
-  PG_ASSIGN_OR_RETURN(pc::Event stop, pc::Event::Create(true));
-  m.profiling = true;
-  m.events_used = 0;
-  m.profile_events.clear();
-  PG_RETURN_IF_ERROR(start.Record(m.stream.get()));
-  const Status s = m.EnqueueStep(plan.num_tokens, plan.num_chunks, static_cast<int64_t>(plan.logit_rows.size()));
-  m.profiling = false;
-  PG_RETURN_IF_ERROR(s);
-  PG_RETURN_IF_ERROR(stop.Record(m.stream.get()));
-  PG_RETURN_IF_ERROR(m.stream.Synchronize());
-  PG_ASSIGN_OR_RETURN(float total, pc::Event::ElapsedMs(start, stop));
-  *total_ms = total;
-  profile->assign(static_cast<size_t>(OpKind::kCount), {});
-  for (size_t k = 0; k < profile->size(); ++k) (*profile)[k].name = OpKindName(static_cast<OpKind>(k));
-  for (const Impl::ProfileEvent& e : m.profile_events) {
-    float ms = 0.0f;
-    PG_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, e.begin, e.end));
-    OpProfile& p = (*profile)[static_cast<size_t>(e.kind)];
-    p.ms += ms;
-    ++p.launches;
+  for (const ChunkView& chunk : chunks)
+    if (layout.BlocksFor(chunk.first_position + chunk.num_tokens) > m.pools.max_blocks)
+      return InvalidArgument("a sequence longer than the block tables hold");
+  const int64_t r = static_cast<int64_t>(plan.logit_rows.size());
+  if (r > m.limits.max_logit_rows)
+    return InvalidArgument("step wants " + std::to_string(r) + " logits rows; the model holds " +
+                           std::to_string(m.limits.max_logit_rows));
+  if (rows < plan.num_tokens || rows > m.limits.max_tokens) return Internal("CUDA model: step rows out of range");
+
+  const int64_t w = m.config.sliding_window;
+  const int64_t n_chunks = plan.num_chunks;
+  const int64_t padded_chunks = std::max(rows, n_chunks);
+  MetaLayout& ml = m.layout;
+  auto place = [&](int64_t count) -> Result<int64_t> {
+    const int64_t at = meta.Place(count);
+    if (at < 0) return Internal("step metadata exceeds its buffer");
+    return at;
+  };
+  PG_ASSIGN_OR_RETURN(ml.token_ids, place(rows));
+  PG_ASSIGN_OR_RETURN(ml.positions, place(rows));
+  PG_ASSIGN_OR_RETURN(ml.token_slots, place(rows));
+  PG_ASSIGN_OR_RETURN(ml.window_indices, place(rows * w));
+  PG_ASSIGN_OR_RETURN(ml.window_lengths, place(rows));
+  PG_ASSIGN_OR_RETURN(ml.ring_src, place(rows));
+  PG_ASSIGN_OR_RETURN(ml.ring_dst, place(rows));
+  PG_ASSIGN_OR_RETURN(ml.csa_entries, place(rows));
+  PG_ASSIGN_OR_RETURN(ml.hca_entries, place(rows));
+  PG_ASSIGN_OR_RETURN(ml.chunk_offsets, place(padded_chunks + 1));
+  PG_ASSIGN_OR_RETURN(ml.chunk_positions, place(padded_chunks));
+  PG_ASSIGN_OR_RETURN(ml.chunk_slots, place(padded_chunks));
+  PG_ASSIGN_OR_RETURN(ml.logit_rows, place(std::max<int64_t>(rows, 1)));
+  ml.max_snapshots = plan.max_snapshots;
+  PG_ASSIGN_OR_RETURN(ml.snapshot_table, place(padded_chunks * plan.max_snapshots));
+  const int64_t schedule_ints = m.fast_attention ? m.attention_layout.num_ints() : 0;
+  for (int64_t& section : ml.schedules) {
+    PG_ASSIGN_OR_RETURN(const int64_t at, place(schedule_ints));
+    section = at;
+  }
+
+  // Real rows first, then padding rows that every kernel skips (no window rows, no
+  // entries, negative positions, no ring update, no snapshot).
+  auto copy = [&](int64_t offset, const std::vector<int32_t>& v, int64_t count, int32_t pad) {
+    int32_t* h = meta.host(offset);
+    std::copy(v.begin(), v.end(), h);
+    std::fill(h + static_cast<int64_t>(v.size()), h + count, pad);
+  };
+  const int64_t n = plan.num_tokens;
+  copy(ml.token_ids, plan.token_ids, rows, 0);
+  copy(ml.positions, plan.positions, rows, -1);
+  copy(ml.token_slots, plan.token_slots, rows, 0);
+  copy(ml.window_indices, plan.window_indices, rows * w, -1);
+  copy(ml.window_lengths, plan.window_lengths, rows, 0);
+  copy(ml.ring_src, plan.ring_src, rows, -1);
+  copy(ml.ring_dst, plan.ring_dst, rows, -1);
+  copy(ml.csa_entries, plan.csa_entries, rows, 0);
+  copy(ml.hca_entries, plan.hca_entries, rows, 0);
+  // Padding chunks are empty (offsets repeat the end) and skipped (slot -1).
+  copy(ml.chunk_offsets, plan.chunk_offsets, padded_chunks + 1, static_cast<int32_t>(n));
+  copy(ml.chunk_positions, plan.chunk_positions, padded_chunks, -1);
+  copy(ml.chunk_slots, plan.chunk_slots, padded_chunks, -1);
+  copy(ml.logit_rows, plan.logit_rows, std::max<int64_t>(rows, 1), 0);
+  copy(ml.snapshot_table, plan.snapshot_table, padded_chunks * plan.max_snapshots, -1);
+  if (m.fast_attention) {
+    const std::vector<int64_t>* kinds[3] = {&plan.sliding_rows, &plan.csa_rows, &plan.hca_rows};
+    std::vector<int64_t> padded;
+    for (int kind = 0; kind < 3; ++kind) {
+      padded.assign(kinds[kind]->begin(), kinds[kind]->end());
+      padded.resize(static_cast<size_t>(rows), 0);
+      PG_RETURN_IF_ERROR(pc::PlanSparseAttention(
+          padded, m.attention_layout,
+          std::span<int32_t>(meta.host(ml.schedules[static_cast<size_t>(kind)]), static_cast<size_t>(schedule_ints))));
+    }
+  }
+  DeviceStep step;
+  step.rows = rows;
+  step.num_chunks = n_chunks;
+  step.logit_rows = r;
+  step.token_ids_offset = ml.token_ids;
+  step.max_chunk_tokens = plan.max_chunk_tokens;
+  return step;
+}
+
+Status CudaModel::Enqueue(const DeviceStep& step, const StepMeta& meta, cudaStream_t stream, OpProfiler* profiler) {
+  Impl& m = *impl_;
+  m.meta = &meta;
+  m.stream = stream;
+  m.profiler = profiler;
+  const Status s = m.EnqueueStep(step.rows, step.num_chunks, step.logit_rows);
+  m.profiler = nullptr;
+  return s;
+}
+
+namespace {
+
+// Copies `height` rows of `width` bytes between pitched device regions.
+cudaError_t Copy2D(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t height,
+                   cudaStream_t stream) {
+  return cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, height, cudaMemcpyDeviceToDevice, stream);
+}
+
+}  // namespace
+
+Status CudaModel::EnqueueRestores(std::span<const ChunkView> chunks, cudaStream_t stream) {
+  const Impl& m = *impl_;
+  const KvGeometry& g = m.geometry;
+  const int64_t layers = static_cast<int64_t>(g.layers.size());
+  const size_t window_bytes = static_cast<size_t>(g.window * g.head_dim * 2);
+  const size_t layer_pitch = static_cast<size_t>(m.window_layer_rows * g.head_dim * 2);
+  for (const ChunkView& chunk : chunks) {
+    if (chunk.restore < 0) continue;
+    if (chunk.restore >= m.pools.num_snapshots) return InvalidArgument("restore from a snapshot outside the pools");
+    const char* record = static_cast<const char*>(m.pools.snapshots) + static_cast<int64_t>(chunk.restore) * m.snapshot_floats * 4;
+    char* window = static_cast<char*>(m.kv[0].window.data) + static_cast<int64_t>(chunk.slot) * window_bytes;
+    PG_CUDA_RETURN_IF_ERROR(Copy2D(window, layer_pitch, record, window_bytes, window_bytes, static_cast<size_t>(layers), stream));
+    if (g.num_csa == 0) continue;
+    // CSA rings: the block that ends at the boundary, into its half of each ring.
+    for (size_t i = 0; i < g.layers.size(); ++i) {
+      const KvGeometry::Layer& l = g.layers[i];
+      if (l.csa_index != 0) continue;  // the first CSA layer's views give every array's base
+      const int64_t half = ((chunk.first_position / l.ratio - 1) & 1) * l.ratio;
+      const LayerKv& k = m.kv[i];
+      struct Array {
+        const Tensor* ring;
+        const float* tail;
+        int64_t width;
+      };
+      const Array arrays[] = {{&k.kv_ring, k.tail_kv, 2 * g.head_dim},
+                              {&k.gate_ring, k.tail_gate, 2 * g.head_dim},
+                              {&k.index_kv_ring, k.tail_index_kv, 2 * g.index_dim},
+                              {&k.index_gate_ring, k.tail_index_gate, 2 * g.index_dim}};
+      for (const Array& a : arrays) {
+        const int64_t ring_floats = 2 * l.ratio * a.width;
+        const size_t bytes = static_cast<size_t>(l.ratio * a.width * 4);
+        float* dst = static_cast<float*>(a.ring->data) + chunk.slot * ring_floats + half * a.width;
+        const float* src = a.tail + static_cast<int64_t>(chunk.restore) * m.snapshot_floats;
+        PG_CUDA_RETURN_IF_ERROR(Copy2D(dst, static_cast<size_t>(m.pools.num_slots * ring_floats * 4), src, bytes, bytes,
+                                       static_cast<size_t>(g.num_csa), stream));
+      }
+    }
   }
   return Status::Ok();
+}
+
+Status CudaModel::EnqueueSnapshots(std::span<const ChunkView> chunks, const DeviceStep& step, cudaStream_t stream) {
+  (void)step;
+  const Impl& m = *impl_;
+  const KvGeometry& g = m.geometry;
+  const int64_t b = g.block_tokens, w = g.window;
+  const size_t window_bytes = static_cast<size_t>(w * g.head_dim * 2);
+  const size_t row_bytes = static_cast<size_t>(g.head_dim * 2);
+  const size_t layer_pitch = static_cast<size_t>(m.window_layer_rows) * row_bytes;
+  const char* window = static_cast<const char*>(m.kv[0].window.data);
+  int64_t row0 = 0;  // the chunk's first row in the step
+  for (const ChunkView& chunk : chunks) {
+    const int64_t p0 = chunk.first_position, end = p0 + chunk.num_tokens;
+    for (size_t i = 0; i < chunk.snapshots.size(); ++i) {
+      const int32_t s = chunk.snapshots[i];
+      if (s < 0) continue;
+      const int64_t boundary = (p0 / b + 1 + static_cast<int64_t>(i)) * b;
+      // At the chunk's end the ring holds positions [L - W, L) in ring order; inside the
+      // chunk they are the step's rows (PlanStep keeps such boundaries W past the start).
+      const char* src = boundary == end
+                            ? window + static_cast<int64_t>(chunk.slot) * static_cast<int64_t>(window_bytes)
+                            : window + (m.pools.num_slots * w + row0 + boundary - w - p0) * static_cast<int64_t>(row_bytes);
+      char* dst = static_cast<char*>(m.pools.snapshots) + static_cast<int64_t>(s) * m.snapshot_floats * 4;
+      PG_CUDA_RETURN_IF_ERROR(
+          Copy2D(dst, window_bytes, src, layer_pitch, window_bytes, g.layers.size(), stream));
+    }
+    row0 += chunk.num_tokens;
+  }
+  return Status::Ok();
+}
+
+Tensor CudaModel::logits(int64_t rows) const {
+  return View(impl_->ws.logits, DType::kF32, {rows, impl_->config.vocab_size});
+}
+
+std::vector<std::string> CudaModel::op_kinds() const {
+  std::vector<std::string> names;
+  for (int k = 0; k < static_cast<int>(OpKind::kCount); ++k) names.emplace_back(OpKindName(static_cast<OpKind>(k)));
+  return names;
+}
+
+Result<WeightLoadOptions> WeightOptions(const DeviceWeightOptions& o) {
+  WeightLoadOptions w;
+  w.synthetic_matrices = o.synthetic;
+  w.seed = o.seed;
+  if (o.expert_format == "mxfp4") {
+    w.expert_format = ExpertFormat::kMXFP4;
+  } else if (o.expert_format != "bf16") {
+    return InvalidArgument("unknown expert format '" + o.expert_format + "' (bf16 or mxfp4)");
+  }
+  if (o.dense_format == "fp8") {
+    w.dense_format = DenseFormat::kFP8;
+  } else if (o.dense_format != "bf16") {
+    return InvalidArgument("unknown dense format '" + o.dense_format + "' (bf16 or fp8)");
+  }
+  return w;
+}
+
+void RegisterDeviceModel(DeviceModelRegistry& registry) {
+  registry.Register("deepseek_v4",
+                    [](const ModelConfig& config, const Checkpoint& checkpoint, const DeviceModelLimits& limits,
+                       const DeviceWeightOptions& weights, pc::CachingAllocator& allocator,
+                       cudaStream_t stream) -> Result<std::unique_ptr<DeviceModel>> {
+                      PG_ASSIGN_OR_RETURN(WeightLoadOptions w, WeightOptions(weights));
+                      PG_ASSIGN_OR_RETURN(std::unique_ptr<CudaModel> model,
+                                          CudaModel::Create(config, checkpoint, limits, w, allocator, stream));
+                      return std::unique_ptr<DeviceModel>(std::move(model));
+                    });
 }
 
 }  // namespace peregrine::deepseek_v4::cuda

@@ -1,4 +1,4 @@
-// CudaModel's private state, shared by its translation units (setup, layers, step, graphs).
+// CudaModel's private state, shared by its translation units (setup and plan, layers).
 #pragma once
 
 #include <array>
@@ -13,7 +13,6 @@
 
 #include "backend/cuda/allocator.h"
 #include "backend/cuda/blas.h"
-#include "backend/cuda/stream.h"
 #include "kernels/sparse_attention.cuh"
 #include "model/deepseek_v4/cuda/cuda_model.h"
 
@@ -21,15 +20,21 @@ namespace peregrine::deepseek_v4::cuda {
 
 namespace pc = ::peregrine::cuda;
 
-// Device state of one layer, for every slot.
-struct LayerState {
-  DeviceTensor window;         // [num_slots*W + max_tokens, Dh] bf16: rings, then the step's rows
-  DeviceTensor kv_state;       // [num_slots, coff*ratio, coff*Dh] f32 compressor ring
-  DeviceTensor gate_state;     // same
-  DeviceTensor cache;          // [num_slots, max_entries, Dh] bf16 compressed entries
-  DeviceTensor index_kv_state;    // [num_slots, 2*4, 2*Id] f32 (CSA)
-  DeviceTensor index_gate_state;  // same
-  DeviceTensor index_keys;        // [num_slots, max_entries, Id] bf16 (CSA)
+// One layer's views of the runtime's KV pools (kv_geometry.h has the pool layout).
+struct LayerKv {
+  Tensor window;            // [num_slots*W + max_tokens, Dh] bf16: rings, then the step's rows
+  Tensor kv_ring;           // [num_slots, coff*ratio, coff*Dh] f32 compressor ring
+  Tensor gate_ring;         // same
+  Tensor cache;             // [num_blocks, P, Dh] bf16 compressed entries (P = block / ratio)
+  Tensor index_kv_ring;     // [num_slots, 2*4, 2*Id] f32 (CSA)
+  Tensor index_gate_ring;   // same
+  Tensor index_keys;        // [num_blocks, P, Id] bf16 (CSA)
+  // CSA: this layer's snapshot tails in record 0 (records are snapshot_floats apart):
+  // kv, gate [ratio, 2*Dh] and the indexer's kv, gate [ratio, 2*Id], f32.
+  float* tail_kv = nullptr;
+  float* tail_gate = nullptr;
+  float* tail_index_kv = nullptr;
+  float* tail_index_gate = nullptr;
 };
 
 // Per-step activations, sized for max_tokens rows; a step uses the first N rows.
@@ -73,14 +78,13 @@ struct Workspace {
   DeviceTensor logits;         // [N, vocab] f32
 };
 
-// Offsets (in int32s) of the step metadata inside the one device buffer it is copied to.
+// Offsets (in int32s) of the step metadata inside the runtime's metadata buffer.
 struct MetaLayout {
   int64_t token_ids = 0, positions = 0, token_slots = 0, window_indices = 0, window_lengths = 0;
   int64_t ring_src = 0, ring_dst = 0, csa_entries = 0, hca_entries = 0;
   int64_t chunk_offsets = 0, chunk_positions = 0, chunk_slots = 0, logit_rows = 0;
-  int64_t feeds = 0, num_feeds = 0;  // [num_feeds, 2] (row, index into the fed tokens)
+  int64_t snapshot_table = 0, max_snapshots = 1;  // [chunks, max_snapshots]
   std::array<int64_t, 3> schedules{};  // sliding, CSA, HCA
-  int64_t total = 0;
 };
 
 // Op kinds of the profile, in print order.
@@ -92,64 +96,38 @@ const char* OpKindName(OpKind kind);
 
 struct CudaModel::Impl {
   ModelConfig config;
-  CudaModelOptions options;
-  int num_sms = 0;
-  pc::CudaRawAllocator raw;
-  std::unique_ptr<pc::CachingAllocator> allocator;
-  pc::Stream stream;
+  DeviceModelLimits limits;
+  KvGeometry geometry;
+  pc::CachingAllocator* allocator = nullptr;
   pc::Blas blas;
   DeviceWeights weights;
-  std::vector<LayerState> state;
-  uint64_t state_bytes = 0;
   Workspace ws;
   DeviceTensor main_cos, main_sin, compress_cos, compress_sin;  // [max_context, rope/2] f32
-  int64_t max_entries_csa = 0, max_entries_hca = 0, score_stride = 0, index_batch = 0, max_logit_rows = 0;
+  int64_t max_entries_csa = 0, max_entries_hca = 0, score_stride = 0, index_batch = 0;
+
+  // The runtime's pools (BindKv).
+  DeviceKvPools pools;
+  std::vector<LayerKv> kv;
+  int64_t window_layer_rows = 0;   // rows of one layer's window buffer
+  int64_t snapshot_floats = 0;     // one snapshot record, in floats
+  bool bound = false;
 
   // Fast-kernel availability at this config.
   bool fast_attention = false;
   bool fast_indexer = false;
   kernels::SparseAttentionScheduleLayout attention_layout;
 
-  // Step metadata: pinned staging and its device copy. Two staging buffers alternate, so a
-  // step can be planned while the previous one's copy may still be queued; each is reused
-  // only after the event recorded behind its copy has passed.
-  std::array<int32_t*, 2> meta_host{};
-  std::array<cudaEvent_t, 2> meta_copied{};
-  int meta_turn = 0;
-  DeviceTensor meta;
-  int64_t meta_capacity = 0;
+  // The step being planned or enqueued.
   MetaLayout layout;
-
-  // Profiling: when set, every op is bracketed by events.
-  struct ProfileEvent {
-    OpKind kind;
-    cudaEvent_t begin, end;
-  };
-  bool profiling = false;
-  std::vector<cudaEvent_t> event_pool;
-  size_t events_used = 0;
-  std::vector<ProfileEvent> profile_events;
-
-  double last_host_ms = 0.0;
-
-  // Decode graphs by bucket (batch size).
-  std::map<int64_t, pc::Graph> graphs;
-  int64_t graph_max_batch = 0;
-
-  ~Impl();
+  const StepMeta* meta = nullptr;
+  cudaStream_t stream = nullptr;
+  OpProfiler* profiler = nullptr;
 
   // Setup (cuda_model.cc).
-  Status Allocate();
+  Status Allocate(cudaStream_t load_stream);
   // Views of the metadata buffer for the current step.
   Tensor MetaView(int64_t offset, Shape shape) const;
-  // Fills a pinned staging buffer from `plan` (padded to `rows` tokens / chunks) and enqueues
-  // its copy, then the feed of the chunks' fed tokens from `fed_tokens` (device).
-  Status UploadPlan(const StepPlan& plan, int64_t rows, std::span<const StepChunk> chunks = {},
-                    const int32_t* fed_tokens = nullptr, int64_t num_fed_tokens = 0);
-  // Checks, plans, uploads and enqueues a step (graph replay for decode buckets); `*logit_rows`
-  // gets the number of logits rows it computes.
-  Status Enqueue(std::span<const StepChunk> chunks, const int32_t* fed_tokens, int64_t num_fed_tokens,
-                 int64_t* logit_rows);
+  Tensor BlockTables() const;  // [num_slots, max_blocks] i32
   // The whole step on the stream for `rows` tokens (the plan's, or a graph bucket's).
   Status EnqueueStep(int64_t rows, int64_t chunks, int64_t logit_rows);
   Status EnqueueLayer(int64_t layer, int64_t rows, int64_t chunks);
@@ -162,21 +140,8 @@ struct CudaModel::Impl {
 
 template <typename F>
 Status CudaModel::Impl::Op(OpKind kind, F&& op) {
-  if (!profiling) return op();
-  if (events_used + 2 > event_pool.size()) {
-    for (int i = 0; i < 256; ++i) {
-      cudaEvent_t e;
-      if (cudaEventCreate(&e) != cudaSuccess) return Internal("cudaEventCreate failed while profiling");
-      event_pool.push_back(e);
-    }
-  }
-  ProfileEvent pe{kind, event_pool[events_used], event_pool[events_used + 1]};
-  events_used += 2;
-  cudaEventRecord(pe.begin, stream.get());
-  Status s = op();
-  cudaEventRecord(pe.end, stream.get());
-  profile_events.push_back(pe);
-  return s;
+  if (profiler == nullptr) return op();
+  return profiler->Run(static_cast<int>(kind), [&]() -> Status { return op(); });
 }
 
 // A contiguous device view of `buffer`'s first elements.

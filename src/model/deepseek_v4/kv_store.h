@@ -1,0 +1,87 @@
+// The CPU backend's KV pools for DeepSeek-V4 (kv_geometry.h has the layout): per-request
+// slots (window rings, compressor rings), blocks of compressed entries and indexer keys, and
+// block-boundary snapshots, all f32. The runtime sizes it; the forward reads and writes it
+// through slot, block and snapshot ids.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "config/model_config.h"
+#include "model/deepseek_v4/kv_geometry.h"
+#include "model/host_model.h"
+
+namespace peregrine::deepseek_v4 {
+
+class CpuKvStore final : public HostKvPools {
+ public:
+  CpuKvStore(const KvGeometry& geometry, int32_t num_slots, int32_t num_blocks, int32_t num_snapshots);
+
+  const KvGeometry& geometry() const { return g_; }
+  int32_t num_slots() const { return num_slots_; }
+  int32_t num_blocks() const { return num_blocks_; }
+  int32_t num_snapshots() const { return num_snapshots_; }
+  uint64_t bytes() const override;
+
+  float* Window(int64_t layer, int32_t slot);  // [W, Dh], position q at row q % W
+  // The layer's compressor rings [coff*ratio, coff*Dh] (kv, gate), and for CSA layers the
+  // indexer's [2*ratio, 2*Id].
+  float* CompressorKv(int64_t layer, int32_t slot);
+  float* CompressorGate(int64_t layer, int32_t slot);
+  float* IndexerKv(int64_t layer, int32_t slot);
+  float* IndexerGate(int64_t layer, int32_t slot);
+  // Compressed entry k of a compressed layer (its index key for CSA) through a block table.
+  float* Entry(int64_t layer, std::span<const int32_t> blocks, int64_t k);
+  float* IndexKey(int64_t layer, std::span<const int32_t> blocks, int64_t k);
+
+  // Writes the slot's state at block boundary `boundary` (a position) into a snapshot: the
+  // window ring of `layer`, and for CSA layers the compressor and indexer rows of the block
+  // that ends there. Called per layer as the forward passes the boundary.
+  void WriteSnapshot(int64_t layer, int32_t slot, int32_t snapshot, int64_t boundary);
+  // Starts a slot from a snapshot taken at `boundary` (every layer).
+  void Restore(int32_t slot, int32_t snapshot, int64_t boundary);
+
+ private:
+  float* SnapshotWindow(int32_t snapshot, int64_t layer);
+  float* SnapshotTail(int32_t snapshot, int64_t layer);  // [4 tails of ratio rows]
+
+  // Uninitialised storage: every row is written before it is read (pages stay untouched,
+  // and out of the resident set, until a request reaches them).
+  struct Floats {
+    std::unique_ptr<float[]> p;
+    size_t n = 0;
+    void assign(size_t count) {
+      p = std::make_unique_for_overwrite<float[]>(count);
+      n = count;
+    }
+    float* data() { return p.get(); }
+    size_t size() const { return n; }
+  };
+
+  KvGeometry g_;
+  int32_t num_slots_, num_blocks_, num_snapshots_;
+  int64_t slot_compressor_floats_ = 0, snapshot_floats_ = 0;
+  Floats window_;       // [layers][slots][W][Dh]
+  Floats compressor_;   // [slots][compressor_slot_floats]
+  Floats csa_entries_;  // [csa layers][blocks][P4][Dh]
+  Floats csa_keys_;     // [csa layers][blocks][P4][Id]
+  Floats hca_entries_;  // [hca layers][blocks][P128][Dh]
+  Floats snapshots_;    // [snapshots][layers * W * Dh + csa layers * tail]
+};
+
+// One sequence on a store of its own, with blocks for max_position_embeddings tokens (tests
+// and `peregrine generate`, which run sequences outside an engine).
+struct SequenceState {
+  int64_t num_tokens = 0;
+  std::unique_ptr<CpuKvStore> kv;
+  std::vector<int32_t> blocks;
+
+  static SequenceState Create(const ModelConfig& config);
+};
+
+// The block size the CPU backend uses unless told otherwise (tokens per block).
+inline constexpr int64_t kDefaultBlockTokens = 256;
+
+}  // namespace peregrine::deepseek_v4

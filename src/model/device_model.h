@@ -1,0 +1,160 @@
+// What the CUDA runtime needs from a model (runtime/device_executor.h runs it; a model
+// family registers a factory by model_type): its KV layout on the device, the binding of the
+// pools the runtime allocated, the host plan of a step into the runtime's metadata staging,
+// and the enqueue of the planned step (replayed as a CUDA graph for decode buckets). The
+// runtime owns the stream, the staging and its upload, the graphs, the profiler, the pools,
+// the block tables and the token buffer.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "base/status.h"
+#include "base/tensor.h"
+#include "config/model_config.h"
+#include "model/kv_layout.h"
+#include "model/step_view.h"
+
+namespace peregrine {
+
+namespace cuda {
+class CachingAllocator;
+}  // namespace cuda
+
+// A step's metadata: int32 sections the model (then the runtime) places in pinned staging,
+// copied to `device` in one upload before the step runs.
+class StepMeta {
+ public:
+  StepMeta(int32_t* host, int32_t* device, int64_t capacity) : host_(host), device_(device), capacity_(capacity) {}
+  // Reserves `count` int32s, 16-byte aligned; the offset, or -1 when the buffer is full.
+  int64_t Place(int64_t count) {
+    const int64_t offset = size_;
+    const int64_t end = offset + (count + 3) / 4 * 4;
+    if (count < 0 || end > capacity_) return -1;
+    size_ = end;
+    return offset;
+  }
+  int32_t* host(int64_t offset) const { return host_ + offset; }
+  int32_t* device(int64_t offset) const { return device_ + offset; }
+  Tensor DeviceView(int64_t offset, Shape shape) const {
+    return Tensor::Contiguous(device_ + offset, DType::kI32, shape, Device::kCuda);
+  }
+  int64_t size() const { return size_; }
+  int64_t capacity() const { return capacity_; }
+
+ private:
+  int32_t* host_;
+  int32_t* device_;
+  int64_t capacity_;
+  int64_t size_ = 0;
+};
+
+// What a planned step is, for the runtime.
+struct DeviceStep {
+  int64_t rows = 0;              // token rows the device runs (a graph bucket pads them)
+  int64_t num_chunks = 0;
+  int64_t logit_rows = 0;        // logits rows it computes, in chunk order
+  int64_t token_ids_offset = 0;  // the metadata section of the rows' token ids [rows] (fed tokens land there)
+  int64_t max_chunk_tokens = 0;
+};
+
+// Times the ops of a profiled step (the runtime's; null when not profiling).
+class OpProfiler {
+ public:
+  virtual ~OpProfiler() = default;
+  virtual Status Run(int kind, const std::function<Status()>& op) = 0;
+};
+
+// The pools the runtime allocated for the model's KvLayout, in layout order, and the
+// persistent block tables [num_slots, max_blocks] every step's chunks address through their
+// slot.
+struct DeviceKvPools {
+  std::vector<void*> paged;         // kind k: num_blocks * bytes + fixed_bytes
+  std::vector<void*> per_request;   // kind k: num_slots * bytes + fixed_bytes
+  void* snapshots = nullptr;        // num_snapshots * snapshot_bytes
+  int32_t num_slots = 0, num_blocks = 0, num_snapshots = 0;
+  int32_t* block_tables = nullptr;  // [num_slots, max_blocks]
+  int64_t max_blocks = 0;
+};
+
+// Shape limits a device model is built for.
+struct DeviceModelLimits {
+  int device = 0;
+  int num_sms = 0;
+  int64_t max_tokens = 2048;     // token rows per step
+  int64_t max_logit_rows = 64;   // logits rows per step
+  int64_t max_context = 8192;    // positions per sequence
+  int64_t block_tokens = 256;    // KV block size (rounded up to what the model needs)
+};
+
+class DeviceModel {
+ public:
+  virtual ~DeviceModel() = default;
+  virtual const ModelConfig& config() const = 0;
+  virtual uint64_t weight_bytes() const = 0;
+  // The KV kinds with this device's element sizes (fixed_bytes included).
+  virtual KvLayout kv_layout() const = 0;
+  // Before the first step; the pools outlive the model's use of them.
+  virtual Status BindKv(const DeviceKvPools& pools) = 0;
+  // Int32s of metadata a step of up to `rows` rows and `chunks` chunks can need.
+  virtual int64_t meta_capacity(int64_t rows, int64_t chunks) const = 0;
+  // Host: checks the chunks (InvalidArgument, nothing touched) and writes the step's
+  // metadata for `rows` >= its tokens rows; rows past the tokens are padding that every
+  // kernel skips. Sections sit at offsets that depend only on `rows` and the chunks' common
+  // length when all chunks have one (graph buckets replay on any such step).
+  virtual Result<DeviceStep> Plan(std::span<const ChunkView> chunks, int64_t rows, StepMeta& meta) = 0;
+  // Device, before the forward and outside graphs: restores of slots from snapshots.
+  virtual Status EnqueueRestores(std::span<const ChunkView> chunks, cudaStream_t stream) = 0;
+  // Device: the planned forward (captured once per graph bucket, then replayed).
+  virtual Status Enqueue(const DeviceStep& step, const StepMeta& meta, cudaStream_t stream, OpProfiler* profiler) = 0;
+  // Device, after the forward and outside graphs: the snapshots the chunks write that the
+  // forward did not (per-request state left in the step's buffers).
+  virtual Status EnqueueSnapshots(std::span<const ChunkView> chunks, const DeviceStep& step, cudaStream_t stream) = 0;
+  // The last step's logits [logit_rows, vocab] f32 on the device (valid until the next step).
+  virtual Tensor logits(int64_t rows) const = 0;
+  // Names of the op kinds OpProfiler::Run receives, in print order.
+  virtual std::vector<std::string> op_kinds() const = 0;
+};
+
+class Checkpoint;
+
+// How weights come to the device (families read the formats they support).
+struct DeviceWeightOptions {
+  bool synthetic = false;         // generate every matrix on the device
+  uint64_t seed = 0;
+  std::string expert_format = "bf16";  // routed experts
+  std::string dense_format = "bf16";   // dense projections
+};
+
+// Creates a device model: its weights loaded (or generated) through `allocator` on
+// `stream`, every step buffer allocated for `limits`.
+using DeviceModelFactory = std::function<Result<std::unique_ptr<DeviceModel>>(
+    const ModelConfig& config, const Checkpoint& checkpoint, const DeviceModelLimits& limits,
+    const DeviceWeightOptions& weights, cuda::CachingAllocator& allocator, cudaStream_t stream)>;
+
+// Device model families by model_type. Filled at startup by each family's registration
+// function; no global state.
+class DeviceModelRegistry {
+ public:
+  void Register(std::string model_type, DeviceModelFactory factory) {
+    factories_.emplace_back(std::move(model_type), std::move(factory));
+  }
+  // Unimplemented for a model_type nobody registered.
+  Result<DeviceModelFactory> Find(const std::string& model_type) const {
+    for (const auto& [type, factory] : factories_)
+      if (type == model_type) return factory;
+    return Unimplemented("no CUDA implementation of model_type '" + model_type + "'");
+  }
+
+ private:
+  std::vector<std::pair<std::string, DeviceModelFactory>> factories_;
+};
+
+}  // namespace peregrine

@@ -1,0 +1,138 @@
+// DeviceExecutor: runs a device model's steps on one CUDA device (model/device_model.h). It
+// owns the device's allocator and stream, the model, the KV pools (one allocation per kind,
+// sized from a memory budget), the persistent block tables and the slots' token buffer, the
+// metadata staging and its upload, the CUDA graphs of decode steps (one per batch bucket and
+// tokens per sequence) and the profiler.
+//
+// A step: the model plans into pinned staging (two buffers alternate, so a step is planned
+// while the previous one's copy may still be queued), the runtime appends the block-table
+// changes, the fed tokens and the sampled-token slots, one copy uploads it all; on the stream
+// follow the block-table and token scatters, the model's restores, the forward (a graph
+// replay for decode buckets), the model's snapshots and the caller's logits hook.
+//
+// Ownership: one thread (the engine's step thread) drives an executor; all its work goes on
+// its one stream.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "backend/cuda/allocator.h"
+#include "backend/cuda/stream.h"
+#include "base/status.h"
+#include "model/checkpoint.h"
+#include "model/device_model.h"
+#include "runtime/kv_sizing.h"
+#include "runtime/model_runner.h"
+
+namespace peregrine {
+
+struct ExecutorOptions {
+  int device = 0;
+  int64_t num_slots = 64;       // sequences with per-request state at once
+  int64_t max_tokens = 2048;    // tokens per step
+  int64_t max_context = 8192;   // positions per sequence
+  int64_t max_logit_rows = 0;   // logits rows per step (0: num_slots)
+  int64_t block_tokens = 256;
+  // KV pools: blocks for kv_tokens tokens when > 0, else what gpu_memory_utilization of the
+  // device leaves after the weights, the workspaces and a reserve for graphs and sampling.
+  int64_t kv_tokens = 0;
+  double gpu_memory_utilization = 0.9;
+  bool prefix_caching = true;
+  double snapshot_fraction = 0.1;
+  DeviceWeightOptions weights;
+};
+
+// Time per op kind of a profiled step (milliseconds of GPU time, CUDA events).
+struct OpProfile {
+  std::string name;
+  double ms = 0.0;
+  int64_t launches = 0;
+};
+
+class DeviceExecutor {
+ public:
+  using LogitsHook = std::function<Status(const Tensor& logits, cudaStream_t stream)>;
+
+  static Result<std::unique_ptr<DeviceExecutor>> Create(const ModelConfig& config, const Checkpoint& checkpoint,
+                                                        const DeviceModelFactory& factory,
+                                                        const ExecutorOptions& options);
+  ~DeviceExecutor();
+  DeviceExecutor(const DeviceExecutor&) = delete;
+  DeviceExecutor& operator=(const DeviceExecutor&) = delete;
+
+  const ModelConfig& config() const { return model_->config(); }
+  const ExecutorOptions& options() const { return options_; }
+  const KvCapacity& kv_capacity() const { return capacity_; }
+  DeviceModel& model() { return *model_; }
+  uint64_t weight_bytes() const { return model_->weight_bytes(); }
+  // What the device's free memory dropped by when the pools were allocated.
+  uint64_t kv_device_bytes() const { return kv_device_bytes_; }
+  // The startup report: pools by kind, tokens and requests that fit, the device's own count.
+  std::string Describe() const;
+  cudaStream_t stream() const { return stream_.get(); }
+  cuda::CachingAllocator& allocator() { return *allocator_; }
+
+  // Decode steps (one token per chunk, each wanting logits) of up to `max_batch` chunks
+  // replay a captured graph per power-of-two bucket; 0 launches every step op by op.
+  Status EnableGraphs(int64_t max_batch);
+  // Enqueues a step and returns without waiting; `hook` gets the step's device logits
+  // [R, vocab] (R = the chunks wanting logits, in order) and enqueues what reads them. A
+  // chunk with feeds_last reads its last token from its slot's entry of the token buffer.
+  // Checks fail before anything is enqueued (InvalidArgument); a device failure leaves the
+  // touched slots' state unusable.
+  Status Launch(std::span<const ChunkView> chunks, const LogitsHook& hook);
+  // Called by the hook after sampling: the step's sampled tokens [R] (device) go to their
+  // slots' entries of the token buffer (what the next step's fed chunks read).
+  Status StoreSampledTokens(const int32_t* tokens, int64_t num_tokens);
+  // Runs a step and copies its logits [R, vocab] to the host.
+  Status Forward(std::span<const ChunkView> chunks, std::vector<float>* logits);
+  // The same step op by op with events between ops (no graph): GPU time per op kind and
+  // the step's GPU wall time.
+  Status ProfileForward(std::span<const ChunkView> chunks, std::vector<OpProfile>* profile, double* total_ms);
+  // Host time of the last Launch from its start until the step's GPU work was enqueued.
+  double last_host_ms() const { return last_host_ms_; }
+
+ private:
+  class Profiler;
+  DeviceExecutor() = default;
+  Status Setup(const ModelConfig& config, const Checkpoint& checkpoint, const DeviceModelFactory& factory);
+  Status AllocatePools();
+  // Plans the step, appends the runtime's sections, uploads, and enqueues everything before
+  // the forward. `*graph_key` gets the graph bucket (0: eager).
+  Status Prepare(std::span<const ChunkView> chunks, bool allow_graph, DeviceStep* step, int64_t* bucket);
+
+  ExecutorOptions options_;
+  int num_sms_ = 0;
+  cuda::CudaRawAllocator raw_;
+  std::unique_ptr<cuda::CachingAllocator> allocator_;
+  cuda::Stream stream_;
+  std::unique_ptr<DeviceModel> model_;
+  KvCapacity capacity_;
+  uint64_t kv_device_bytes_ = 0;
+  std::vector<cuda::DeviceBuffer> pools_;     // paged kinds, per-request kinds, snapshots
+  cuda::DeviceBuffer block_tables_;           // [num_slots, max_blocks] i32
+  int64_t max_blocks_ = 0;
+  std::vector<int32_t> tables_;               // host mirror of block_tables_ as of the last launch
+  cuda::DeviceBuffer slot_tokens_;            // [num_slots] i32: each slot's newest sampled token
+  // Metadata: pinned staging (two alternate) and its device copy.
+  std::array<cuda::PinnedHostBuffer, 2> meta_host_;
+  std::array<cuda::Event, 2> meta_copied_;
+  int meta_turn_ = 0;
+  cuda::DeviceBuffer meta_;
+  int64_t meta_capacity_ = 0;
+  // The last launch's sampled-token slots: [R, 2] (slot, row) in the metadata.
+  int64_t store_pairs_ = 0, num_store_pairs_ = 0;
+  std::map<std::pair<int64_t, int64_t>, cuda::Graph> graphs_;  // by (bucket, tokens per chunk)
+  int64_t graph_max_batch_ = 0;
+  double last_host_ms_ = 0.0;
+};
+
+}  // namespace peregrine
