@@ -118,12 +118,6 @@ class ChatFormatter final : public ResponseFormatter {
   Json Logprobs(const std::vector<SampleResult>& samples) const {
     return {{"content", ChatLogprobsContent(tokenizer_, samples, top_logprobs_)}};
   }
-  static Json UsageJson(const Usage& u) {
-    return {{"prompt_tokens", u.prompt_tokens},
-            {"completion_tokens", u.completion_tokens},
-            {"total_tokens", u.prompt_tokens + u.completion_tokens}};
-  }
-
   const tokenizer::Tokenizer& tokenizer_;
   std::string id_;
   std::string model_;

@@ -88,12 +88,6 @@ class CompletionFormatter final : public ResponseFormatter {
     if (include_usage_) chunk["usage"] = nullptr;
     return chunk;
   }
-  static Json UsageJson(const Usage& u) {
-    return {{"prompt_tokens", u.prompt_tokens},
-            {"completion_tokens", u.completion_tokens},
-            {"total_tokens", u.prompt_tokens + u.completion_tokens}};
-  }
-
   const tokenizer::Tokenizer& tokenizer_;
   std::string id_;
   std::string model_;

@@ -1,5 +1,6 @@
 #include "server/generation_job.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "server/sse.h"
@@ -45,6 +46,7 @@ struct GenerationJob::Slot {
   bool is_engine_done = true;  // until submitted
   bool has_first_token = false;
   bool has_counted_prompt = false;
+  int64_t cached_tokens = 0;
   Clock::time_point submit_time;
   Clock::time_point last_token_time;
 };
@@ -117,6 +119,7 @@ void GenerationJob::Start() {
 void GenerationJob::OnEvent(size_t index, const EngineEvent& event) {
   Slot& slot = slots_[index];
   if (slot.is_engine_done) return;
+  slot.cached_tokens = std::max(slot.cached_tokens, event.num_cached_prompt_tokens);
   RecordMetrics(slot, event);
   if (event.finish) {
     slot.is_engine_done = true;
@@ -219,6 +222,13 @@ void GenerationJob::CompleteIfDone() {
   Usage usage;
   for (int64_t n : spec_.prompt_lengths) usage.prompt_tokens += n;
   for (const Slot& slot : slots_) usage.completion_tokens += slot.decoder.num_tokens();
+  // Per prompt, what its best-served choice found in the prefix cache.
+  std::vector<int64_t> cached(spec_.prompt_lengths.size(), 0);
+  for (const Slot& slot : slots_) {
+    const size_t p = slot.result.prompt_index;
+    if (p < cached.size()) cached[p] = std::max(cached[p], slot.cached_tokens);
+  }
+  for (int64_t c : cached) usage.cached_tokens += c;
   if (spec_.stream) {
     std::string out;
     if (spec_.include_usage) AppendSseEvent(formatter_->UsageChunk(usage), &out);
@@ -248,6 +258,13 @@ void GenerationJob::MaybeUnregister() {
   context_->registry.Remove(*registry_key_);
   registry_key_.reset();
   admission_.reset();
+}
+
+Json UsageJson(const Usage& u) {
+  return {{"prompt_tokens", u.prompt_tokens},
+          {"completion_tokens", u.completion_tokens},
+          {"total_tokens", u.prompt_tokens + u.completion_tokens},
+          {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
 }
 
 }  // namespace peregrine::server

@@ -28,7 +28,11 @@ namespace peregrine::server {
 struct Usage {
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;
+  int64_t cached_tokens = 0;  // prompt tokens the prefix cache served
 };
+
+// The OpenAI usage object (with prompt_tokens_details.cached_tokens).
+Json UsageJson(const Usage& usage);
 
 // A choice's whole output, for non-streamed responses.
 struct ChoiceResult {

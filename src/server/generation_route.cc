@@ -40,6 +40,7 @@ EngineRequest MakeEngineRequest(const std::string& response_id, size_t choice,
   r.max_tokens = max_tokens;
   r.stop_token_ids = options.stop_token_ids;
   r.ignore_eos = options.ignore_eos;
+  r.cache_salt = options.cache_salt;
   return r;
 }
 

@@ -271,6 +271,16 @@ std::optional<ApiError> ParseGenerationOptions(const Json& body, const ParseCont
     }
   }
   if (auto e = ReadBool(body, "ignore_eos", &out->ignore_eos)) return e;
+  if (const Json* salt = FindField(body, "cache_salt")) {
+    // A tenant's namespace in the prefix cache: requests only share cached blocks with
+    // requests of the same salt.
+    if (!salt->is_string()) return TypeError("cache_salt", "a string");
+    const std::string& v = salt->get_ref<const std::string&>();
+    if (v.empty() || v.size() > 1024) {
+      return InvalidRequest("'cache_salt' must be a non-empty string of at most 1024 bytes.", "cache_salt");
+    }
+    out->cache_salt = v;
+  }
   if (auto e = ReadBool(body, "skip_special_tokens", &out->skip_special_tokens)) return e;
   if (auto e = ReadBool(body, "include_stop_str_in_output", &out->include_stop_str_in_output)) {
     return e;

@@ -34,6 +34,7 @@ struct GenerationOptions {
   bool skip_special_tokens = true;
   bool stream = false;
   bool include_usage = false;         // stream_options.include_usage
+  std::string cache_salt;             // prefix-cache namespace (vLLM's cache_salt)
 };
 
 struct ChatRequest {

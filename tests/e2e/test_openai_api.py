@@ -209,3 +209,29 @@ def test_disconnect_storm_returns_to_baseline(client, server):
 def server_key():
     from conftest import API_KEY
     return API_KEY
+
+
+def test_prefix_cache_serves_repeated_prompts_and_keeps_tenants_apart(client, server):
+    """A long shared prompt is served from the prefix cache the second time (usage says how
+    much), with the same greedy text; another cache_salt shares nothing."""
+    m = model_id(client)
+    system = "You answer questions about the history of the printing press in detail. " * 40
+    kw = dict(model=m, max_tokens=8, temperature=0)
+    first = client.completions.create(prompt=system + "First question?", **kw)
+    again = client.completions.create(prompt=system + "First question?", **kw)
+    other = client.completions.create(prompt=system + "A different question?", **kw)
+    salted = client.completions.create(prompt=system + "First question?", extra_body={"cache_salt": "tenant-b"}, **kw)
+    assert again.choices[0].text == first.choices[0].text
+    assert salted.choices[0].text == first.choices[0].text
+    cached = lambda r: r.usage.prompt_tokens_details.cached_tokens
+    assert cached(first) == 0
+    assert cached(again) >= 256 and cached(again) < again.usage.prompt_tokens
+    assert cached(other) >= 256
+    assert cached(salted) == 0
+    metrics = urllib.request.urlopen(urllib.request.Request(
+        server.base_url + "/metrics", headers={"Authorization": f"Bearer {server_key()}"})).read().decode()
+    hits = [l for l in metrics.splitlines() if l.startswith("peregrine:prefix_cache_hits_total")]
+    assert hits and float(hits[0].split()[-1]) >= cached(again) + cached(other)
+    import openai
+    with pytest.raises(openai.BadRequestError):
+        client.completions.create(prompt="x", extra_body={"cache_salt": 5}, **kw)
