@@ -48,18 +48,29 @@ Status ValidateWorkload(const WorkloadOptions& options) {
   if (!(options.range_ratio >= 0.0 && options.range_ratio < 1.0)) {
     return InvalidArgument("range_ratio must be in [0, 1)");
   }
+  if (options.prefix_len < 0) return InvalidArgument("prefix_len must not be negative");
   return Status::Ok();
 }
 
 Result<std::vector<PromptSpec>> MakeRandomWorkload(const WorkloadOptions& options) {
   PG_RETURN_IF_ERROR(ValidateWorkload(options));
   Rng rng(options.seed);
+  std::string prefix;
+  {
+    Rng prefix_rng(options.seed ^ 0x9e3779b97f4a7c15ull);
+    for (int i = 0; i < options.prefix_len; ++i) {
+      prefix += kWords[static_cast<size_t>(prefix_rng.NextInt(0, kWords.size() - 1))];
+      prefix += ' ';
+    }
+  }
   std::vector<PromptSpec> prompts(static_cast<size_t>(options.num_prompts));
   for (PromptSpec& spec : prompts) {
-    spec.input_len = DrawLength(rng, options.input_len, options.range_ratio);
+    const int own = DrawLength(rng, options.input_len, options.range_ratio);
+    spec.input_len = options.prefix_len + own;
     spec.output_len = DrawLength(rng, options.output_len, options.range_ratio);
-    spec.prompt.reserve(static_cast<size_t>(spec.input_len) * 6);
-    for (int i = 0; i < spec.input_len; ++i) {
+    spec.prompt.reserve(prefix.size() + static_cast<size_t>(own) * 6);
+    spec.prompt = prefix;
+    for (int i = 0; i < own; ++i) {
       if (i > 0) spec.prompt += ' ';
       spec.prompt += kWords[static_cast<size_t>(rng.NextInt(0, kWords.size() - 1))];
     }

@@ -29,20 +29,22 @@ struct WorkloadOptions {
   int input_len = 1024;     // words per prompt; a common word is about one token
   int output_len = 128;     // max_tokens per request
   double range_ratio = 0;   // each length uniform in [len·(1−r), len·(1+r)]; 0 keeps it fixed
+  int prefix_len = 0;       // words of one random prefix every prompt starts with (a shared system prompt)
   uint64_t seed = 0;
 };
 
 struct PromptSpec {
   std::string prompt;
-  int input_len = 0;   // words in `prompt`
+  int input_len = 0;   // words in `prompt` (the shared prefix included)
   int output_len = 0;  // max_tokens to ask for
 };
 
 // Fails with kInvalidArgument when a count is not positive or range_ratio is outside [0, 1).
 Status ValidateWorkload(const WorkloadOptions& options);
 
-// `num_prompts` prompts, identical for equal options. Distinct prompts start with different
-// words, so a prefix cache shares little between them.
+// `num_prompts` prompts, identical for equal options. Past the shared prefix (prefix_len
+// words, the same for every prompt), distinct prompts differ from their first word, so a
+// prefix cache shares exactly the prefix between them.
 Result<std::vector<PromptSpec>> MakeRandomWorkload(const WorkloadOptions& options);
 
 // Arrival offsets in seconds from the start of an open-loop run: the first at 0, each later one

@@ -55,6 +55,10 @@ void AddBenchCommand(CLI::App& app) {
   cmd->add_option("--output-len", c.workload.output_len, "max_tokens per request")
       ->check(CLI::Range(1, 10'000'000))
       ->capture_default_str();
+  cmd->add_option("--prefix-len", c.workload.prefix_len,
+                  "Words of one random prefix every prompt starts with (a shared system prompt; "
+                  "--input-len words follow it)")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--range-ratio", c.workload.range_ratio,
                   "Lengths uniform in [len*(1-r), len*(1+r)]; 0 keeps them fixed")
       ->check(CLI::Range(0.0, 0.999))

@@ -52,6 +52,25 @@ TEST(WorkloadTest, RandomLengthsStayInRangeAndRepeatWithTheSeed) {
   EXPECT_NE((*other)[0].prompt, (*a)[0].prompt);
 }
 
+TEST(WorkloadTest, SharedPrefixThenOwnWords) {
+  auto prompts = MakeRandomWorkload(
+      {.num_prompts = 30, .input_len = 12, .output_len = 5, .range_ratio = 0, .prefix_len = 200, .seed = 3});
+  ASSERT_TRUE(prompts.ok());
+  const std::string& first = (*prompts)[0].prompt;
+  const size_t prefix_chars = [&] {
+    size_t at = 0;
+    for (int w = 0; w < 200; ++w) at = first.find(' ', at) + 1;
+    return at;
+  }();
+  for (const PromptSpec& p : *prompts) {
+    EXPECT_EQ(p.input_len, 212);
+    EXPECT_EQ(CountWords(p.prompt), 212);
+    EXPECT_EQ(p.prompt.compare(0, prefix_chars, first, 0, prefix_chars), 0);
+  }
+  EXPECT_NE((*prompts)[0].prompt.substr(prefix_chars), (*prompts)[1].prompt.substr(prefix_chars));
+  EXPECT_FALSE(MakeRandomWorkload({.num_prompts = 1, .prefix_len = -1}).ok());
+}
+
 TEST(WorkloadTest, RejectsBadOptions) {
   EXPECT_FALSE(MakeRandomWorkload({.num_prompts = 0}).ok());
   EXPECT_FALSE(MakeRandomWorkload({.num_prompts = 1, .input_len = 0}).ok());
