@@ -16,7 +16,15 @@
 #   bash tools/gpu_run.sh parity    model parity tests and the attention benchmark at 4K context
 #   bash tools/gpu_run.sh final     FP8 test, profile with host times, the demo model served on the GPU
 #   bash tools/gpu_run.sh kernels   attention + MoE kernel tests, parity, MoE/attention benchmarks, profile
-#   bash tools/gpu_run.sh all-tests every GPU test binary, then the MoE and sampling benchmarks
+#   bash tools/gpu_run.sh all-tests every gpu-labelled test (gpu-bin/gpu_tests.txt, from ctest's labels),
+#                                   then the MoE and sampling benchmarks
+#   bash tools/gpu_run.sh kv-tests  every gpu-labelled test, then peregrine profile of this tree and of
+#                                   the pre-change binary ($PEREGRINE_OLD), interleaved twice
+#   bash tools/gpu_run.sh kv-serve  the KV system at V4-Flash shapes: 64-stream throughput against
+#                                   $PEREGRINE_OLD, prefix-cache TTFT (256 requests, 8K shared prefix)
+#                                   and greedy agreement, --max-model-len 1048576 (report vs the
+#                                   device, 64 x 4K streams), TPOT at 200K vs 8K, one 500K prompt
+#                                   beside 16 streams; STEPS narrows it
 #   bash tools/gpu_run.sh overlap   every GPU test binary, the MoE/sampling/FP8 benchmarks, then
 #                                   serve + bench with overlapped steps on and off (V4-Flash
 #                                   shapes and the demo model); PARTS="tests" or "serve" for one half,
@@ -73,11 +81,13 @@ run_test() {  # name, timeout seconds
   [ $rc -ne 0 ] && status=1
 }
 
+# Every gpu-labelled test binary (the build lists them from ctest's labels).
+gpu_tests() {
+  if [ -f "$BIN/gpu_tests.txt" ]; then cat "$BIN/gpu_tests.txt"; else echo "no $BIN/gpu_tests.txt" >&2; fi
+}
+
 if [ "$PHASE" = "all-tests" ]; then
-  for t in attention_kernels_test generic_attention_test hc_kernels_test moe_kernels_test sampling_kernels_test \
-           model_ops_test fp8_linear_test cuda_parity_test; do
-    [ -x "$BIN/$t" ] && run_test "$t" 150
-  done
+  for t in $(gpu_tests); do run_test "$t" 240; done
   for bench in peregrine_moe_bench peregrine_sampling_bench; do
     if [ -x "$BIN/$bench" ]; then
       echo "== $bench"
@@ -150,6 +160,133 @@ serve_bench() {
   kill -INT $server 2>/dev/null
   wait $server 2>/dev/null
 }
+
+FLASH="$ROOT/bench/configs/deepseek-v4-flash"
+FLASH4="--model-path $FLASH --synthetic-weights --num-layers 4 --expert-format mxfp4"
+
+if [ "$PHASE" = "kv-tests" ]; then
+  for t in $(gpu_tests); do run_test "$t" 240; done
+  OLD="${PEREGRINE_OLD:-}"
+  for rep in 1 2; do
+    for which in old new; do
+      bin="$PEREGRINE"
+      [ "$which" = old ] && bin="$OLD"
+      [ -x "$bin" ] || { echo "== profile $which: no binary"; continue; }
+      echo "== profile $which (run $rep)"
+      # shellcheck disable=SC2086
+      timeout 150 "$bin" profile $FLASH4 --batch-sizes 1,16,64 --context 4096 --steps 20 \
+        --out "$OUT/profile_$which.jsonl" >"$OUT/profile_${which}_$rep.log" 2>&1 || status=1
+      grep -E "^model|^batch|per layer" "$OUT/profile_${which}_$rep.log" | sed 's/(the server plans.*//'
+    done
+  done
+  # Attention and indexer at 1M context: pages in a fragmented pool vs one run per request.
+  if [ -f "$BIN/libperegrine_attention_bench.so" ]; then
+    for pages in random contiguous; do
+      echo "== attention at 1M context, $pages pages"
+      timeout 240 "$PY" "$ROOT/bench/attention/bench_attention.py" --lib "$BIN/libperegrine_attention_bench.so" \
+        --contexts 1048576 --batches 1,16,64 --pages $pages --skip-output-projection \
+        --out "$OUT/attention_pages_$pages.jsonl" >"$OUT/attention_pages_$pages.log" 2>&1 || status=1
+      tail -13 "$OUT/attention_pages_$pages.log"
+    done
+  fi
+  exit $status
+fi
+
+# start_server NAME PORT BINARY ARGS...: serves in the background ($SERVER), waits for /health.
+start_server() {
+  local name="$1" port="$2" bin="$3"
+  shift 3
+  "$bin" serve --device cuda --port "$port" "$@" >"$OUT/serve_$name.log" 2>&1 &
+  SERVER=$!
+  for i in $(seq 1 180); do
+    curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break
+    kill -0 $SERVER 2>/dev/null || break
+    sleep 1
+  done
+  echo "== server $name"
+  grep -E "KV cache|CUDA model|error" "$OUT/serve_$name.log" | head -8
+}
+stop_server() {
+  kill -INT $SERVER 2>/dev/null
+  wait $SERVER 2>/dev/null
+}
+# bench_run NAME PORT ARGS...: one peregrine bench run, its JSON line in kv_bench.jsonl.
+bench_run() {
+  local name="$1" port="$2"
+  shift 2
+  timeout "${BENCH_TIMEOUT:-200}" "$PEREGRINE" bench --base-url "http://127.0.0.1:$port" "$@" \
+    --result-file "$OUT/kv_bench_$name.jsonl" >"$OUT/bench_$name.log" 2>&1 || status=1
+  grep -E "output throughput|TTFT|TPOT|completed|failed" "$OUT/bench_$name.log" | head -8 | sed "s/^/  $name: /"
+}
+metrics() {  # metrics PORT NAME: the KV and prefix-cache series
+  curl -s "http://127.0.0.1:$1/metrics" | grep -E "^peregrine:(kv_cache|prefix_cache|num_preemptions|num_requests)" \
+    | tee "$OUT/metrics_$2.txt" | sed "s/^/  /"
+}
+
+if [ "$PHASE" = "kv-serve" ]; then
+  OLD="${PEREGRINE_OLD:-}"
+  STEPS="${STEPS:-throughput prefix context long}"
+  SHORT="--max-num-seqs 64 --max-model-len 4096 --max-num-batched-tokens 2048"
+  if [[ " $STEPS " == *" throughput "* ]]; then
+    for which in old new new_nocache; do
+      bin="$PEREGRINE"; extra=""
+      [ "$which" = old ] && bin="$OLD"
+      [ "$which" = new_nocache ] && extra="--disable-prefix-caching"
+      [ -x "$bin" ] || continue
+      # shellcheck disable=SC2086
+      start_server "tput_$which" 8201 "$bin" $FLASH4 $SHORT $extra
+      bench_run "tput_$which" 8201 --num-prompts 128 --input-len 256 --output-len 64 --concurrency 64 --warmup 4
+      stop_server
+    done
+  fi
+  if [[ " $STEPS " == *" prefix "* ]]; then
+    # 256 requests sharing an 8K-token system prompt, with and without the prefix cache.
+    for which in cache nocache; do
+      extra=""
+      [ "$which" = nocache ] && extra="--disable-prefix-caching"
+      # shellcheck disable=SC2086
+      start_server "prefix_$which" 8202 "$PEREGRINE" $FLASH4 --max-num-seqs 64 --max-model-len 16384 $extra
+      BENCH_TIMEOUT=240 bench_run "prefix_$which" 8202 --num-prompts 256 --prefix-len 8192 --input-len 64 \
+        --output-len 16 --concurrency 64 --warmup 1
+      timeout 120 "$PY" "$ROOT/tools/kv_compare.py" --url http://127.0.0.1:8202 --num 8 --prefix-words 8192 \
+        --out "$OUT/greedy_$which.jsonl" || status=1
+      metrics 8202 "prefix_$which"
+      stop_server
+    done
+    "$PY" "$ROOT/tools/kv_compare.py" --compare "$OUT/greedy_cache.jsonl" "$OUT/greedy_nocache.jsonl" \
+      | tee "$OUT/greedy_compare.json"
+  fi
+  if [[ " $STEPS " == *" context "* ]]; then
+    # The per-slot design's state at 1M (the pre-change binary reserves it per slot).
+    if [ -x "$OLD" ]; then
+      # shellcheck disable=SC2086
+      start_server old_1m 8203 "$OLD" $FLASH4 --max-num-seqs 16 --max-model-len 1048576
+      stop_server
+    fi
+    nvidia-smi --query-gpu=memory.used,memory.total --format=csv >"$OUT/smi_before.txt" 2>&1
+    # shellcheck disable=SC2086
+    start_server ctx_1m 8204 "$PEREGRINE" $FLASH4 --max-num-seqs 64 --max-model-len 1048576
+    nvidia-smi --query-gpu=memory.used,memory.total --format=csv | tee "$OUT/smi_1m.txt"
+    metrics 8204 ctx_1m_start
+    bench_run ctx_4k 8204 --num-prompts 64 --input-len 4000 --output-len 64 --concurrency 64
+    bench_run ctx_8k 8204 --num-prompts 2 --input-len 8000 --output-len 128 --concurrency 1 --warmup 0
+    BENCH_TIMEOUT=240 bench_run ctx_200k 8204 --num-prompts 2 --input-len 200000 --output-len 128 --concurrency 1 --warmup 0
+    metrics 8204 ctx_1m_after
+    if [[ " $STEPS " == *" long "* ]]; then
+      # One 500K-token prompt beside 16 short streams.
+      BENCH_TIMEOUT=400 bench_run ctx_500k 8204 --num-prompts 1 --input-len 500000 --output-len 32 --concurrency 1 \
+        --warmup 0 --seed 5 &
+      LONG=$!
+      sleep 2
+      bench_run ctx_500k_side 8204 --num-prompts 96 --input-len 256 --output-len 64 --concurrency 16 --warmup 0
+      wait $LONG
+      metrics 8204 ctx_1m_long
+    fi
+    stop_server
+    grep -E "KV cache" "$OUT/serve_ctx_1m.log" >"$OUT/kv_report_1m.txt"
+  fi
+  exit $status
+fi
 
 if [ "$PHASE" = "overlap" ]; then
   PARTS="${PARTS:-tests serve}"  # either or both

@@ -34,7 +34,9 @@ BF16_FLOPS_PER_S = 790e12   # measured 8192^3 bf16 matmul on the H200
 HEADS, HEAD_DIM, ROPE_DIM, WINDOW = 64, 512, 64, 128
 INDEX_HEADS, INDEX_DIM, TOPK = 64, 128, 512
 GROUPS, O_RANK, HIDDEN = 8, 1024, 4096
-PAGE = 64
+PAGE = 64       # indexer key pages and CSA entry pages: 64 entries (256 tokens)
+HCA_PAGE = 2    # HCA entry pages: 2 entries (the same 256-token block)
+PAGES = "random"  # page placement: "random" (a fragmented pool) or "contiguous" (each request's run)
 BATCHES = (1, 16, 64, 128)
 CONTEXTS = (4096, 32768, 131072, 1048576)
 POOL_ROWS = 1 << 21  # shared compressed-KV pool (2 GiB of bf16 rows), far larger than L2
@@ -112,7 +114,7 @@ def inverse_rope(o, pos, cos, sin):
     return o
 
 
-def torch_attention(q, window_kv, widx, wlen, ckv_rows, page_table, cidx, clen, dense_len, sink, pos, cos, sin,
+def torch_attention(q, window_kv, widx, wlen, ckv_rows, page_table, cidx, clen, dense_len, sink, pos, cos, sin, page,
                     scale, exact=False):
     """Gather the window and compressed rows, softmax with the sink, inverse RoPE. With exact=True the
     matmuls run in fp32 (the accuracy reference); otherwise in bf16 as one would write it in PyTorch."""
@@ -126,8 +128,8 @@ def torch_attention(q, window_kv, widx, wlen, ckv_rows, page_table, cidx, clen, 
         e = cidx
         mask_c = (torch.arange(cidx.shape[1], device=q.device)[None] < clen[:, None]) & (cidx >= 0)
     e = e.clamp(min=0).long()
-    pages = page_table.long().gather(1, (e // PAGE).clamp(max=page_table.shape[1] - 1))
-    kc = ckv_rows[pages * PAGE + e % PAGE]
+    pages = page_table.long().gather(1, (e // page).clamp(max=page_table.shape[1] - 1))
+    kc = ckv_rows[pages * page + e % page]
     kv = torch.cat([kw, kc], 1)
     mask = torch.cat([mask_w, mask_c], 1)
     if exact:
@@ -224,17 +226,23 @@ class Workload:
         self.wlen = torch.full((batch,), min(context, WINDOW), dtype=torch.int32, device=device)
         self.sink = torch.randn(HEADS, device=device, generator=gen)
         self.cos, self.sin = cos, sin
-        # Compressed pools shared by the requests; page tables pick random pages.
+        # Compressed pools shared by the requests; page tables pick random pages (a fragmented
+        # pool) or give each request one contiguous run (PAGES).
         self.csa_visible = context // 4
         self.hca_visible = context // 128
         self.pool = torch.randn(POOL_ROWS, HEAD_DIM, device=device, generator=gen, dtype=bf16)
-        self.pool_pages = POOL_ROWS // PAGE
         self.csa_pages = -(-self.csa_visible // PAGE)
-        self.hca_pages = max(1, -(-self.hca_visible // PAGE))
-        self.csa_table = torch.randint(0, self.pool_pages, (batch, self.csa_pages), device=device, generator=gen,
-                                       dtype=torch.int32)
-        self.hca_table = torch.randint(0, self.pool_pages, (batch, self.hca_pages), device=device, generator=gen,
-                                       dtype=torch.int32)
+        self.hca_pages = max(1, -(-self.hca_visible // HCA_PAGE))
+
+        def table(pages, page):
+            pool_pages = POOL_ROWS // page
+            if PAGES == "contiguous":
+                run = torch.arange(batch, device=device)[:, None] * pages + torch.arange(pages, device=device)[None]
+                return (run % pool_pages).int().contiguous()
+            return torch.randint(0, pool_pages, (batch, pages), device=device, generator=gen, dtype=torch.int32)
+
+        self.csa_table = table(self.csa_pages, PAGE)
+        self.hca_table = table(self.hca_pages, HCA_PAGE)
         self.count = min(TOPK, self.csa_visible)
         self.cidx = torch.full((batch, TOPK), -1, dtype=torch.int32, device=device)
         pick = torch.rand(batch, self.csa_visible, device=device, generator=gen).topk(self.count, -1).indices
@@ -246,9 +254,10 @@ class Workload:
 def run_attention(pg, timer, w, kind, out_rows, check_requests=4):
     b = w.batch
     if kind == "csa":
-        table, cidx, clen, pages, n_c, dense = w.csa_table, w.cidx, w.clen, w.csa_pages, w.count, 0
+        table, cidx, clen, pages, n_c, dense, page = w.csa_table, w.cidx, w.clen, w.csa_pages, w.count, 0, PAGE
     else:
-        table, cidx, clen, pages, n_c, dense = w.hca_table, None, w.hlen, w.hca_pages, w.hca_visible, w.hca_visible
+        table, cidx, clen, pages, n_c, dense, page = (w.hca_table, None, w.hlen, w.hca_pages, w.hca_visible,
+                                                      w.hca_visible, HCA_PAGE)
     rows = [int(w.wlen[0]) + n_c] * b
     num_ctas = pg.num_sms
     num_ints, max_seg = pg.layout(num_ctas, b)
@@ -260,26 +269,26 @@ def run_attention(pg, timer, w, kind, out_rows, check_requests=4):
     part_lse = torch.empty(max_seg, HEADS, dtype=torch.float32, device="cuda")
     out = torch.full((b, HEADS, HEAD_DIM), float("nan"), dtype=torch.bfloat16, device="cuda")
     scale = 1.0 / math.sqrt(HEAD_DIM)
-    pool_pages = w.pool_pages
+    pool_pages = POOL_ROWS // page
     capacity = TOPK if cidx is not None else 0
 
     def ours():
         pg.check(pg.lib.pg_sparse_attention(
             pg.h, ptr(w.q), b, HEADS, HEAD_DIM, ptr(w.window_kv), w.window_kv.shape[0], ptr(w.widx), WINDOW,
-            ptr(w.wlen), ptr(w.pool), pool_pages, PAGE, ptr(table), pages, ptr(cidx), capacity, ptr(clen),
+            ptr(w.wlen), ptr(w.pool), pool_pages, page, ptr(table), pages, ptr(cidx), capacity, ptr(clen),
             ptr(w.sink), ptr(w.pos), ptr(w.cos), ptr(w.sin), w.cos.shape[0], ROPE_DIM, scale, ptr(sched), num_ctas,
             b, ptr(part_o), ptr(part_lse), ptr(out), stream()))
 
     def ref():
         return torch_attention(w.q, w.window_kv, w.widx, w.wlen, w.pool, table, cidx, clen, dense, w.sink, w.pos,
-                               w.cos, w.sin, scale)
+                               w.cos, w.sin, page, scale)
 
     ours()
     torch.cuda.synchronize()
     c = min(b, check_requests)
     exact = torch_attention(w.q[:c], w.window_kv, w.widx[:c], w.wlen[:c], w.pool, table[:c],
                             None if cidx is None else cidx[:c], clen[:c], dense, w.sink, w.pos[:c], w.cos, w.sin,
-                            scale, exact=True).float()
+                            page, scale, exact=True).float()
     err_ours = ((out[:c].float() - exact).abs().max() / exact.abs().max()).item()
     err_torch = ((ref()[:c].float() - exact).abs().max() / exact.abs().max()).item()
     ours_us = timer.median_us(ours)
@@ -287,7 +296,8 @@ def run_attention(pg, timer, w, kind, out_rows, check_requests=4):
     n = WINDOW + n_c if w.context >= WINDOW else w.context + n_c
     nbytes = b * (n * HEAD_DIM * 2 + 2 * HEADS * HEAD_DIM * 2 + n * 4)
     flops = b * n * HEADS * HEAD_DIM * 4
-    out_rows.append(row(f"attention_{kind}", b, w.context, ours_us, torch_us, nbytes, flops, kv_rows=n,
+    out_rows.append(row(f"attention_{kind}", b, w.context, ours_us, torch_us, nbytes, flops, kv_rows=n, pages=PAGES,
+                        page_size=page,
                         max_rel_err_ours=round(err_ours, 5), max_rel_err_torch=round(err_torch, 5),
                         host_plan_us=round(plan_us, 1)))
 
@@ -303,8 +313,9 @@ class IndexerInputs:
         self.num_pages = batch * used_pages  # every key read is distinct: no L2 reuse across requests
         self.keys = torch.randn(self.num_pages * PAGE, INDEX_DIM, device=device, generator=gen, dtype=torch.bfloat16)
         self.table = torch.zeros(batch, self.max_pages, dtype=torch.int32, device=device)
-        self.table[:, :used_pages] = torch.randperm(self.num_pages, device=device, generator=gen).view(
-            batch, used_pages).int()
+        order = (torch.arange(self.num_pages, device=device) if PAGES == "contiguous"
+                 else torch.randperm(self.num_pages, device=device, generator=gen))
+        self.table[:, :used_pages] = order.view(batch, used_pages).int()
         self.q = torch.randn(batch, INDEX_HEADS, INDEX_DIM, device=device, generator=gen, dtype=torch.bfloat16)
         self.w = torch.randn(batch, INDEX_HEADS, device=device, generator=gen) * (INDEX_HEADS ** -0.5)
         self.num = torch.full((batch,), self.n, dtype=torch.int32, device=device)
@@ -357,11 +368,11 @@ def run_indexer(pg, timer, batch, context, gen, out_rows):
     key_bytes = batch * n * INDEX_DIM * 2
     flops = batch * n * INDEX_HEADS * INDEX_DIM * 2
     out_rows.append(row("indexer_scores", batch, context, t_scores, t_ref_scores, key_bytes + batch * n * 4, flops,
-                        entries=n, max_rel_err_ours=round(err_ours, 6), max_rel_err_torch=round(err_torch, 6)))
+                        entries=n, pages=PAGES, max_rel_err_ours=round(err_ours, 6), max_rel_err_torch=round(err_torch, 6)))
     out_rows.append(row("indexer_topk", batch, context, t_topk, t_ref_topk, batch * n * 4, 0, entries=n,
                         requests_with_other_set=mismatched))
     out_rows.append(row("indexer_total", batch, context, t_both, t_ref_scores + t_ref_topk,
-                        key_bytes + 2 * batch * n * 4, flops, entries=n))
+                        key_bytes + 2 * batch * n * 4, flops, entries=n, pages=PAGES))
     del x
 
 
@@ -429,7 +440,7 @@ def self_check():
     cos, sin = rope_tables(16, "cpu")
     scale = HEAD_DIM ** -0.5
     got = torch_attention(q.bfloat16(), window_kv.bfloat16(), widx, wlen, pool.bfloat16(), table, cidx, clen, 0, sink,
-                          pos, cos, sin, scale, exact=True).float()
+                          pos, cos, sin, PAGE, scale, exact=True).float()
     want = torch.zeros(b, HEADS, HEAD_DIM)
     qb, wb, pb = q.bfloat16().float(), window_kv.bfloat16().float(), pool.bfloat16().float()
     for r in range(b):
@@ -482,11 +493,16 @@ def main():
     ap.add_argument("--batches", default=",".join(map(str, BATCHES)))
     ap.add_argument("--contexts", default=",".join(map(str, CONTEXTS)))
     ap.add_argument("--self-check", action="store_true")
+    ap.add_argument("--pages", choices=("random", "contiguous"), default="random",
+                    help="page placement: a fragmented pool, or one contiguous run per request")
+    ap.add_argument("--skip-output-projection", action="store_true")
     args = ap.parse_args()
     if args.self_check:
         self_check()
         return 0
     assert args.iters >= 20, "report medians of at least 20 runs"
+    global PAGES
+    PAGES = args.pages
     batches = [int(v) for v in args.batches.split(",")]
     contexts = [int(v) for v in args.contexts.split(",")]
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
@@ -526,7 +542,7 @@ def main():
             run_indexer_max_context(pg, timer, gen, rows)
         except Exception as e:
             rows.append({"op": "indexer_max_context_check", "error": repr(e)})
-        for batch in batches:
+        for batch in ([] if args.skip_output_projection else batches):
             try:
                 run_output_projection(pg, timer, batch, gen, rows)
             except Exception as e:

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "base/check.h"
+#include "runtime/kv_sizing.h"
 
 namespace peregrine {
 
@@ -32,6 +33,8 @@ Engine::Engine(const EngineConfig& config, std::unique_ptr<ModelRunner> runner)
   stats_.kv_capacity_tokens = kv_.capacity_tokens();
   stats_.kv_num_blocks = kv_.config().num_blocks;
   stats_.kv_block_tokens = kv_.block_tokens();
+  stats_.kv_num_snapshots = kv_.config().num_snapshots;
+  stats_.kv_pool_bytes = static_cast<int64_t>(PoolBytes(runner_->kv_capacity()).total());
   stats_.is_ready = true;
 }
 

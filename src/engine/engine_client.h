@@ -58,6 +58,8 @@ struct EngineStats {
   int64_t prefix_cache_hits = 0;       // cumulative tokens found
   int64_t kv_num_blocks = 0;           // KV blocks of the pools
   int64_t kv_block_tokens = 0;         // tokens per block
+  int64_t kv_num_snapshots = 0;        // prefix-cache snapshots of the pools (0: no prefix caching)
+  int64_t kv_pool_bytes = 0;           // bytes of every KV pool (blocks, per-request state, snapshots)
   double device_busy_seconds = 0.0;    // cumulative device time of steps (runners that time it)
   double device_idle_seconds = 0.0;    // cumulative device idle time between steps of a busy engine
   bool is_ready = false;

@@ -139,6 +139,16 @@ std::string ServerMetrics::Render(const EngineStats& stats) const {
   gauge("peregrine:kv_cache_capacity_tokens",
         "Tokens that fit in the KV cache at the configured context length.",
         stats.kv_capacity_tokens);
+  gauge("peregrine:kv_cache_pool_bytes",
+        "Bytes of the KV pools (blocks, per-request state and prefix-cache snapshots) on the device.",
+        stats.kv_pool_bytes);
+  AppendHeader("peregrine:cache_config_info", "Information of the KV cache configuration.", "gauge", out);
+  AppendSample("peregrine:cache_config_info",
+               labels_ + ",block_size=\"" + std::to_string(stats.kv_block_tokens) + "\",num_gpu_blocks=\"" +
+                   std::to_string(stats.kv_num_blocks) + "\",num_snapshots=\"" +
+                   std::to_string(stats.kv_num_snapshots) + "\",enable_prefix_caching=\"" +
+                   (stats.kv_num_snapshots > 0 ? "True" : "False") + "\"",
+               int64_t{1}, out);
   gauge("peregrine:num_connections", "Open HTTP connections.", num_connections());
   counter("peregrine:prompt_tokens_total", "Number of prefill tokens processed.",
           prompt_tokens_.load(std::memory_order_relaxed));

@@ -219,6 +219,10 @@ TEST_F(ServerTest, MetricsExpositionParsesWithVllmNames) {
   stats.num_waiting = 7;
   stats.kv_usage = 0.25;
   stats.kv_capacity_tokens = 123456;
+  stats.kv_num_blocks = 482;
+  stats.kv_block_tokens = 256;
+  stats.kv_num_snapshots = 9;
+  stats.kv_pool_bytes = 987654321;
   stats.num_preemptions = 3;
   stats.prefix_cache_queries = 100;
   stats.prefix_cache_hits = 40;
@@ -241,6 +245,10 @@ TEST_F(ServerTest, MetricsExpositionParsesWithVllmNames) {
   EXPECT_EQ(value("peregrine:kv_cache_usage_perc" + l), 0.25);
   EXPECT_EQ(value("peregrine:gpu_cache_usage_perc" + l), 0.25);
   EXPECT_EQ(value("peregrine:kv_cache_capacity_tokens" + l), 123456);
+  EXPECT_EQ(value("peregrine:kv_cache_pool_bytes" + l), 987654321);
+  EXPECT_EQ(value("peregrine:cache_config_info{model_name=\"" + std::string(kModel) +
+                  "\",block_size=\"256\",num_gpu_blocks=\"482\",num_snapshots=\"9\",enable_prefix_caching=\"True\"}"),
+            1);
   EXPECT_EQ(value("peregrine:num_preemptions_total" + l), 3);
   EXPECT_EQ(value("peregrine:prefix_cache_queries_total" + l), 100);
   EXPECT_EQ(value("peregrine:prefix_cache_hits_total" + l), 40);
