@@ -70,6 +70,7 @@ pack() {
   mv "$ROOT/.gpu-results.tgz" "$OUT/results.tgz"
 }
 trap pack EXIT
+trap 'exit 143' TERM  # a time limit still packs what ran
 run_test() {  # name, timeout seconds
   local name="$1" limit="$2"
   if [ ! -x "$BIN/$name" ]; then echo "== $name: missing"; status=1; return; fi
