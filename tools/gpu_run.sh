@@ -231,7 +231,7 @@ if [ "$PHASE" = "kv-serve" ]; then
   if [[ " $STEPS " == *" throughput "* ]]; then
     for which in old new new_nocache; do
       bin="$PEREGRINE"; extra=""
-      [ "$which" = old ] && bin="$OLD"
+      [ "$which" = old ] && { bin="$OLD"; extra="${PEREGRINE_OLD_ARGS:-}"; }
       [ "$which" = new_nocache ] && extra="--disable-prefix-caching"
       [ -x "$bin" ] || continue
       # shellcheck disable=SC2086
@@ -261,7 +261,7 @@ if [ "$PHASE" = "kv-serve" ]; then
     # The per-slot design's state at 1M (the pre-change binary reserves it per slot).
     if [ -x "$OLD" ]; then
       # shellcheck disable=SC2086
-      start_server old_1m 8203 "$OLD" $FLASH4 --max-num-seqs 16 --max-model-len 1048576
+      start_server old_1m 8203 "$OLD" $FLASH4 --max-num-seqs 16 --max-model-len 1048576 ${PEREGRINE_OLD_ARGS:-}
       stop_server
     fi
     nvidia-smi --query-gpu=memory.used,memory.total --format=csv >"$OUT/smi_before.txt" 2>&1
@@ -285,6 +285,19 @@ if [ "$PHASE" = "kv-serve" ]; then
     fi
     stop_server
     grep -E "KV cache" "$OUT/serve_ctx_1m.log" >"$OUT/kv_report_1m.txt"
+  fi
+  if [[ " $STEPS " == *" long_threshold "* ]]; then
+    # The same 500K prompt beside 16 streams, with prefill chunks capped while requests wait.
+    # shellcheck disable=SC2086
+    start_server ctx_1m_cap 8205 "$PEREGRINE" $FLASH4 --max-num-seqs 64 --max-model-len 1048576 \
+      --long-prefill-token-threshold 1024
+    BENCH_TIMEOUT=400 bench_run ctx_500k_cap 8205 --num-prompts 1 --input-len 500000 --output-len 32 --concurrency 1 \
+      --warmup 0 --seed 5 &
+    LONG=$!
+    sleep 2
+    bench_run ctx_500k_cap_side 8205 --num-prompts 96 --input-len 256 --output-len 64 --concurrency 16 --warmup 0
+    wait $LONG
+    stop_server
   fi
   exit $status
 fi

@@ -101,6 +101,7 @@ Result<std::unique_ptr<Engine>> MakeEngine(const EngineOptions& o) {
   config.scheduler.max_num_batched_tokens = o.max_num_batched_tokens;
   config.scheduler.max_num_seqs = o.max_num_seqs;
   config.scheduler.max_num_waiting = o.max_num_waiting;
+  config.scheduler.long_prefill_token_threshold = o.long_prefill_token_threshold;
   auto engine = std::make_unique<Engine>(config, std::move(runner));
   engine->Start();
   return engine;

@@ -18,6 +18,7 @@ struct EngineOptions {
   int64_t max_num_seqs = 256;             // running sequences per step
   int64_t max_num_batched_tokens = 2048;  // token budget per step
   int64_t max_num_waiting = 4096;         // bounded waiting queue
+  int64_t long_prefill_token_threshold = 0;  // > 0: prefill chunks capped while requests wait
   int64_t kv_cache_tokens = 0;            // > 0: tokens of context the KV blocks hold (CPU default 262144;
                                           //   CUDA default: what gpu_memory_utilization leaves)
   int64_t block_size = 256;               // tokens per KV block (rounded up to what the model needs)

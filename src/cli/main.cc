@@ -20,6 +20,7 @@ peregrine::Result<std::unique_ptr<peregrine::EngineClient>> MakeServingEngine(
   o.max_num_seqs = serve.max_num_seqs;
   o.max_num_batched_tokens = serve.max_num_batched_tokens;
   o.max_num_waiting = serve.max_num_waiting;
+  o.long_prefill_token_threshold = serve.long_prefill_token_threshold;
   o.kv_cache_tokens = serve.kv_cache_tokens;
   o.block_size = serve.block_size;
   o.enable_prefix_caching = !serve.disable_prefix_caching;

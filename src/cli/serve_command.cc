@@ -132,6 +132,9 @@ void AddServeCommand(CLI::App& app, EngineFactory factory) {
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   cmd->add_option("--max-num-batched-tokens", options->max_num_batched_tokens,
                   "Token budget per step")->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
+  cmd->add_option("--long-prefill-token-threshold", options->long_prefill_token_threshold,
+                  "While requests wait, a prefill chunk takes at most this many tokens (0: no cap)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
   cmd->add_option("--max-num-waiting", options->max_num_waiting,
                   "Engine waiting queue; beyond it requests get 429")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));

@@ -23,6 +23,7 @@ struct ServeOptions {
   int64_t max_num_seqs = 256;             // running sequences per step
   int64_t max_num_batched_tokens = 2048;  // token budget per step
   int64_t max_num_waiting = 4096;         // bounded waiting queue (full: 429)
+  int64_t long_prefill_token_threshold = 0;  // > 0: prefill chunks capped while requests wait
   int64_t kv_cache_tokens = 0;            // > 0: tokens of context the KV blocks hold
   int64_t block_size = 256;               // tokens per KV block
   bool disable_prefix_caching = false;

@@ -62,26 +62,33 @@ SchedulerOutput Scheduler::schedule() {
   SchedulerOutput out;
   int64_t budget = config_.max_num_batched_tokens;
 
-  // Running sequences first, oldest first; make room by preempting the newest.
-  for (size_t i = 0; i < running_.size() && budget > 0;) {
-    Sequence* seq = running_[i];
-    const int64_t n = ChunkLength(*seq, budget);
-    if (n <= 0) {
+  // Running sequences first, oldest first, decodes before prefill chunks (a long prompt in
+  // prefill never stalls the running decodes); make room by preempting the newest.
+  for (const bool decodes : {true, false}) {
+    for (size_t i = 0; i < running_.size() && budget > 0;) {
+      Sequence* seq = running_[i];
+      const bool is_decode = seq->num_uncomputed() == 1 && seq->num_computed > 0;
+      int64_t cap = budget;
+      if (!decodes && config_.long_prefill_token_threshold > 0 && !waiting_.empty())
+        cap = std::min(cap, config_.long_prefill_token_threshold);
+      const int64_t n = is_decode == decodes ? ChunkLength(*seq, cap) : 0;
+      if (n <= 0) {
+        ++i;
+        continue;
+      }
+      while (!kv_.can_append(seq->id, n) && running_.back() != seq) {
+        Sequence* victim = running_.back();
+        std::erase_if(out.chunks, [&](const ScheduledChunk& c) { return c.seq == victim; });
+        preempt(victim, out);
+      }
+      if (!kv_.can_append(seq->id, n)) {
+        preempt(seq, out);  // the newest itself: nothing left to take from
+        continue;
+      }
+      Plan(seq, n, out);
+      budget -= n;
       ++i;
-      continue;
     }
-    while (!kv_.can_append(seq->id, n) && running_.back() != seq) {
-      Sequence* victim = running_.back();
-      std::erase_if(out.chunks, [&](const ScheduledChunk& c) { return c.seq == victim; });
-      preempt(victim, out);
-    }
-    if (!kv_.can_append(seq->id, n)) {
-      preempt(seq, out);  // the newest itself: nothing left to take from
-      continue;
-    }
-    Plan(seq, n, out);
-    budget -= n;
-    ++i;
   }
 
   // Then admit waiting sequences in arrival order (none past one whose token is pending).

@@ -1,8 +1,8 @@
 // Continuous batching with chunked prefill, prefix reuse and preemption by recompute (host
 // only).
 //
-// Each step has a token budget. Running sequences are served first, in admission order
-// (a decode takes one token, an unfinished prefill takes a chunk); then waiting sequences
+// Each step has a token budget. Running sequences are served first, in admission order, their
+// decodes (one token each) before their prefill chunks; then waiting sequences
 // are admitted in arrival order while the budget, the running cap and the KV cache allow.
 // Admission starts a sequence from the longest prefix the KV cache holds for its tokens.
 // When a running sequence cannot get KV blocks for its next tokens, the most recently
@@ -29,6 +29,9 @@ struct SchedulerConfig {
   int64_t max_num_batched_tokens = 2048;  // token budget per step
   int64_t max_num_seqs = 64;              // running sequences at most
   int64_t max_num_waiting = 1024;         // bounded waiting queue (enforced at submission)
+  // > 0: a prefill chunk takes at most this many tokens while requests wait, so a long prompt
+  // leaves budget to admit them (vLLM's long_prefill_token_threshold); 0: no cap.
+  int64_t long_prefill_token_threshold = 0;
 };
 
 struct ScheduledChunk {

@@ -334,7 +334,8 @@ TEST_F(CompressorStepTest, SharedTablesAndSnapshots) {
   uint32_t seed = 900;
   for (int64_t dim : {24, 128})
     for (auto [ratio, coff] : {std::pair<int64_t, int64_t>{4, 2}, {8, 1}}) {
-      const CompressorCase c{dim, ratio, coff, 5, DType::kBF16};
+      // (6 requests: MakeState's slot map (7b + 1) % (B + 2) gives each its own ring.)
+      const CompressorCase c{dim, ratio, coff, 6, DType::kBF16};
       SCOPED_TRACE(CaseName(c) + " shared tables");
       std::mt19937 rng(seed++);
       HostState s = MakeState(c, rng);
@@ -349,8 +350,9 @@ TEST_F(CompressorStepTest, SharedTablesAndSnapshots) {
       }
       DeviceState plain = UploadState(s), shared = UploadState(s);
       cuda::DeviceBuffer tables_d = Upload(tables), rows_d = Upload(rows);
-      const int32_t counts[5] = {3 * static_cast<int32_t>(interval) + 1, 1, static_cast<int32_t>(interval), 0, 7};
-      const int32_t starts[5] = {0, static_cast<int32_t>(interval) - 1, static_cast<int32_t>(interval), 5, 2};
+      const int32_t iv = static_cast<int32_t>(interval);
+      const int32_t counts[6] = {3 * iv + 1, 1, iv, 0, 7, 2 * iv};
+      const int32_t starts[6] = {0, iv - 1, iv, 5, 2, 3 * iv - 1};
       std::vector<int32_t> offsets(static_cast<size_t>(c.batch + 1), 0), positions(starts, starts + c.batch);
       for (int64_t b = 0; b < c.batch; ++b) offsets[static_cast<size_t>(b + 1)] = offsets[static_cast<size_t>(b)] + counts[b];
       // Snapshot records: request b's i-th boundary writes record b * 4 + i (i < 4), except

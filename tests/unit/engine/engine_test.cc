@@ -263,6 +263,30 @@ TEST(EngineTest, PreemptionByRecomputeKeepsGreedyOutput) {
   for (int i = 0; i < 4; ++i) EXPECT_EQ(out[static_cast<size_t>(i)].tokens, Expected(prompts[static_cast<size_t>(i)], 30)) << i;
 }
 
+// A long prompt in prefill leaves room for waiting requests with a long-prefill threshold:
+// they are admitted (and their first token comes) before the long prefill ends.
+TEST(EngineTest, LongPrefillThresholdAdmitsWaitingRequests) {
+  for (int64_t threshold : {0, 8}) {
+    EngineConfig c = Config(16);
+    c.scheduler.long_prefill_token_threshold = threshold;
+    Engine engine(c, std::make_unique<FakeRunner>(64));
+    Collected long_one, short_one;
+    ASSERT_TRUE(Submit(engine, Request("long", Prompt(400, 1), 2), long_one).ok());
+    engine.Step();
+    ASSERT_TRUE(Submit(engine, Request("short", Prompt(4, 2), 2), short_one).ok());
+    int steps = 0;
+    while (short_one.tokens.empty() && steps < 100 && engine.Step()) ++steps;
+    if (threshold == 0) {
+      EXPECT_FALSE(long_one.tokens.empty());  // waited for the whole long prefill
+    } else {
+      EXPECT_TRUE(long_one.tokens.empty());   // admitted beside it
+    }
+    RunToCompletion(engine);
+    EXPECT_EQ(long_one.tokens, Expected(Prompt(400, 1), 2));
+    EXPECT_EQ(short_one.tokens, Expected(Prompt(4, 2), 2));
+  }
+}
+
 TEST(EngineTest, StopsOnEosAndStopTokensUnlessIgnored) {
   Engine engine(Config(64), std::make_unique<FakeRunner>(64));
   Collected eos, stop, ignore;
