@@ -20,6 +20,7 @@
 #include "base/tensor.h"
 #include "config/model_config.h"
 #include "model/kv_layout.h"
+#include "model/model_registry.h"
 #include "model/step_view.h"
 
 namespace peregrine {
@@ -139,22 +140,7 @@ using DeviceModelFactory = std::function<Result<std::unique_ptr<DeviceModel>>(
     const ModelConfig& config, const Checkpoint& checkpoint, const DeviceModelLimits& limits,
     const DeviceWeightOptions& weights, cuda::CachingAllocator& allocator, cudaStream_t stream)>;
 
-// Device model families by model_type. Filled at startup by each family's registration
-// function; no global state.
-class DeviceModelRegistry {
- public:
-  void Register(std::string model_type, DeviceModelFactory factory) {
-    factories_.emplace_back(std::move(model_type), std::move(factory));
-  }
-  // Unimplemented for a model_type nobody registered.
-  Result<DeviceModelFactory> Find(const std::string& model_type) const {
-    for (const auto& [type, factory] : factories_)
-      if (type == model_type) return factory;
-    return Unimplemented("no CUDA implementation of model_type '" + model_type + "'");
-  }
-
- private:
-  std::vector<std::pair<std::string, DeviceModelFactory>> factories_;
-};
+// CUDA model families by model_type (model/model_registry.h).
+using DeviceModelRegistry = ModelRegistry<DeviceModelFactory>;
 
 }  // namespace peregrine

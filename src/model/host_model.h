@@ -13,6 +13,7 @@
 #include "base/status.h"
 #include "config/model_config.h"
 #include "model/kv_layout.h"
+#include "model/model_registry.h"
 #include "model/step_view.h"
 
 namespace peregrine {
@@ -44,22 +45,7 @@ using HostModelFactory =
     std::function<Result<std::unique_ptr<HostModel>>(const ModelConfig& config, std::unique_ptr<Checkpoint> checkpoint,
                                                      int num_threads)>;
 
-// Host model families by model_type, filled at startup by each family's registration
-// function; no global state.
-class HostModelRegistry {
- public:
-  void Register(std::string model_type, HostModelFactory factory) {
-    factories_.emplace_back(std::move(model_type), std::move(factory));
-  }
-  // Unimplemented for a model_type nobody registered.
-  Result<HostModelFactory> Find(const std::string& model_type) const {
-    for (const auto& [type, factory] : factories_)
-      if (type == model_type) return factory;
-    return Unimplemented("no CPU implementation of model_type '" + model_type + "'");
-  }
-
- private:
-  std::vector<std::pair<std::string, HostModelFactory>> factories_;
-};
+// CPU model families by model_type (model/model_registry.h).
+using HostModelRegistry = ModelRegistry<HostModelFactory>;
 
 }  // namespace peregrine

@@ -218,13 +218,9 @@ class GenericAttentionTest : public GpuTest {
     if (p.mode != Mode::kWindowOnly) {
       a.compressed_kv = View(d.compressed_kv, DType::kBF16, {p.num_pages, p.page_size, p.dim});
       a.page_table = View(d.page_table, DType::kI32, {p.batch, p.max_pages});
-      if (shared_tables_) {
-        const SharedPageTable shared = ShareRows(p.page_table, p.batch, p.max_pages);
-        d.page_table = Upload(shared.table);
-        d.page_table_rows = Upload(shared.rows);
-        a.page_table = View(d.page_table, DType::kI32, {shared.num_tables, p.max_pages});
-        a.page_table_rows = View(d.page_table_rows, DType::kI32, {p.batch});
-      }
+      if (shared_tables_)
+        UploadSharedRows(p.page_table, p.batch, p.max_pages, &d.page_table, &d.page_table_rows, &a.page_table,
+                         &a.page_table_rows);
       a.compressed_lengths = View(d.compressed_lengths, DType::kI32, {p.batch});
       if (p.mode == Mode::kIndexed)
         a.compressed_indices = View(d.compressed_indices, DType::kI32, {p.batch, p.compressed_capacity});
@@ -454,13 +450,9 @@ class GenericIndexerTest : public GpuTest {
     a.weights = View(d.weights, DType::kF32, {p.batch, p.heads});
     a.keys = View(d.keys, DType::kBF16, {p.num_pages, p.page_size, p.dim});
     a.page_table = View(d.page_table, DType::kI32, {p.batch, p.max_pages});
-    if (shared_tables_) {
-      const SharedPageTable shared = ShareRows(p.page_table, p.batch, p.max_pages);
-      d.page_table = Upload(shared.table);
-      d.page_table_rows = Upload(shared.rows);
-      a.page_table = View(d.page_table, DType::kI32, {shared.num_tables, p.max_pages});
-      a.page_table_rows = View(d.page_table_rows, DType::kI32, {p.batch});
-    }
+    if (shared_tables_)
+      UploadSharedRows(p.page_table, p.batch, p.max_pages, &d.page_table, &d.page_table_rows, &a.page_table,
+                       &a.page_table_rows);
     a.num_entries = View(d.lengths, DType::kI32, {p.batch});
     a.scores = View(d.scores, DType::kF32, {p.batch, p.stride});
     a.scale = p.scale;

@@ -169,6 +169,15 @@ void GpuTest::Sync() {
   ASSERT_EQ(error, cudaSuccess) << cudaGetErrorName(error) << ": " << cudaGetErrorString(error);
 }
 
+void GpuTest::UploadSharedRows(std::span<const int32_t> per_request, int64_t batch, int64_t max_pages,
+                               cuda::DeviceBuffer* table_d, cuda::DeviceBuffer* rows_d, Tensor* table, Tensor* rows) {
+  const SharedPageTable shared = ShareRows(per_request, batch, max_pages);
+  *table_d = Upload(shared.table);
+  *rows_d = Upload(shared.rows);
+  *table = View(*table_d, DType::kI32, {shared.num_tables, max_pages});
+  *rows = View(*rows_d, DType::kI32, {batch});
+}
+
 SharedPageTable ShareRows(std::span<const int32_t> per_request, int64_t batch, int64_t max_pages) {
   SharedPageTable t;
   t.num_tables = batch + 3;

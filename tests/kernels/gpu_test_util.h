@@ -63,6 +63,11 @@ class GpuTest : public ::testing::Test {
   void SetUp() override;
   void TearDown() override;
 
+  // Uploads a per-request page table [B, max_pages] as ShareRows lays it out and points the
+  // views at it: `table` [num_tables, max_pages], `rows` [B].
+  void UploadSharedRows(std::span<const int32_t> per_request, int64_t batch, int64_t max_pages,
+                        cuda::DeviceBuffer* table_d, cuda::DeviceBuffer* rows_d, Tensor* table, Tensor* rows);
+
   // Device copy of `host` (synchronous).
   template <typename T>
   cuda::DeviceBuffer Upload(std::span<const T> host) {

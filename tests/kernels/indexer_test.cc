@@ -70,13 +70,8 @@ class IndexerTest : public GpuTest {
     args.keys = View(keys_d, DType::kBF16, {num_pages, page_size, dim});
     args.page_table = View(table_d, DType::kI32, {batch, max_pages});
     cuda::DeviceBuffer rows_d;
-    if (shared_tables_) {
-      const SharedPageTable shared = ShareRows(page_table, batch, max_pages);
-      table_d = Upload(shared.table);
-      rows_d = Upload(shared.rows);
-      args.page_table = View(table_d, DType::kI32, {shared.num_tables, max_pages});
-      args.page_table_rows = View(rows_d, DType::kI32, {batch});
-    }
+    if (shared_tables_)
+      UploadSharedRows(page_table, batch, max_pages, &table_d, &rows_d, &args.page_table, &args.page_table_rows);
     args.num_entries = View(len_d, DType::kI32, {batch});
     args.scores = View(scores_d, DType::kF32, {batch, stride});
     args.scale = in.scale;
