@@ -131,20 +131,30 @@ abort_check() {
   if [ "$code" != 200 ] || [ "${running%.*}" != 0 ] || [ $bad != 0 ]; then status=1; fi
 }
 
+# start_server NAME PORT BINARY ARGS...: serves in the background ($SERVER), waits for /health.
+start_server() {
+  local name="$1" port="$2" bin="$3"
+  shift 3
+  "$bin" serve --device cuda --port "$port" "$@" >"$OUT/serve_$name.log" 2>&1 &
+  SERVER=$!
+  for i in $(seq 1 180); do
+    curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break
+    kill -0 $SERVER 2>/dev/null || break
+    sleep 1
+  done
+  echo "== server $name"
+  grep -E "KV cache|CUDA model|error" "$OUT/serve_$name.log" | head -8
+}
+stop_server() {
+  kill -INT $SERVER 2>/dev/null
+  wait $SERVER 2>/dev/null
+}
 # serve_bench NAME PORT "CONCURRENCIES" BENCH_ARGS -- SERVE_ARGS: one server, one bench run per
 # concurrency (results as NAME.*), with the device idle fraction between steps of each run.
 serve_bench() {
   local name="$1" port="$2" levels="$3" bench_args="$4"
   shift 5
-  "$PEREGRINE" serve --device cuda --port "$port" "$@" >"$OUT/serve_$name.log" 2>&1 &
-  local server=$!
-  for i in $(seq 1 90); do
-    curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break
-    kill -0 $server 2>/dev/null || break
-    sleep 1
-  done
-  echo "== serve + bench: $name"
-  grep -E "CUDA model|error" "$OUT/serve_$name.log"
+  start_server "$name" "$port" "$PEREGRINE" "$@"
   for c in $levels; do
     read -r b0 i0 <<<"$(device_seconds "$port")"
     # shellcheck disable=SC2086
@@ -158,8 +168,7 @@ serve_bench() {
       | tee -a "$OUT/device_idle.jsonl"
   done
   [[ "$name" == *overlap ]] && abort_check "$port"
-  kill -INT $server 2>/dev/null
-  wait $server 2>/dev/null
+  stop_server
 }
 
 FLASH="$ROOT/bench/configs/deepseek-v4-flash"
@@ -193,24 +202,6 @@ if [ "$PHASE" = "kv-tests" ]; then
   exit $status
 fi
 
-# start_server NAME PORT BINARY ARGS...: serves in the background ($SERVER), waits for /health.
-start_server() {
-  local name="$1" port="$2" bin="$3"
-  shift 3
-  "$bin" serve --device cuda --port "$port" "$@" >"$OUT/serve_$name.log" 2>&1 &
-  SERVER=$!
-  for i in $(seq 1 180); do
-    curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break
-    kill -0 $SERVER 2>/dev/null || break
-    sleep 1
-  done
-  echo "== server $name"
-  grep -E "KV cache|CUDA model|error" "$OUT/serve_$name.log" | head -8
-}
-stop_server() {
-  kill -INT $SERVER 2>/dev/null
-  wait $SERVER 2>/dev/null
-}
 # bench_run NAME PORT ARGS...: one peregrine bench run, its JSON line in kv_bench.jsonl.
 bench_run() {
   local name="$1" port="$2"
