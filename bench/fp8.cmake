@@ -3,6 +3,7 @@
 # the same process.
 if(PEREGRINE_HAVE_CUDA)
   add_executable(peregrine_fp8_bench ${CMAKE_CURRENT_LIST_DIR}/fp8/fp8_bench.cc)
+  target_include_directories(peregrine_fp8_bench PRIVATE ${PEREGRINE_BENCH_INCLUDE})
   target_compile_options(peregrine_fp8_bench PRIVATE ${PEREGRINE_WARNINGS})
   target_link_libraries(peregrine_fp8_bench PRIVATE peregrine_backend_cuda)
   set_target_properties(peregrine_fp8_bench PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/gpu-bin)

@@ -3,50 +3,13 @@
 // fakes in the server's tests.
 #pragma once
 
-#include <chrono>
 #include <cstdint>
-#include <functional>
-#include <memory>
-#include <optional>
 #include <string>
-#include <vector>
 
 #include "base/status.h"
-#include "sampling/sampler.h"
-#include "sampling/sampling_params.h"
+#include "scheduler/engine_request.h"
 
 namespace peregrine {
-
-struct EngineRequest {
-  std::string id;                      // unique among live requests
-  std::vector<int32_t> prompt_ids;     // non-empty, every id < vocab size
-  SamplingParams sampling;             // already validated
-  int64_t max_tokens = 16;             // >= 1 new tokens at most
-  std::vector<int32_t> stop_token_ids; // finish with kStop when generated (token is emitted)
-  bool ignore_eos = false;             // when false, the model's EOS ids also finish with kStop
-  std::string cache_salt;              // prefix-cache namespace: only requests with the same salt share blocks
-};
-
-enum class FinishReason : uint8_t {
-  kStop,     // EOS or a stop token id
-  kLength,   // max_tokens or the context limit
-  kAbort,    // Abort() or shutdown
-  kError,    // the engine failed this request (message in EngineEvent::error)
-};
-
-// One event per request per engine step that produced something for it.
-struct EngineEvent {
-  std::vector<int32_t> token_ids;           // new tokens, usually one
-  std::vector<SampleResult> samples;        // parallel to token_ids (logprobs when requested)
-  std::optional<FinishReason> finish;       // set on the last event of the request
-  std::string error;                        // when finish == kError
-  int64_t num_prompt_tokens = 0;
-  int64_t num_cached_prompt_tokens = 0;     // prefix-cache hits
-  std::chrono::steady_clock::time_point time;
-};
-
-// Called on the engine thread; must not block (post the event to the consumer's executor).
-using EventSink = std::function<void(const EngineEvent&)>;
 
 struct EngineStats {
   int64_t num_running = 0;

@@ -6,7 +6,7 @@
 #include <memory>
 #include <vector>
 
-#include "engine/engine_client.h"
+#include "scheduler/engine_request.h"
 #include "sampling/sampler.h"
 
 namespace peregrine {

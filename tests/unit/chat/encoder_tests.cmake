@@ -12,3 +12,4 @@ peregrine_test(chat_render_command_test
     ${CMAKE_CURRENT_LIST_DIR}/render_chat_command_test.cc
     ${PROJECT_SOURCE_DIR}/src/cli/render_chat_command.cc
   DEPS peregrine_chat CLI11::CLI11)
+target_include_directories(chat_render_command_test PRIVATE ${CMAKE_BINARY_DIR}/include/peregrine_cli)
