@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdio>
 
+#include "base/log.h"
 #include "model/deepseek_v4/demo_model.h"
 #include "model/deepseek_v4/model.h"
 #include "model/synthetic_checkpoint.h"
@@ -34,7 +34,7 @@ Result<std::unique_ptr<ModelRunner>> MakeRunner(const EngineOptions& o, ModelSou
     ro.snapshot_fraction = o.kv_snapshot_fraction;
     ro.max_context = o.max_model_len;
     auto runner = std::make_unique<CpuModelRunner>(std::move(model), ro);
-    std::fprintf(stderr, "%s\n", DescribeKvCapacity(runner->kv_capacity(), runner->max_context()).c_str());
+    LogInfo("{}", DescribeKvCapacity(runner->kv_capacity(), runner->max_context()));
     return std::unique_ptr<ModelRunner>(std::move(runner));
   }
   if (o.device != "cuda") return InvalidArgument("unknown device '" + o.device + "' (cpu or cuda)");
@@ -60,10 +60,9 @@ Result<std::unique_ptr<ModelRunner>> MakeRunner(const EngineOptions& o, ModelSou
   PG_ASSIGN_OR_RETURN(std::unique_ptr<DeviceExecutor> executor,
                       DeviceExecutor::Create(source.config, *source.checkpoint, factory, eo));
   if (!o.enforce_eager) PG_RETURN_IF_ERROR(executor->EnableGraphs(std::min<int64_t>(o.max_num_seqs, 256)));
-  std::fprintf(stderr, "CUDA model: %.2f GB of weights, loaded in %.1f s\n%s\n",
-               static_cast<double>(executor->weight_bytes()) / 1e9,
-               std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
-               executor->Describe().c_str());
+  LogInfo("CUDA model: {:.2f} GB of weights, loaded in {:.1f} s", static_cast<double>(executor->weight_bytes()) / 1e9,
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  LogInfo("{}", executor->Describe());
   return std::unique_ptr<ModelRunner>(
       std::make_unique<CudaModelRunner>(std::move(executor), o.device_sampling, o.overlap));
 #else

@@ -5,12 +5,18 @@
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
+#include <condition_variable>
+#include <mutex>
+#include <optional>
 #include <thread>
 #include <utility>
 
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/signal_set.hpp>
 
+#include "base/log.h"
+#include "cli/compat_flags.h"
 #include "cli/demo_tokenizer.h"
 #include "server/server.h"
 #include "tokenizer/tokenizer.h"
@@ -26,20 +32,95 @@ std::string TokenizerPath(const ServeOptions& options) {
   if (!options.tokenizer_path.empty()) return options.tokenizer_path;
   if (options.model_path.empty() || options.model_path == "demo") return {};
   if (!std::filesystem::exists(std::filesystem::path(options.model_path) / "tokenizer.json")) {
-    std::fprintf(stderr, "peregrine: no tokenizer.json in %s: using the embedded DeepSeek-V4 tokenizer\n",
-                 options.model_path.c_str());
+    LogWarning("no tokenizer.json in {}: using the embedded DeepSeek-V4 tokenizer", options.model_path);
     return {};
   }
   return options.model_path;
 }
 
+// Fails at once, before any weight is loaded, when the address cannot be listened on (a busy
+// port, a host that is not an address of this machine).
+Status CheckListenAddress(const std::string& host, uint16_t port) {
+  namespace asio = boost::asio;
+  boost::system::error_code ec;
+  asio::ip::address address = asio::ip::make_address(host, ec);
+  if (ec && host == "localhost") address = asio::ip::address_v4::loopback(), ec = {};
+  if (ec) return InvalidArgument("--host " + host + " is not an IP address (nor localhost)");
+  if (port == 0) return Status::Ok();
+  asio::io_context io;
+  asio::ip::tcp::acceptor acceptor(io);
+  const asio::ip::tcp::endpoint endpoint(address, port);
+  acceptor.open(endpoint.protocol(), ec);
+  if (!ec) acceptor.set_option(asio::socket_base::reuse_address(true), ec);
+  if (!ec) acceptor.bind(endpoint, ec);
+  if (ec) return Unavailable("cannot listen on " + host + ":" + std::to_string(port) + ": " + ec.message());
+  return Status::Ok();
+}
+
+// Every `interval` while requests run: running/waiting, prompt and generation tokens/s, KV
+// usage and the prefix-cache hit rate over the interval.
+class StatsLogger {
+ public:
+  StatsLogger(const EngineClient& engine, const server::Server& server, double interval_s)
+      : engine_(engine), server_(server), interval_(interval_s) {
+    thread_ = std::thread([this] { Loop(); });
+  }
+  ~StatsLogger() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+
+ private:
+  void Loop() {
+    server::ServerCounters last = server_.counters();
+    EngineStats last_engine = engine_.Stats();
+    auto last_time = std::chrono::steady_clock::now();
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!cv_.wait_for(lock, std::chrono::duration<double>(interval_), [this] { return stop_; })) {
+      const server::ServerCounters now = server_.counters();
+      const EngineStats e = engine_.Stats();
+      const auto t = std::chrono::steady_clock::now();
+      const double dt = std::chrono::duration<double>(t - last_time).count();
+      const int64_t queried = e.prefix_cache_queries - last_engine.prefix_cache_queries;
+      const int64_t hit = e.prefix_cache_hits - last_engine.prefix_cache_hits;
+      const bool active = e.num_running > 0 || e.num_waiting > 0 || now.generation_tokens != last.generation_tokens;
+      if (active)
+        LogInfo("stats: {} running, {} waiting; prompt {:.1f} tok/s, generation {:.1f} tok/s; KV usage {:.1f}%; "
+                "prefix-cache hit rate {:.1f}%",
+                e.num_running, e.num_waiting, static_cast<double>(now.prompt_tokens - last.prompt_tokens) / dt,
+                static_cast<double>(now.generation_tokens - last.generation_tokens) / dt, 100.0 * e.kv_usage,
+                queried > 0 ? 100.0 * static_cast<double>(hit) / static_cast<double>(queried) : 0.0);
+      last = now;
+      last_engine = e;
+      last_time = t;
+    }
+  }
+
+  const EngineClient& engine_;
+  const server::Server& server_;
+  const double interval_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
 }  // namespace
 
 int RunServe(const ServeOptions& options, const EngineFactory& factory) {
   const auto started = std::chrono::steady_clock::now();
+  if (auto level = ParseLogLevel(options.log_level); level.ok()) SetLogLevel(*level);
+  if (Status s = CheckListenAddress(options.server.host, options.server.port); !s.ok()) {
+    LogError("{}", s.message());
+    return 1;
+  }
   const std::string tokenizer_path = TokenizerPath(options);
   if (tokenizer_path.empty() && DemoTokenizerJson().empty()) {
-    std::fprintf(stderr, "error: this build has no embedded tokenizer; pass --tokenizer\n");
+    LogError("this build has no embedded tokenizer; pass --tokenizer");
     return 1;
   }
   // The demo model uses the DeepSeek-V4 tokenizer embedded in the binary.
@@ -47,23 +128,24 @@ int RunServe(const ServeOptions& options, const EngineFactory& factory) {
                                                ? tokenizer::Tokenizer::FromJson(DemoTokenizerJson())
                                                : tokenizer::Tokenizer::FromFile(tokenizer_path);
   if (!tokenizer.ok()) {
-    std::fprintf(stderr, "error: tokenizer: %s\n", tokenizer.status().ToString().c_str());
+    LogError("tokenizer: {}", tokenizer.status().ToString());
     return 1;
   }
   Result<std::unique_ptr<EngineClient>> engine = factory(options);
   if (!engine.ok()) {
-    std::fprintf(stderr, "error: engine: %s\n", engine.status().ToString().c_str());
+    LogError("engine: {}", engine.status().ToString());
     return 1;
   }
   server::Server server(options.server, **engine, *tokenizer);
   if (Status s = server.Start(); !s.ok()) {
-    std::fprintf(stderr, "error: %s\n", s.ToString().c_str());
+    LogError("{}", s.ToString());
     return 1;
   }
-  std::fprintf(stderr, "peregrine: serving %s on http://%s:%u (ready %.1f s after start)\n",
-               options.server.model_name.c_str(), options.server.host.c_str(),
-               static_cast<unsigned>(server.port()),
-               std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+  LogInfo("serving {} on http://{}:{} (ready {:.1f} s after start)", options.server.model_name,
+          options.server.host, server.port(),
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+  std::optional<StatsLogger> stats;
+  if (!options.disable_log_stats) stats.emplace(**engine, server, options.log_stats_interval_s);
 
   // The first SIGINT/SIGTERM drains (readiness false, in-flight requests finish or are
   // aborted after the drain timeout); a second one stops at once.
@@ -72,8 +154,7 @@ int RunServe(const ServeOptions& options, const EngineFactory& factory) {
   std::thread drainer;
   signals.async_wait([&](const boost::system::error_code& ec, int) {
     if (ec) return;
-    std::fprintf(stderr, "peregrine: draining (up to %lld ms)\n",
-                 static_cast<long long>(options.server.timeouts.drain.count()));
+    LogInfo("draining (up to {} ms)", options.server.timeouts.drain.count());
     drainer = std::thread([&] {
       server.Drain();
       signals_io.stop();
@@ -84,7 +165,8 @@ int RunServe(const ServeOptions& options, const EngineFactory& factory) {
   });
   signals_io.run();
   if (drainer.joinable()) drainer.join();
-  std::fprintf(stderr, "peregrine: stopped\n");
+  stats.reset();
+  LogInfo("stopped");
   return 0;
 }
 
@@ -116,7 +198,7 @@ void AddServeCommand(CLI::App& app, EngineFactory factory) {
   cmd->add_option("--num-layers", options->num_layers, "Keep only the first N layers (0: all)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 16));
   cmd->add_option("--max-model-len", options->max_model_len,
-                  "Longest context of a sequence (0: the model's; CUDA: at most 8192)")
+                  "Longest context of a sequence (0: the model's)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 24));
   cmd->add_option("--expert-format", options->expert_format,
                   "CUDA routed experts: bf16 or mxfp4 (read as stored, quantised at load, or generated)")
@@ -174,7 +256,10 @@ void AddServeCommand(CLI::App& app, EngineFactory factory) {
       ->check(CLI::Range(0.0, 86400.0))->capture_default_str();
   cmd->add_option("--idle-timeout", *idle_seconds, "Seconds an idle keep-alive connection stays")
       ->check(CLI::Range(0.1, 86400.0))->capture_default_str();
+  AddCompatFlags(*cmd, *options);
   cmd->callback([options, drain_seconds, idle_seconds, factory = std::move(factory)] {
+    if (options->quantization == "fp8") options->dense_format = "fp8";
+    options->server.log_requests = !options->disable_log_requests;
     options->server.timeouts.drain =
         std::chrono::milliseconds(static_cast<int64_t>(*drain_seconds * 1000));
     options->server.timeouts.idle =

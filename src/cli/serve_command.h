@@ -38,6 +38,21 @@ struct ServeOptions {
   bool enforce_eager = false;             // CUDA: no decode graphs
   bool host_sampling = false;             // CUDA: copy logits and sample on the host
   bool disable_overlap_schedule = false;  // CUDA: wait for each step before planning the next
+  // vLLM/SGLang spellings (cli/compat_flags.h) and logging.
+  int64_t tensor_parallel_size = 1;
+  std::string dtype = "auto";
+  std::string quantization;               // "fp8": --dense-format fp8
+  std::string kv_cache_dtype = "auto";
+  std::string chat_template;
+  std::string reasoning_parser;
+  std::string tool_call_parser;
+  bool trust_remote_code = false;
+  bool enable_chunked_prefill = false;
+  std::string log_level = "info";
+  bool disable_log_requests = false;
+  bool enable_log_requests = false;
+  bool disable_log_stats = false;
+  double log_stats_interval_s = 10.0;     // seconds between stats lines while requests run
   server::ServerConfig server;
 };
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "base/log.h"
 #include "server/sse.h"
 
 namespace peregrine::server {
@@ -186,6 +187,7 @@ void GenerationJob::OnClientGone() {
   if (state_ != State::kRunning) return;
   state_ = State::kFailed;
   AbortAll();
+  if (context_->config.log_requests) LogRequest(499, "client_gone", CurrentUsage());
 }
 
 void GenerationJob::AbortForShutdown() {
@@ -202,6 +204,7 @@ void GenerationJob::Fail(const ApiError& error) {
   if (state_ != State::kRunning) return;
   state_ = State::kFailed;
   AbortAll();
+  if (context_->config.log_requests) LogRequest(error.status, error.code.empty() ? error.type : error.code, CurrentUsage());
   if (channel_->is_started()) {
     std::string out;
     AppendSseEvent(ErrorEnvelope(error), &out);
@@ -219,16 +222,15 @@ void GenerationJob::CompleteIfDone() {
     if (!slot.decoder.is_finished()) return;
   }
   state_ = State::kDone;
-  Usage usage;
-  for (int64_t n : spec_.prompt_lengths) usage.prompt_tokens += n;
-  for (const Slot& slot : slots_) usage.completion_tokens += slot.decoder.num_tokens();
-  // Per prompt, what its best-served choice found in the prefix cache.
-  std::vector<int64_t> cached(spec_.prompt_lengths.size(), 0);
-  for (const Slot& slot : slots_) {
-    const size_t p = slot.result.prompt_index;
-    if (p < cached.size()) cached[p] = std::max(cached[p], slot.cached_tokens);
+  const Usage usage = CurrentUsage();
+  if (context_->config.log_requests) {
+    std::string reasons;
+    for (const Slot& slot : slots_) {
+      if (!reasons.empty()) reasons += ',';
+      reasons += slot.result.finish_reason;
+    }
+    LogRequest(200, reasons, usage);
   }
-  for (int64_t c : cached) usage.cached_tokens += c;
   if (spec_.stream) {
     std::string out;
     if (spec_.include_usage) AppendSseEvent(formatter_->UsageChunk(usage), &out);
@@ -243,6 +245,26 @@ void GenerationJob::CompleteIfDone() {
   HttpResponse response;
   response.body = DumpJson(formatter_->Whole(results, usage));
   channel_->Respond(std::move(response));
+}
+
+Usage GenerationJob::CurrentUsage() const {
+  Usage usage;
+  for (int64_t n : spec_.prompt_lengths) usage.prompt_tokens += n;
+  for (const Slot& slot : slots_) usage.completion_tokens += slot.decoder.num_tokens();
+  // Per prompt, what its best-served choice found in the prefix cache.
+  std::vector<int64_t> cached(spec_.prompt_lengths.size(), 0);
+  for (const Slot& slot : slots_) {
+    const size_t p = slot.result.prompt_index;
+    if (p < cached.size()) cached[p] = std::max(cached[p], slot.cached_tokens);
+  }
+  for (int64_t c : cached) usage.cached_tokens += c;
+  return usage;
+}
+
+void GenerationJob::LogRequest(int status, std::string_view outcome, const Usage& usage) const {
+  LogInfo("request {}: status {} ({}), {} choice(s), prompt {} tokens ({} cached), completion {} tokens, {:.3f} s",
+          spec_.request_id, status, outcome, slots_.size(), usage.prompt_tokens, usage.cached_tokens,
+          usage.completion_tokens, Seconds(Clock::now() - spec_.arrival));
 }
 
 void GenerationJob::MaybeUnregister() {

@@ -15,6 +15,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "chat/output_parser.h"
@@ -98,6 +99,9 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
   void Fail(const ApiError& error);
   void CompleteIfDone();
   void MaybeUnregister();
+  Usage CurrentUsage() const;
+  // The per-request log line (ServerConfig::log_requests): id, HTTP status, outcome, tokens.
+  void LogRequest(int status, std::string_view outcome, const Usage& usage) const;
 
   std::shared_ptr<ServingContext> context_;
   std::shared_ptr<ResponseChannel> channel_;

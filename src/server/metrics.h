@@ -30,6 +30,12 @@ class Histogram {
   std::atomic<double> sum_{0.0};
 };
 
+// Cumulative token counts (for the periodic stats line).
+struct ServerCounters {
+  int64_t prompt_tokens = 0;
+  int64_t generation_tokens = 0;
+};
+
 // How a request ended, as vLLM's request_success_total{finished_reason} counts it.
 enum class RequestOutcome : uint8_t { kStop, kLength, kAbort, kError };
 
@@ -44,6 +50,9 @@ class ServerMetrics {
   void AddOutcome(RequestOutcome outcome);
   void AddConnection(int delta) { num_connections_.fetch_add(delta, std::memory_order_relaxed); }
   int64_t num_connections() const { return num_connections_.load(std::memory_order_relaxed); }
+  ServerCounters counters() const {
+    return {prompt_tokens_.load(std::memory_order_relaxed), generation_tokens_.load(std::memory_order_relaxed)};
+  }
 
   Histogram& time_to_first_token() { return ttft_; }
   Histogram& inter_token_latency() { return itl_; }

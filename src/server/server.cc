@@ -134,6 +134,8 @@ int Server::num_active_exchanges() const { return impl_->num_active_exchanges.lo
 
 size_t Server::num_live_jobs() const { return impl_->context->registry.size(); }
 
+ServerCounters Server::counters() const { return impl_->context->metrics.counters(); }
+
 Status Server::Start() {
   std::lock_guard lock(stop_mutex_);
   if (is_started_) return InvalidArgument("server already started");

@@ -22,6 +22,7 @@
 
 #include "base/status.h"
 #include "engine/engine_client.h"
+#include "server/metrics.h"
 #include "server/server_config.h"
 #include "tokenizer/tokenizer.h"
 
@@ -54,6 +55,8 @@ class Server {
   int num_active_exchanges() const;
   // Generation jobs with live engine requests.
   size_t num_live_jobs() const;
+  // Tokens served so far (valid from construction to destruction).
+  ServerCounters counters() const;
 
  private:
   class Impl;

@@ -46,6 +46,7 @@ struct ServerConfig {
   int num_worker_threads = 2;                 // JSON parsing, prompt rendering, tokenization
   bool default_thinking = false;              // thinking mode when the request does not say
   int retry_after_seconds = 1;                // Retry-After on 429 and 503
+  bool log_requests = true;                   // one log line per finished request
   ServerLimits limits;
   ServerTimeouts timeouts;
 };

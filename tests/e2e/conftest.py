@@ -2,6 +2,7 @@
 import os
 import socket
 import subprocess
+import tempfile
 import time
 import urllib.request
 
@@ -24,11 +25,13 @@ class Server:
         self.base_url = f"http://127.0.0.1:{self.port}"
         args = [BIN, "serve", "--host", "127.0.0.1", "--port", str(self.port), "--api-key", API_KEY,
                 *extra_args]
-        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        # The log goes to a file: a pipe nobody reads would stall the server once full.
+        self.log = tempfile.NamedTemporaryFile(mode="w+", prefix="peregrine-e2e-", suffix=".log")
+        self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, text=True)
         deadline = time.time() + 120
         while time.time() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError("server exited early:\n" + self.proc.stdout.read())
+                raise RuntimeError("server exited early:\n" + self.log_text())
             try:
                 with urllib.request.urlopen(self.base_url + "/health", timeout=1) as r:
                     if r.status == 200:
@@ -37,6 +40,10 @@ class Server:
                 time.sleep(0.2)
         self.stop()
         raise RuntimeError("server did not become healthy")
+
+    def log_text(self):
+        with open(self.log.name) as f:
+            return f.read()
 
     def rss_kb(self):
         with open(f"/proc/{self.proc.pid}/status") as f:
