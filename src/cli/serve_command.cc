@@ -206,13 +206,14 @@ void AddServeCommand(CLI::App& app, EngineFactory factory) {
   cmd->add_option("--dense-format", options->dense_format,
                   "CUDA dense projections: bf16, or fp8 (e4m3 with 128x128 block scales)")
       ->check(CLI::IsMember({"bf16", "fp8"}))->capture_default_str();
-  cmd->add_flag("--enforce-eager", options->enforce_eager, "CUDA: launch every op, no decode graphs");
+  cmd->add_flag("--enforce-eager,--disable-cuda-graph", options->enforce_eager,
+                "CUDA: launch every op, no decode graphs");
   cmd->add_flag("--host-sampling", options->host_sampling, "CUDA: copy the logits and sample on the host");
   cmd->add_flag("--disable-overlap-schedule", options->disable_overlap_schedule,
                 "CUDA: wait for each step's tokens before planning the next (no CPU/GPU overlap)");
-  cmd->add_option("--max-num-seqs", options->max_num_seqs, "Running sequences per step")
+  cmd->add_option("--max-num-seqs,--max-running-requests", options->max_num_seqs, "Running sequences per step")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
-  cmd->add_option("--max-num-batched-tokens", options->max_num_batched_tokens,
+  cmd->add_option("--max-num-batched-tokens,--chunked-prefill-size", options->max_num_batched_tokens,
                   "Token budget per step")->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
   cmd->add_option("--long-prefill-token-threshold", options->long_prefill_token_threshold,
                   "While requests wait, a prefill chunk takes at most this many tokens (0: no cap)")
@@ -233,7 +234,9 @@ void AddServeCommand(CLI::App& app, EngineFactory factory) {
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))->capture_default_str();
   auto* enable = cmd->add_flag("--enable-prefix-caching", *enable_prefix_caching,
                                "Share KV blocks between requests with a common prefix (the default)");
-  cmd->add_flag("--disable-prefix-caching", options->disable_prefix_caching, "No prefix caching")->excludes(enable);
+  cmd->add_flag("--disable-prefix-caching,--disable-radix-cache", options->disable_prefix_caching,
+                "No prefix caching")
+      ->excludes(enable);
   cmd->add_option("--kv-snapshot-fraction", options->kv_snapshot_fraction,
                   "Share of the KV memory for prefix-cache snapshots (the state at block boundaries)")
       ->check(CLI::Range(0.0, 0.9))->capture_default_str();

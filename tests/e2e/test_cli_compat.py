@@ -44,12 +44,18 @@ def test_vllm_style_launch_serves_and_logs_requests_and_stats():
 
 def test_sglang_style_launch_and_quiet_logs():
     s = Server(["--model-path", "demo", "--tp-size", "1", "--context-length", "2048",
+                "--max-running-requests", "8", "--chunked-prefill-size", "512", "--disable-radix-cache",
                 "--disable-log-requests", "--disable-log-stats", "--log-level", "warning"])
     try:
         client = openai.OpenAI(base_url=s.base_url + "/v1", api_key=API_KEY, max_retries=0, timeout=60)
-        client.completions.create(model=client.models.list().data[0].id, prompt="Hi", max_tokens=4)
+        model = client.models.list().data[0].id
+        prompt = "the same long prompt " * 150  # several 256-token blocks
+        for _ in range(2):  # --disable-radix-cache: the repeat finds nothing cached
+            r = client.completions.create(model=model, prompt=prompt, max_tokens=4)
+            assert r.usage.prompt_tokens > 512
+            assert r.usage.prompt_tokens_details.cached_tokens == 0
         with pytest.raises(openai.BadRequestError):  # 2048-token context
-            client.completions.create(model=client.models.list().data[0].id, prompt="Hi", max_tokens=4096)
+            client.completions.create(model=model, prompt="Hi", max_tokens=4096)
         log = s.log_text()
         assert "request " not in log and "stats:" not in log and " info " not in log, log
     finally:
