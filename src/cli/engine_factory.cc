@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <memory>
 
 #include "base/log.h"
+#include "base/progress.h"
 #include "model/deepseek_v4/demo_model.h"
 #include "model/deepseek_v4/model.h"
 #include "model/synthetic_checkpoint.h"
@@ -56,6 +58,10 @@ Result<std::unique_ptr<ModelRunner>> MakeRunner(const EngineOptions& o, ModelSou
   eo.weights.seed = kSyntheticSeed;
   eo.weights.expert_format = o.expert_format;
   eo.weights.dense_format = o.dense_format;
+  auto progress = std::make_shared<Progress>("loading weights");
+  eo.weights.on_progress = [progress](int64_t done, int64_t total, uint64_t bytes) {
+    progress->Update(done, total, bytes);
+  };
   const auto start = std::chrono::steady_clock::now();
   PG_ASSIGN_OR_RETURN(std::unique_ptr<DeviceExecutor> executor,
                       DeviceExecutor::Create(source.config, *source.checkpoint, factory, eo));

@@ -132,6 +132,9 @@ struct DeviceWeightOptions {
   uint64_t seed = 0;
   std::string expert_format = "bf16";  // routed experts
   std::string dense_format = "bf16";   // dense projections
+  // Called on the loading thread after each part (a layer, the embeddings): parts done of
+  // `total`, bytes on the device so far. Empty: no reports.
+  std::function<void(int64_t done, int64_t total, uint64_t bytes)> on_progress;
 };
 
 // Creates a device model: its weights loaded (or generated) through `allocator` on

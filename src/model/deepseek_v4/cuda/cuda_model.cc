@@ -538,6 +538,7 @@ Result<WeightLoadOptions> WeightOptions(const DeviceWeightOptions& o) {
   WeightLoadOptions w;
   w.synthetic_matrices = o.synthetic;
   w.seed = o.seed;
+  w.on_progress = o.on_progress;
   if (o.expert_format == "mxfp4") {
     w.expert_format = ExpertFormat::kMXFP4;
   } else if (o.expert_format != "bf16") {

@@ -303,8 +303,13 @@ Result<DeviceWeights> LoadDeviceWeights(const ModelConfig& c, const Checkpoint& 
   PG_RETURN_IF_ERROR(ld.Matrix("head.weight", {c.vocab_size, c.hidden_size}, &w.head));
   PG_RETURN_IF_ERROR(ld.F32("norm.weight", {c.hidden_size}, &w.norm));
   PG_RETURN_IF_ERROR(ld.Hc("hc_head_", c.hc_mult, c.hc_mult * c.hidden_size, 1, &w.hc_head));
+  const int64_t parts = c.num_layers + 1;
+  if (options.on_progress) options.on_progress(1, parts, ld.bytes());
   w.layers.resize(static_cast<size_t>(c.num_layers));
-  for (int64_t i = 0; i < c.num_layers; ++i) PG_RETURN_IF_ERROR(ld.Layer(c, i, &w.layers[static_cast<size_t>(i)]));
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    PG_RETURN_IF_ERROR(ld.Layer(c, i, &w.layers[static_cast<size_t>(i)]));
+    if (options.on_progress) options.on_progress(i + 2, parts, ld.bytes());
+  }
   if (ld.fp8_workspace_bytes() > 0) {
     PG_ASSIGN_OR_RETURN(w.fp8_workspace, ld.Allocate(DType::kU8, {static_cast<int64_t>(ld.fp8_workspace_bytes())}));
   }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -105,6 +106,8 @@ struct WeightLoadOptions {
   // (power-of-two scales, kernels/quantize_fp8_blocks.cuh), or generated (synthetic).
   // Projections whose M or K is not a multiple of 128 stay bf16.
   DenseFormat dense_format = DenseFormat::kBF16;
+  // After each layer and after the embeddings/head: parts done of num_layers + 1, device bytes.
+  std::function<void(int64_t done, int64_t total, uint64_t bytes)> on_progress;
 };
 
 // Reads (or generates) every tensor the config implies, converts and uploads it; host
