@@ -54,4 +54,15 @@ bool LogEnabled(LogLevel level) { return Logger().should_log(ToSpdlog(level)); }
 
 void LogLine(LogLevel level, std::string_view message) { Logger().log(ToSpdlog(level), message); }
 
+void LogLines(LogLevel level, std::string_view text) {
+  if (!LogEnabled(level)) return;
+  while (!text.empty()) {
+    const size_t end = text.find('\n');
+    const std::string_view line = text.substr(0, end);
+    if (!line.empty()) LogLine(level, line);
+    if (end == std::string_view::npos) break;
+    text.remove_prefix(end + 1);
+  }
+}
+
 }  // namespace peregrine

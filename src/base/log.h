@@ -20,6 +20,8 @@ Result<LogLevel> ParseLogLevel(std::string_view name);
 void SetLogLevel(LogLevel level);
 bool LogEnabled(LogLevel level);
 void LogLine(LogLevel level, std::string_view message);
+// One log line per line of `text`.
+void LogLines(LogLevel level, std::string_view text);
 
 template <typename... Args>
 void Log(LogLevel level, fmt::format_string<Args...> format, Args&&... args) {

@@ -36,7 +36,7 @@ Result<std::unique_ptr<ModelRunner>> MakeRunner(const EngineOptions& o, ModelSou
     ro.snapshot_fraction = o.kv_snapshot_fraction;
     ro.max_context = o.max_model_len;
     auto runner = std::make_unique<CpuModelRunner>(std::move(model), ro);
-    LogInfo("{}", DescribeKvCapacity(runner->kv_capacity(), runner->max_context()));
+    LogLines(LogLevel::kInfo, DescribeKvCapacity(runner->kv_capacity(), runner->max_context()));
     return std::unique_ptr<ModelRunner>(std::move(runner));
   }
   if (o.device != "cuda") return InvalidArgument("unknown device '" + o.device + "' (cpu or cuda)");
@@ -68,7 +68,7 @@ Result<std::unique_ptr<ModelRunner>> MakeRunner(const EngineOptions& o, ModelSou
   if (!o.enforce_eager) PG_RETURN_IF_ERROR(executor->EnableGraphs(std::min<int64_t>(o.max_num_seqs, 256)));
   LogInfo("CUDA model: {:.2f} GB of weights, loaded in {:.1f} s", static_cast<double>(executor->weight_bytes()) / 1e9,
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-  LogInfo("{}", executor->Describe());
+  LogLines(LogLevel::kInfo, executor->Describe());
   return std::unique_ptr<ModelRunner>(
       std::make_unique<CudaModelRunner>(std::move(executor), o.device_sampling, o.overlap));
 #else
