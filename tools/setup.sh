@@ -27,3 +27,7 @@ if [ ! -x "$VENV/bin/python" ]; then
   python3 -m venv "$VENV"
 fi
 "$VENV/bin/python" -m pip install -q --disable-pip-version-check -r "$(dirname "$0")/requirements-test.txt"
+
+# C++ sources Debian lacks, from PyPI (pinned, checked): the grammar engine.
+"$VENV/bin/python" "$(dirname "$0")/fetch_sdist.py" xgrammar 0.2.9 \
+  87b466bca2475e29bb0323abc62c6c33cbcbcff47e5fb800a3e2099ac9620b90 "$(cd "$(dirname "$0")/.." && pwd)/.deps"

@@ -17,6 +17,7 @@ enum class StatusCode {
   kResourceExhausted, // memory, pages or queue slots ran out
   kInternal,          // a broken invariant surfaced as a value
   kUnavailable,       // a device or peer cannot be reached
+  kDeadlineExceeded,  // work did not finish within its time limit
 };
 
 const char* StatusCodeName(StatusCode code);
@@ -45,6 +46,7 @@ inline Status Unimplemented(std::string m) { return {StatusCode::kUnimplemented,
 inline Status ResourceExhausted(std::string m) { return {StatusCode::kResourceExhausted, std::move(m)}; }
 inline Status Internal(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
 inline Status Unavailable(std::string m) { return {StatusCode::kUnavailable, std::move(m)}; }
+inline Status DeadlineExceeded(std::string m) { return {StatusCode::kDeadlineExceeded, std::move(m)}; }
 
 // A value or the Status that explains its absence. Never holds an ok Status.
 template <typename T>

@@ -92,6 +92,7 @@ ApiError FromStatus(const Status& status, int retry_after_seconds, std::string p
     case StatusCode::kOutOfRange:
     case StatusCode::kNotFound:
     case StatusCode::kUnimplemented:
+    case StatusCode::kDeadlineExceeded:  // a request's grammar that compiles too slowly
       return InvalidRequest(status.message(), std::move(param));
     case StatusCode::kResourceExhausted:
       return Overloaded(retry_after_seconds);
