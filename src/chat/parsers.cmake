@@ -10,4 +10,5 @@ list(APPEND PEREGRINE_CHAT_PARSER_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/tool_call_parser_dsml.cc
   ${CMAKE_CURRENT_LIST_DIR}/tool_call_parser_v3x.cc
   ${CMAKE_CURRENT_LIST_DIR}/tool_call_parser.cc
-  ${CMAKE_CURRENT_LIST_DIR}/output_parser.cc)
+  ${CMAKE_CURRENT_LIST_DIR}/output_parser.cc
+  ${CMAKE_CURRENT_LIST_DIR}/tool_call_grammar.cc)
