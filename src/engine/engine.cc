@@ -4,6 +4,7 @@
 
 #include "base/check.h"
 #include "runtime/kv_sizing.h"
+#include "sampling/token_bitmask.h"
 
 namespace peregrine {
 
@@ -75,6 +76,10 @@ Status Engine::Submit(EngineRequest request, EventSink sink) {
   seq->tokens = request.prompt_ids;
   seq->num_prompt_tokens = prompt;
   seq->sampling = std::make_unique<SequenceSamplingState>(request.sampling, request.prompt_ids);
+  if (request.grammar != nullptr) {
+    seq->matcher = std::make_unique<structured::GrammarMatcher>(request.grammar);
+    seq->grammar_active = request.grammar_after < 0;
+  }
   seq->request = std::move(request);
   seq->sink = std::move(sink);
   seq->arrival = std::chrono::steady_clock::now();
@@ -169,7 +174,8 @@ void Engine::Emit(Sequence* seq, SampleResult sample, std::chrono::steady_clock:
   const bool is_stop =
       std::find(r.stop_token_ids.begin(), r.stop_token_ids.end(), sample.token) != r.stop_token_ids.end();
   const auto known = static_cast<int64_t>(seq->tokens.size());
-  if ((is_eos && !r.ignore_eos) || is_stop) finish = FinishReason::kStop;
+  const bool grammar_done = seq->matcher != nullptr && seq->grammar_active && seq->matcher->is_terminated();
+  if ((is_eos && !r.ignore_eos) || is_stop || grammar_done) finish = FinishReason::kStop;
   else if (seq->num_generated >= r.max_tokens || known >= max_context_) finish = FinishReason::kLength;
 
   EngineEvent ev;
@@ -198,7 +204,8 @@ bool Engine::Step() {
   if (!launched_.empty()) {
     bool wait = false;
     for (const LaunchedRow& r : launched_.back().rows)
-      wait = wait || (!r.seq->finished && !r.discard && CountsOwnTokens(r.seq->request.sampling));
+      wait = wait || (!r.seq->finished && !r.discard &&
+                      (CountsOwnTokens(r.seq->request.sampling) || (r.seq->matcher && !runner_->defers_masks())));
     if (wait) CollectOldest();
   }
   SchedulerOutput plan = scheduler_.schedule();                                  // schedule
@@ -214,7 +221,13 @@ bool Engine::Step() {
 bool Engine::Launch(SchedulerOutput plan) {
   std::vector<RunnerChunk> chunks;
   std::vector<RunnerSampling> sampling;
+  std::vector<size_t> deferred;
   chunks.reserve(plan.chunks.size());
+  const auto words = static_cast<size_t>(TokenMaskWords(vocab_size_));
+  size_t constrained = 0;
+  for (const ScheduledChunk& c : plan.chunks) constrained += c.samples && c.seq->matcher != nullptr;
+  if (mask_words_.size() < constrained * words) mask_words_.resize(constrained * words);
+  size_t next_mask = 0;
   for (const ScheduledChunk& c : plan.chunks) {
     Sequence* seq = c.seq;
     const RequestKv& kv = kv_.get(seq->id);
@@ -236,7 +249,22 @@ bool Engine::Launch(SchedulerOutput plan) {
     v.restore = c.restore;
     v.needs_logits = c.samples;
     chunks.push_back(rc);
-    if (c.samples) sampling.push_back({&seq->request.sampling, seq->sampling.get()});
+    if (!c.samples) continue;
+    RunnerSampling rs{&seq->request.sampling, seq->sampling.get()};
+    if (seq->matcher != nullptr) {
+      if (v.feeds_last) {
+        // Its grammar state waits for the token the launched step is sampling.
+        rs.mask = RowMask::kDeferred;
+        deferred.push_back(sampling.size());
+      } else if (seq->grammar_active) {
+        uint32_t* w = mask_words_.data() + next_mask++ * words;
+        if (seq->matcher->FillMask(w)) {
+          rs.mask = RowMask::kReady;
+          rs.mask_words = w;
+        }
+      }
+    }
+    sampling.push_back(rs);
   }
   if (Status s = runner_->Launch(chunks, sampling); !s.ok()) {
     FailStep(plan, s);
@@ -255,11 +283,42 @@ bool Engine::Launch(SchedulerOutput plan) {
       scheduler_.remove(seq);
   }
   step.plan = std::move(plan);
+  step.deferred = std::move(deferred);
   launched_.push_back(std::move(step));
+  // Nothing older is in flight: the masks can be computed now.
+  if (launched_.size() == 1) SupplyMasks(launched_.back());
   return true;
 }
 
+void Engine::SupplyMasks(LaunchedStep& step) {
+  if (step.deferred.empty()) return;
+  const auto words = static_cast<size_t>(TokenMaskWords(vocab_size_));
+  if (mask_words_.size() < step.deferred.size() * words) mask_words_.resize(step.deferred.size() * words);
+  std::vector<const uint32_t*> masks;
+  masks.reserve(step.deferred.size());
+  for (size_t k = 0; k < step.deferred.size(); ++k) {
+    const LaunchedRow& r = step.rows[step.deferred[k]];
+    const uint32_t* mask = nullptr;
+    if (!r.seq->finished && !r.discard && r.seq->grammar_active) {
+      uint32_t* w = mask_words_.data() + k * words;
+      if (r.seq->matcher->FillMask(w)) mask = w;
+    }
+    masks.push_back(mask);
+  }
+  step.deferred.clear();
+  if (Status s = runner_->SupplyMasks(masks); !s.ok()) FailStep(step.plan, s);
+}
+
+bool Engine::AdvanceGrammar(Sequence* seq, int32_t token) {
+  if (!seq->grammar_active) {
+    seq->grammar_active = token == seq->request.grammar_after;
+    return true;
+  }
+  return seq->matcher->Accept(token);
+}
+
 void Engine::CollectOldest() {
+  SupplyMasks(launched_.front());
   LaunchedStep step = std::move(launched_.front());
   launched_.pop_front();
   std::vector<uint8_t> skip(step.rows.size(), 0);
@@ -268,20 +327,27 @@ void Engine::CollectOldest() {
   std::vector<uint8_t> refeed_failed;
   if (Status s = runner_->Collect(skip, &samples, &refeed_failed); !s.ok()) {
     FailStep(step.plan, s);
+    if (!launched_.empty()) SupplyMasks(launched_.front());
     return;
   }
   const auto now = std::chrono::steady_clock::now();
   for (size_t i = 0; i < step.rows.size(); ++i) {                       // post-process, emit
     if (skip[i]) continue;
     Sequence* seq = step.rows[i].seq;
-    seq->tokens.push_back(samples[i].token);
     --seq->num_pending;
+    if (seq->matcher != nullptr && !AdvanceGrammar(seq, samples[i].token)) {
+      Finish(seq, FinishReason::kError, "the sampled token breaks the request's grammar");
+      continue;
+    }
+    seq->tokens.push_back(samples[i].token);
     // A newer launched step read this token from the device: it computed on a wrong one.
     const bool restart = refeed_failed[i] && seq->num_pending > 0;
     kv_.commit(seq->id, seq->tokens);
     Emit(seq, std::move(samples[i]), now);
     if (restart && !seq->finished) Restart(seq);
   }
+  // The next step's masks depended on these tokens: its sampling waits for them.
+  if (!launched_.empty()) SupplyMasks(launched_.front());
   // step.retired goes here: nothing names those sequences any more.
 }
 

@@ -12,7 +12,12 @@
 // - a row the device could not sample (finished on the host) fed step n+1 a wrong token, so
 //   that sequence drops its step n+1 row and restarts (recompute, as after a preemption);
 // - sequences whose sampling counts their own tokens (penalties) need step n's token on the
-//   host before step n+1's rows exist: such a step is collected before the next is planned.
+//   host before step n+1's rows exist: such a step is collected before the next is planned;
+// - a grammar's mask for step n+1 depends on step n's token: the row is launched with its
+//   mask deferred, and right after step n is collected (its tokens accepted by the
+//   matchers) the engine computes the masks and hands them to the runner, whose sampling of
+//   step n+1 waits for them behind its forward (ModelRunner::SupplyMasks). A runner that
+//   cannot wait collects first, as for penalties.
 // A request's tokens are therefore the same at any depth.
 #pragma once
 
@@ -54,6 +59,7 @@ class Engine final : public EngineClient {
   EngineStats Stats() const override;
   int64_t vocab_size() const override { return vocab_size_; }
   int64_t max_context() const override { return max_context_; }
+  std::vector<int32_t> eos_token_ids() const override { return eos_ids_; }
 
   // One step on the calling thread (tests drive the engine this way without Start()).
   // Returns false when there was nothing to do.
@@ -73,6 +79,7 @@ class Engine final : public EngineClient {
   struct LaunchedStep {
     SchedulerOutput plan;
     std::vector<LaunchedRow> rows;
+    std::vector<size_t> deferred;  // rows whose grammar masks are still to be supplied
     // Sequences that finished while this step (or an older one) still named them; they are
     // destroyed with it, after it has been collected.
     std::vector<std::unique_ptr<Sequence>> retired;
@@ -91,6 +98,10 @@ class Engine final : public EngineClient {
   bool Launch(SchedulerOutput plan);
   // Collects the oldest launched step and post-processes its samples.
   void CollectOldest();
+  // Computes and hands over the step's deferred masks (its older step has been collected).
+  void SupplyMasks(LaunchedStep& step);
+  // Feeds a collected token to the sequence's grammar; false when the grammar refuses it.
+  bool AdvanceGrammar(Sequence* seq, int32_t token);
   // Drops the sequence's pending row in the newest launched step and recomputes it.
   void Restart(Sequence* seq);
   void UpdateStats();
@@ -110,6 +121,7 @@ class Engine final : public EngineClient {
   int64_t next_seq_id_ = 1;
   std::deque<LaunchedStep> launched_;  // oldest first
   std::vector<std::unique_ptr<Sequence>> graveyard_;  // finished with no launched step left; freed per Step
+  std::vector<uint32_t> mask_words_;  // grammar masks being handed to the runner
 
   // Shared with submitting threads.
   mutable std::mutex mu_;

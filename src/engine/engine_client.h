@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "base/status.h"
 #include "scheduler/engine_request.h"
@@ -42,6 +43,8 @@ class EngineClient {
   virtual EngineStats Stats() const = 0;
   virtual int64_t vocab_size() const = 0;
   virtual int64_t max_context() const = 0;
+  // The model's end-of-sequence ids (a grammar's stop tokens).
+  virtual std::vector<int32_t> eos_token_ids() const = 0;
 };
 
 }  // namespace peregrine

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <string>
 
+#include "sampling/token_bitmask.h"
+
 namespace peregrine {
 
 CpuModelRunner::CpuModelRunner(std::unique_ptr<HostModel> model, const CpuRunnerOptions& options)
@@ -68,6 +70,18 @@ Status CpuModelRunner::Launch(std::span<const RunnerChunk> chunks, std::span<con
     step.rng_before.push_back(smp.state->rng());
     step.states.push_back(smp.state);
     std::span<float> row_logits(logits.data() + row * static_cast<size_t>(vocab), static_cast<size_t>(vocab));
+    if (smp.mask == RowMask::kDeferred) {
+      step.deferred.push_back(row);
+      step.deferred_slots.push_back(v.slot);
+      step.deferred_params.push_back(smp.params);
+      step.deferred_logits.insert(step.deferred_logits.end(), row_logits.begin(), row_logits.end());
+      step.results.emplace_back();
+      slot_tokens_[static_cast<size_t>(v.slot)] = -1;
+      ++row;
+      continue;
+    }
+    if (smp.mask == RowMask::kReady)
+      ApplyTokenBitmask(row_logits, std::span(smp.mask_words, static_cast<size_t>(TokenMaskWords(vocab))));
     step.results.push_back(Sample(row_logits, *smp.params, *smp.state));
     slot_tokens_[static_cast<size_t>(v.slot)] = step.results.back().token;
     ++row;
@@ -76,11 +90,30 @@ Status CpuModelRunner::Launch(std::span<const RunnerChunk> chunks, std::span<con
   return Status::Ok();
 }
 
+Status CpuModelRunner::SupplyMasks(std::span<const uint32_t* const> masks) {
+  if (launched_.empty()) return Internal("masks supplied with no launched step");
+  Launched& step = launched_.back();
+  if (masks.size() != step.deferred.size()) return Internal("one mask per deferred row expected");
+  const auto vocab = static_cast<size_t>(model_->config().vocab_size);
+  for (size_t k = 0; k < masks.size(); ++k) {
+    const size_t row = step.deferred[k];
+    std::span<float> row_logits(step.deferred_logits.data() + k * vocab, vocab);
+    if (masks[k] != nullptr)
+      ApplyTokenBitmask(row_logits, std::span(masks[k], static_cast<size_t>(TokenMaskWords(static_cast<int64_t>(vocab)))));
+    step.results[row] = Sample(row_logits, *step.deferred_params[k], *step.states[row]);
+    slot_tokens_[static_cast<size_t>(step.deferred_slots[k])] = step.results[row].token;
+  }
+  step.deferred.clear();
+  step.deferred_logits.clear();
+  return Status::Ok();
+}
+
 Status CpuModelRunner::Collect(std::span<const uint8_t> skip, std::vector<SampleResult>* results,
                                std::vector<uint8_t>* refeed_failed) {
   if (launched_.empty()) return Internal("no launched step to collect");
   Launched step = std::move(launched_.front());
   launched_.pop_front();
+  if (!step.deferred.empty()) return Internal("a step was collected before its deferred masks arrived");
   if (skip.size() != step.results.size()) return Internal("collect: one skip flag per sampling row expected");
   results->assign(step.results.size(), SampleResult{});
   refeed_failed->assign(step.results.size(), 0);

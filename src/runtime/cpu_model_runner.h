@@ -35,6 +35,9 @@ class CpuModelRunner final : public ModelRunner {
   Status Launch(std::span<const RunnerChunk> chunks, std::span<const RunnerSampling> sampling) override;
   Status Collect(std::span<const uint8_t> skip, std::vector<SampleResult>* results,
                  std::vector<uint8_t>* refeed_failed) override;
+  // Deferred rows keep their logits until their mask arrives, then sample.
+  Status SupplyMasks(std::span<const uint32_t* const> masks) override;
+  bool defers_masks() const override { return true; }
   KvCapacity kv_capacity() const override { return capacity_; }
   int64_t vocab_size() const override { return model_->config().vocab_size; }
   int64_t max_context() const override { return max_context_; }
@@ -47,6 +50,11 @@ class CpuModelRunner final : public ModelRunner {
     std::vector<SampleResult> results;
     std::vector<std::mt19937_64> rng_before;
     std::vector<SequenceSamplingState*> states;
+    // Rows waiting for SupplyMasks: their index, slot, params and logits.
+    std::vector<size_t> deferred;
+    std::vector<int32_t> deferred_slots;
+    std::vector<const SamplingParams*> deferred_params;
+    std::vector<float> deferred_logits;
   };
 
   std::unique_ptr<HostModel> model_;

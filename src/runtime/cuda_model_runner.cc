@@ -7,7 +7,9 @@
 #include "backend/cuda/cuda_status.h"
 #include "backend/cuda/ops/sampling.h"
 #include "backend/cuda/ops/step_feed.h"
+#include "backend/cuda/ops/token_bitmask.h"
 #include "kernels/sampling.cuh"
+#include "sampling/token_bitmask.h"
 
 namespace peregrine {
 
@@ -28,8 +30,80 @@ CudaModelRunner::CudaModelRunner(std::unique_ptr<DeviceExecutor> executor, bool 
       slot_positions_(static_cast<size_t>(executor_->kv_capacity().num_slots), -1) {}
 
 CudaModelRunner::~CudaModelRunner() {
-  // Launched steps write into this runner's pinned buffers: let them finish first.
-  for (int s : launched_) (void)launch_slots_[static_cast<size_t>(s)].done.Synchronize();
+  // Launched steps write into this runner's pinned buffers: let them finish first (a step
+  // still waiting for its masks is released unconstrained; nobody reads its tokens).
+  for (int s : launched_) {
+    LaunchSlot& slot = launch_slots_[static_cast<size_t>(s)];
+    ReleaseGate(slot);
+    (void)slot.done.Synchronize();
+  }
+}
+
+void CudaModelRunner::ReleaseGate(LaunchSlot& slot) {
+  if (slot.deferred.empty()) return;
+  for (const auto& [row, mask] : slot.deferred) slot.row_mask_h.as<int32_t>()[row] = -1;
+  slot.deferred.clear();
+  slot.gate.Open(slot.gate_value);
+}
+
+Status CudaModelRunner::StageMasks(LaunchSlot& slot, std::span<const RunnerSampling> sampling) {
+  namespace pc = peregrine::cuda;
+  const int64_t vocab = executor_->config().vocab_size;
+  const size_t words = static_cast<size_t>(TokenMaskWords(vocab));
+  slot.masks = 0;
+  slot.deferred.clear();
+  size_t wanted = 0;
+  for (const RunnerSampling& smp : sampling) wanted += smp.mask != RowMask::kNone;
+  if (wanted == 0) return Status::Ok();
+  if (wanted > slot.mask_capacity || slot.row_mask_h.bytes() < sampling.size() * 4) {
+    const size_t n = std::max({wanted, 2 * slot.mask_capacity, sampling.size()});
+    PG_ASSIGN_OR_RETURN(slot.row_mask_h, pc::PinnedHostBuffer::Allocate(std::max(n, slot.row_capacity) * 4));
+    PG_ASSIGN_OR_RETURN(slot.row_mask_d, executor_->allocator().Allocate(std::max(n, slot.row_capacity) * 4));
+    PG_ASSIGN_OR_RETURN(slot.masks_h, pc::PinnedHostBuffer::Allocate(n * words * 4));
+    PG_ASSIGN_OR_RETURN(slot.masks_d, executor_->allocator().Allocate(n * words * 4));
+    slot.mask_capacity = n;
+  }
+  if (!slot.gate.valid()) {
+    PG_ASSIGN_OR_RETURN(slot.gate, pc::HostGate::Create());
+  }
+  int32_t* row_mask = slot.row_mask_h.as<int32_t>();
+  uint32_t* masks = slot.masks_h.as<uint32_t>();
+  for (size_t i = 0; i < sampling.size(); ++i) {
+    row_mask[i] = -1;
+    if (sampling[i].mask == RowMask::kNone) continue;
+    const auto m = static_cast<int32_t>(slot.masks++);
+    row_mask[i] = m;
+    if (sampling[i].mask == RowMask::kReady) {
+      if (sampling[i].mask_words == nullptr) return Internal("a ready mask without its words");
+      std::memcpy(masks + static_cast<size_t>(m) * words, sampling[i].mask_words, words * 4);
+    } else {
+      slot.deferred.emplace_back(i, m);
+    }
+  }
+  if (!slot.deferred.empty()) ++slot.gate_value;
+  return Status::Ok();
+}
+
+Status CudaModelRunner::SupplyMasks(std::span<const uint32_t* const> masks) {
+  if (last_launched_ < 0 || launched_.empty() || launched_.back() != last_launched_)
+    return Internal("masks supplied with no launched step");
+  LaunchSlot& slot = launch_slots_[static_cast<size_t>(last_launched_)];
+  if (masks.size() != slot.deferred.size()) {
+    ReleaseGate(slot);
+    return Internal("one mask per deferred row expected");
+  }
+  const size_t words = static_cast<size_t>(TokenMaskWords(executor_->config().vocab_size));
+  for (size_t k = 0; k < masks.size(); ++k) {
+    const auto [row, m] = slot.deferred[k];
+    if (masks[k] == nullptr) {
+      slot.row_mask_h.as<int32_t>()[row] = -1;
+    } else {
+      std::memcpy(slot.masks_h.as<uint32_t>() + static_cast<size_t>(m) * words, masks[k], words * 4);
+    }
+  }
+  slot.deferred.clear();
+  slot.gate.Open(slot.gate_value);
+  return Status::Ok();
 }
 
 std::vector<int32_t> CudaModelRunner::eos_token_ids() const {
@@ -110,6 +184,20 @@ Status CudaModelRunner::EnqueueSampling(LaunchSlot& slot, const Tensor& logits, 
     auto d2h = [&](const peregrine::cuda::PinnedHostBuffer& h, const peregrine::cuda::DeviceBuffer& d, size_t bytes) {
       return cudaMemcpyAsync(h.data(), d.data(), bytes, cudaMemcpyDeviceToHost, stream);
     };
+    if (slot.masks > 0) {
+      // Deferred masks are written by the host while the forward runs: wait for them here.
+      if (!slot.deferred.empty()) PG_RETURN_IF_ERROR(slot.gate.Wait(stream, slot.gate_value));
+      const size_t words = static_cast<size_t>(TokenMaskWords(vocab));
+      PG_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(slot.row_mask_d.data(), slot.row_mask_h.data(), r * 4,
+                                              cudaMemcpyHostToDevice, stream));
+      PG_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(slot.masks_d.data(), slot.masks_h.data(), slot.masks * words * 4,
+                                              cudaMemcpyHostToDevice, stream));
+      peregrine::cuda::TokenBitmaskArgs m;
+      m.logits = logits;
+      m.masks = DeviceView(slot.masks_d, DType::kI32, {static_cast<int64_t>(slot.masks), static_cast<int64_t>(words)});
+      m.row_mask = DeviceView(slot.row_mask_d, DType::kI32, {rr});
+      PG_RETURN_IF_ERROR(peregrine::cuda::ApplyTokenBitmask(m, stream));
+    }
     PG_CUDA_RETURN_IF_ERROR(h2d(slot.rows_d, slot.in_rows, r * sizeof(DeviceSamplingRow)));
     PG_CUDA_RETURN_IF_ERROR(h2d(slot.offsets_d, slot.in_offsets, (r + 1) * 4));
     if (e > 0) PG_CUDA_RETURN_IF_ERROR(h2d(slot.edits_d, slot.in_edits, e * sizeof(DeviceLogitEdit)));
@@ -153,9 +241,13 @@ Status CudaModelRunner::LaunchHostSampled(LaunchSlot& slot, std::span<const Runn
   const auto vocab = static_cast<size_t>(executor_->config().vocab_size);
   if (logits.size() != sampling.size() * vocab) return Internal("one sampling entry per logits row expected");
   slot.host_results.clear();
-  for (size_t i = 0; i < sampling.size(); ++i)
-    slot.host_results.push_back(
-        Sample(std::span<float>(logits.data() + i * vocab, vocab), *sampling[i].params, *sampling[i].state));
+  for (size_t i = 0; i < sampling.size(); ++i) {
+    std::span<float> row(logits.data() + i * vocab, vocab);
+    if (sampling[i].mask == RowMask::kDeferred) return Internal("host sampling takes no deferred masks");
+    if (sampling[i].mask == RowMask::kReady)
+      ApplyTokenBitmask(row, std::span(sampling[i].mask_words, static_cast<size_t>(TokenMaskWords(static_cast<int64_t>(vocab)))));
+    slot.host_results.push_back(Sample(row, *sampling[i].params, *sampling[i].state));
+  }
   return Status::Ok();
 }
 
@@ -187,6 +279,7 @@ Status CudaModelRunner::Launch(std::span<const RunnerChunk> chunks, std::span<co
   slot.rows = slot.batch.num_rows();
   slot.edits = slot.batch.edits.size();
   PG_RETURN_IF_ERROR(EnsureCapacity(slot, std::max<size_t>(slot.rows, 1), slot.edits));
+  PG_RETURN_IF_ERROR(StageMasks(slot, sampling));
   slot.timing = num_launches_ % step_start_.size();
   for (size_t i = 0; i < step_start_.size() && step_start_[i].get() == nullptr; ++i) {
     PG_ASSIGN_OR_RETURN(step_start_[i], peregrine::cuda::Event::Create(true));
@@ -198,6 +291,7 @@ Status CudaModelRunner::Launch(std::span<const RunnerChunk> chunks, std::span<co
   const Status s = executor_->Launch(step_, hook);
   Advance(chunks, s);
   if (!s.ok()) {
+    ReleaseGate(slot);  // the stream may already wait on it
     // Nothing waits on this slot; its RNG draws are rolled back so a retry draws the same.
     for (size_t i = 0; i < sampling.size(); ++i) sampling[i].state->rng() = slot.rng_before[i];
     return s;
@@ -214,6 +308,14 @@ Status CudaModelRunner::Collect(std::span<const uint8_t> skip, std::vector<Sampl
   const int index = launched_.front();
   launched_.pop_front();
   LaunchSlot& slot = launch_slots_[static_cast<size_t>(index)];
+  if (!slot.deferred.empty()) {
+    // The engine never supplied this step's masks: release the device and fail the step
+    // rather than hand out unconstrained tokens.
+    ReleaseGate(slot);
+    (void)slot.done.Synchronize();
+    for (int32_t state_slot : slot.slots) slot_positions_[static_cast<size_t>(state_slot)] = -1;
+    return Internal("a step was collected before its deferred masks arrived");
+  }
   if (!device_sampling_) {
     if (skip.size() != slot.host_results.size()) return Internal("collect: one skip flag per sampling row expected");
     results->assign(slot.host_results.size(), SampleResult{});

@@ -13,6 +13,7 @@
 #include <deque>
 #include <memory>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "backend/cuda/allocator.h"
@@ -38,6 +39,10 @@ class CudaModelRunner final : public ModelRunner {
   Status Launch(std::span<const RunnerChunk> chunks, std::span<const RunnerSampling> sampling) override;
   Status Collect(std::span<const uint8_t> skip, std::vector<SampleResult>* results,
                  std::vector<uint8_t>* refeed_failed) override;
+  // Writes the deferred masks into the newest step's staging and opens its gate: that step's
+  // sampling waits on the device behind its forward until then.
+  Status SupplyMasks(std::span<const uint32_t* const> masks) override;
+  bool defers_masks() const override { return device_sampling_; }
   KvCapacity kv_capacity() const override { return executor_->kv_capacity(); }
   DeviceTime device_time() const override { return device_time_; }
   void NoteIdle() override { idle_since_collect_ = true; }
@@ -65,6 +70,14 @@ class CudaModelRunner final : public ModelRunner {
         top_logprobs_d, status_d, saved_logits_d;
     peregrine::cuda::Event done;
     size_t timing = 0;  // its events in the timing ring
+    // Grammar masks: per row its mask in masks_h (or -1), the masks, and the deferred rows
+    // (row, mask) the device waits for behind `gate` (opened to gate_value by SupplyMasks).
+    size_t masks = 0, mask_capacity = 0;
+    std::vector<std::pair<size_t, int32_t>> deferred;
+    peregrine::cuda::PinnedHostBuffer row_mask_h, masks_h;
+    peregrine::cuda::DeviceBuffer row_mask_d, masks_d;
+    peregrine::cuda::HostGate gate;
+    uint32_t gate_value = 0;
   };
 
   // Checks that each chunk continues its slot (or restarts it) and collects the views.
@@ -73,6 +86,10 @@ class CudaModelRunner final : public ModelRunner {
   void Advance(std::span<const RunnerChunk> chunks, const Status& status);
   // Grows a slot's buffers (only while no launched step uses them).
   Status EnsureCapacity(LaunchSlot& slot, size_t rows, size_t edits);
+  // Stages the rows' grammar masks (ready ones copied now, deferred ones reserved).
+  Status StageMasks(LaunchSlot& slot, std::span<const RunnerSampling> sampling);
+  // Opens a slot's gate with whatever it holds (a failed launch, or a collect without masks).
+  void ReleaseGate(LaunchSlot& slot);
   // The step's sampling, enqueued behind its logits.
   Status EnqueueSampling(LaunchSlot& slot, const Tensor& logits, cudaStream_t stream);
   // Host sampling: the step runs to completion, its logits sampled by Sample().

@@ -37,10 +37,18 @@ struct DeviceTime {
   int64_t steps = 0;
 };
 
+// A sampling row's grammar mask (structured outputs): none, known at Launch, or depending on
+// the token a launched step is still sampling (the row's chunk feeds_last), in which case
+// the engine hands it over through SupplyMasks once that token is on the host. The mask is
+// applied to the row's logits before sampling (sampling/token_bitmask.h).
+enum class RowMask : uint8_t { kNone, kReady, kDeferred };
+
 // A chunk's sampling inputs.
 struct RunnerSampling {
   const SamplingParams* params = nullptr;
   SequenceSamplingState* state = nullptr;
+  RowMask mask = RowMask::kNone;
+  const uint32_t* mask_words = nullptr;  // kReady: TokenMaskWords(vocab) words, read during Launch
 };
 
 // The KV pools a runner allocated: what kv_cache/ hands out ids for.
@@ -69,6 +77,15 @@ class ModelRunner {
   // token and its sequence must restart. A failure leaves the step's slots unusable.
   virtual Status Collect(std::span<const uint8_t> skip, std::vector<SampleResult>* results,
                          std::vector<uint8_t>* refeed_failed) = 0;
+  // The newest launched step's kDeferred masks, one per deferred row in row order (nullptr:
+  // the row turned out unconstrained), read during the call. Every step with deferred rows
+  // gets exactly one call before it is collected; the device's sampling of that step waits
+  // for it while its forward runs. A runner that cannot wait on the host reports
+  // defers_masks() false and the engine collects before launching such rows.
+  virtual Status SupplyMasks(std::span<const uint32_t* const> /*masks*/) {
+    return Internal("this runner takes no deferred grammar masks");
+  }
+  virtual bool defers_masks() const { return false; }
   virtual KvCapacity kv_capacity() const = 0;
   virtual DeviceTime device_time() const { return {}; }
   // The engine has run out of work and waits for requests: the wait before the next step is

@@ -9,6 +9,9 @@
 
 namespace peregrine {
 
+// Words of a mask over a vocabulary.
+inline int64_t TokenMaskWords(int64_t vocab_size) { return (vocab_size + 31) / 32; }
+
 // `words` holds (logits.size() + 31) / 32 words.
 void ApplyTokenBitmask(std::span<float> logits, std::span<const uint32_t> words);
 

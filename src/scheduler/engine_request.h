@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -14,6 +15,10 @@
 
 namespace peregrine {
 
+namespace structured {
+class CompiledGrammar;  // structured/grammar_engine.h
+}
+
 struct EngineRequest {
   std::string id;                      // unique among live requests
   std::vector<int32_t> prompt_ids;     // non-empty, every id < vocab size
@@ -22,10 +27,16 @@ struct EngineRequest {
   std::vector<int32_t> stop_token_ids; // finish with kStop when generated (token is emitted)
   bool ignore_eos = false;             // when false, the model's EOS ids also finish with kStop
   std::string cache_salt;              // prefix-cache namespace: only requests with the same salt share blocks
+  // Structured outputs: every generated token must keep the grammar matching (the mask is
+  // applied before sampling); the grammar ends the request when it completes. With
+  // grammar_after >= 0 the grammar starts after that token is generated (reasoning stays
+  // free until </think>), and the token itself is not part of it.
+  std::shared_ptr<const structured::CompiledGrammar> grammar;
+  int32_t grammar_after = -1;
 };
 
 enum class FinishReason : uint8_t {
-  kStop,     // EOS or a stop token id
+  kStop,     // EOS, a stop token id, or the grammar completed
   kLength,   // max_tokens or the context limit
   kAbort,    // Abort() or shutdown
   kError,    // the engine failed this request (message in EngineEvent::error)

@@ -8,6 +8,7 @@
 
 #include "scheduler/engine_request.h"
 #include "sampling/sampler.h"
+#include "structured/grammar_engine.h"
 
 namespace peregrine {
 
@@ -22,6 +23,10 @@ struct Sequence {
   int64_t num_preemptions = 0;
   int64_t num_cached_tokens = -1;    // prompt tokens found in the prefix cache at first admission
   std::unique_ptr<SequenceSamplingState> sampling;
+  // Structured outputs: the request's grammar over the generated tokens the host knows;
+  // active once grammar_after was generated (or from the start without one).
+  std::unique_ptr<structured::GrammarMatcher> matcher;
+  bool grammar_active = false;
   std::chrono::steady_clock::time_point arrival;
   // Overlapped steps (engine.h): a launched step is still sampling the sequence's next token
   // (at most one at a time), which its slot's next chunk reads on the device.

@@ -127,6 +127,17 @@ class ChatFormatter final : public ResponseFormatter {
   bool include_usage_;
 };
 
+// Shows the model the response_format in the first system message (one is added when the
+// conversation has none, as the encoder does for tools).
+void AttachResponseFormat(const Json& format, Json* messages) {
+  if (!messages->empty() && (*messages)[0].value("role", "") == "system") {
+    (*messages)[0]["response_format"] = format;
+    return;
+  }
+  Json system = {{"role", "system"}, {"content", ""}, {"response_format", format}};
+  messages->insert(messages->begin(), std::move(system));
+}
+
 PreparedJob PrepareChat(std::string body, ServingContext& context) {
   PreparedJob out;
   const ParseContext parse_context{&context.config, context.engine.vocab_size()};
@@ -137,6 +148,10 @@ PreparedJob PrepareChat(std::string body, ServingContext& context) {
   ChatRequest request;
   if ((out.error = ParseChatRequest(std::move(json), parse_context, &request))) return out;
 
+  // The schema goes into the system prompt as DeepSeek-V4's encoding shows it.
+  if (!request.options.structured.prompt_format.is_null()) {
+    AttachResponseFormat(request.options.structured.prompt_format, &request.messages);
+  }
   chat::V4EncodeOptions encode;
   encode.thinking = request.thinking;
   encode.reasoning_effort = request.reasoning_effort;
@@ -159,11 +174,20 @@ PreparedJob PrepareChat(std::string body, ServingContext& context) {
     return out;
   }
 
+  std::shared_ptr<const structured::CompiledGrammar> grammar;
+  if ((out.error = CompileGrammar(context, options.structured, &grammar))) return out;
+  // With thinking on, the reasoning stays free: the grammar starts after </think>.
+  int32_t grammar_after = -1;
+  if (grammar != nullptr && request.thinking) {
+    if (auto end = context.tokenizer.SpecialTokenId("</think>"); end.ok()) grammar_after = *end;
+  }
   const std::string id = context.NewId("chatcmpl-");
   for (int i = 0; i < options.n; ++i) {
     JobChoice choice;
     choice.request = MakeEngineRequest(id, static_cast<size_t>(i), *ids, options,
                                        *options.max_tokens);
+    choice.request.grammar = grammar;
+    choice.request.grammar_after = grammar_after;
     choice.decoder.skip_special_tokens = options.skip_special_tokens;
     choice.decoder.stop = options.stop;
     choice.decoder.include_stop = options.include_stop_str_in_output;

@@ -46,22 +46,10 @@ std::optional<ApiError> CheckMessages(const Json& body) {
   return std::nullopt;
 }
 
-std::optional<ApiError> CheckTools(Json& body, const ServerLimits& limits, bool* has_tools,
-                                   Json* tools_out) {
+std::optional<ApiError> CheckTools(Json& body, const ServerLimits& limits, ChatRequest* out) {
   const Json* tools = FindField(body, "tools");
-  std::string choice = "auto";
-  if (const Json* tc = FindField(body, "tool_choice")) {
-    if (!tc->is_string()) {
-      return InvalidRequest("Only 'auto' and 'none' are supported for 'tool_choice'.",
-                            "tool_choice");
-    }
-    choice = tc->get<std::string>();
-    if (choice != "auto" && choice != "none") {
-      return InvalidRequest("Only 'auto' and 'none' are supported for 'tool_choice'.",
-                            "tool_choice");
-    }
-  }
-  if (tools == nullptr) return std::nullopt;
+  if (auto e = ParseToolChoice(body, &out->tool_choice)) return e;
+  if (tools == nullptr) return ApplyToolChoice(out->tool_choice, Json(), &out->options.structured);
   if (!tools->is_array()) return InvalidRequest("'tools' must be an array.", "tools");
   if (tools->size() > static_cast<size_t>(limits.max_tools)) {
     return InvalidRequest("'tools' has too many entries.", "tools");
@@ -81,10 +69,11 @@ std::optional<ApiError> CheckTools(Json& body, const ServerLimits& limits, bool*
     }
   }
   // tool_choice "none": the model is not told about the tools and nothing is parsed as a call.
-  if (choice == "none" || tools->empty()) return std::nullopt;
-  *has_tools = true;
-  *tools_out = std::move(body["tools"]);
-  return std::nullopt;
+  if (out->tool_choice.mode == ToolChoice::Mode::kNone) return std::nullopt;
+  if (tools->empty()) return ApplyToolChoice(out->tool_choice, Json(), &out->options.structured);
+  out->has_tools = true;
+  out->tools = std::move(body["tools"]);
+  return ApplyToolChoice(out->tool_choice, out->tools, &out->options.structured);
 }
 
 std::optional<ApiError> ReadThinking(const Json& body, const ServerConfig& config,
@@ -135,7 +124,7 @@ std::optional<ApiError> ParseChatRequest(Json body, const ParseContext& context,
     return InvalidRequest("'max_tokens' must be at least 1.", "max_tokens");
   }
   if (auto e = CheckMessages(body)) return e;
-  if (auto e = CheckTools(body, context.config->limits, &out->has_tools, &out->tools)) return e;
+  if (auto e = CheckTools(body, context.config->limits, out)) return e;
   if (auto e = ReadThinking(body, *context.config, out)) return e;
   if (auto e = ReadBool(body, "add_generation_prompt", &out->add_generation_prompt)) return e;
   bool continue_final = false;

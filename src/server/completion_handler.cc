@@ -177,11 +177,14 @@ PreparedJob PrepareCompletion(std::string body, ServingContext& context) {
     out.immediate = EchoOnly(*formatter, request, prompt_lengths);
     return out;
   }
+  std::shared_ptr<const structured::CompiledGrammar> grammar;
+  if ((out.error = CompileGrammar(context, options.structured, &grammar))) return out;
   for (size_t c = 0; c < prompt_of_choice.size(); ++c) {
     JobChoice choice;
     choice.prompt_index = prompt_of_choice[c];
     choice.request = MakeEngineRequest(id, c, prompt_ids[choice.prompt_index], options,
                                        *options.max_tokens);
+    choice.request.grammar = grammar;
     choice.decoder.skip_special_tokens = options.skip_special_tokens;
     choice.decoder.stop = options.stop;
     choice.decoder.include_stop = options.include_stop_str_in_output;

@@ -29,6 +29,17 @@ std::optional<ApiError> CheckPromptIds(const std::vector<int32_t>& ids, int64_t 
   return std::nullopt;
 }
 
+std::optional<ApiError> CompileGrammar(ServingContext& context, const StructuredRequest& request,
+                                       std::shared_ptr<const structured::CompiledGrammar>* out) {
+  if (!request.spec) return std::nullopt;
+  Result<structured::GrammarEngine*> engine = context.grammars();
+  if (!engine.ok()) return InternalError("Structured outputs are unavailable: the grammar engine failed to start.");
+  Result<std::shared_ptr<const structured::CompiledGrammar>> compiled = (*engine)->Compile(*request.spec);
+  if (!compiled.ok()) return GrammarError(compiled.status(), request);
+  *out = std::move(*compiled);
+  return std::nullopt;
+}
+
 EngineRequest MakeEngineRequest(const std::string& response_id, size_t choice,
                                 const std::vector<int32_t>& prompt_ids,
                                 const GenerationOptions& options, int64_t max_tokens) {

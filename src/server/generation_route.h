@@ -43,6 +43,10 @@ std::optional<ApiError> ResolveMaxTokens(int64_t num_prompt_tokens, int64_t max_
                                          bool is_chat, std::optional<int64_t>* max_tokens);
 // Every id is below the model's vocabulary (the tokenizer may know more ids than the model).
 std::optional<ApiError> CheckPromptIds(const std::vector<int32_t>& ids, int64_t vocab_size);
+// Compiles the request's grammar (structured outputs) on the calling worker thread, within
+// the engine's time limit; `out` stays null when the request has none.
+std::optional<ApiError> CompileGrammar(ServingContext& context, const StructuredRequest& request,
+                                       std::shared_ptr<const structured::CompiledGrammar>* out);
 // One EngineRequest per choice; seeds are seed + choice index when a seed was given.
 EngineRequest MakeEngineRequest(const std::string& response_id, size_t choice,
                                 const std::vector<int32_t>& prompt_ids,

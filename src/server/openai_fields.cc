@@ -110,9 +110,7 @@ std::optional<ApiError> ReadStop(const Json& body, const ServerLimits& limits,
 }
 
 std::optional<ApiError> RejectUnsupported(const Json& body) {
-  for (const char* key : {"prompt_logprobs", "allowed_token_ids", "guided_json", "guided_regex",
-                          "guided_choice", "guided_grammar", "structured_outputs",
-                          "bad_words", "logits_processors"}) {
+  for (const char* key : {"prompt_logprobs", "allowed_token_ids", "bad_words", "logits_processors"}) {
     if (FindField(body, key) != nullptr) return Unsupported(key);
   }
   bool beam = false;
@@ -121,13 +119,6 @@ std::optional<ApiError> RejectUnsupported(const Json& body) {
   std::optional<int64_t> min_tokens;
   if (auto e = ReadInt(body, "min_tokens", 0, kInt64Max, &min_tokens)) return e;
   if (min_tokens.value_or(0) != 0) return Unsupported("min_tokens");
-  if (const Json* format = FindField(body, "response_format")) {
-    const Json* type = format->is_object() ? FindField(*format, "type") : nullptr;
-    if (type == nullptr || !type->is_string()) {
-      return TypeError("response_format", "an object with a type");
-    }
-    if (type->get_ref<const std::string&>() != "text") return Unsupported("response_format");
-  }
   return std::nullopt;
 }
 
@@ -228,6 +219,7 @@ std::optional<ApiError> ParseGenerationOptions(const Json& body, const ParseCont
   if (auto e = ReadInt(body, "best_of", 1, limits.max_n, &best_of)) return e;
   if (best_of && *best_of != out->n) return Unsupported("best_of");
   if (auto e = RejectUnsupported(body)) return e;
+  if (auto e = ParseStructuredOutputs(body, limits, is_chat, &out->structured)) return e;
 
   std::optional<int64_t> max_tokens;
   const char* max_key = "max_tokens";

@@ -13,6 +13,7 @@
 #include "server/api_error.h"
 #include "server/json_text.h"
 #include "server/server_config.h"
+#include "server/structured_request.h"
 
 namespace peregrine::server {
 
@@ -35,6 +36,7 @@ struct GenerationOptions {
   bool stream = false;
   bool include_usage = false;         // stream_options.include_usage
   std::string cache_salt;             // prefix-cache namespace (vLLM's cache_salt)
+  StructuredRequest structured;       // the output's grammar, if any (structured_request.h)
 };
 
 struct ChatRequest {
@@ -42,6 +44,7 @@ struct ChatRequest {
   Json messages;                      // validated shape; the encoder checks the rest
   Json tools;                         // null when the prompt gets no tools
   bool has_tools = false;             // parse tool calls from the output
+  ToolChoice tool_choice;             // kRequired/kNamed: options.structured forces the call
   bool thinking = false;
   bool add_generation_prompt = true;
   chat::V4ReasoningEffort reasoning_effort = chat::V4ReasoningEffort::kNone;

@@ -26,6 +26,7 @@ struct ServerLimits {
   int max_tools = 128;
   int max_choices = 64;                       // prompts x n of one completions request
   int max_json_depth = 64;                    // nesting of the request body
+  size_t max_grammar_bytes = 256 << 10;       // a structured-output schema, regex, grammar or choice list
 };
 
 struct ServerTimeouts {

@@ -2,6 +2,8 @@
 
 #include <cstdio>
 
+#include "server/grammar_vocabulary.h"
+
 namespace peregrine::server {
 namespace {
 
@@ -23,6 +25,15 @@ std::shared_ptr<void> ServingContext::TryAdmit() {
   return std::shared_ptr<void>(static_cast<void*>(this), [](void* self) {
     static_cast<ServingContext*>(self)->num_admitted_.fetch_sub(1, std::memory_order_relaxed);
   });
+}
+
+Result<structured::GrammarEngine*> ServingContext::grammars() {
+  std::call_once(grammars_once_, [this] {
+    const std::vector<int32_t> eos = engine.eos_token_ids();
+    grammars_ = structured::GrammarEngine::Create(GrammarVocabularyFor(tokenizer, engine.vocab_size(), eos));
+  });
+  if (!grammars_.ok()) return grammars_.status();
+  return grammars_->get();
 }
 
 uint64_t ServingContext::NextRandom() {

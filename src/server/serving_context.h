@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 
@@ -13,6 +14,7 @@
 #include "server/metrics.h"
 #include "server/server_config.h"
 #include "server/task_queue.h"
+#include "structured/grammar_engine.h"
 #include "tokenizer/tokenizer.h"
 
 namespace peregrine::server {
@@ -39,6 +41,10 @@ class ServingContext {
   std::shared_ptr<void> TryAdmit();
   int num_admitted() const { return num_admitted_.load(std::memory_order_relaxed); }
 
+  // Structured outputs' grammar compiler over the model's vocabulary, made on first use (the
+  // vocabulary's preprocessing costs a moment). Thread-safe.
+  Result<structured::GrammarEngine*> grammars();
+
   // Unpredictable across requests (tool-call ids, response ids); not cryptographic.
   uint64_t NextRandom();
   // "prefix" + 24 hex digits, unique for the life of the server.
@@ -48,6 +54,8 @@ class ServingContext {
   std::atomic<bool> is_draining_{false};
   std::atomic<int> num_admitted_{0};
   std::atomic<uint64_t> random_state_;
+  std::once_flag grammars_once_;
+  Result<std::unique_ptr<structured::GrammarEngine>> grammars_{Internal("not made yet")};
 };
 
 }  // namespace peregrine::server

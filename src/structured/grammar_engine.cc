@@ -8,6 +8,8 @@
 #include <functional>
 #include <future>
 #include <mutex>
+#include <optional>
+#include <string>
 #include <thread>
 #include <utility>
 
@@ -102,12 +104,17 @@ struct GrammarEngine::Impl {
     }
   }
 
+  xgrammar::CompiledGrammar CompileJson(const std::string& schema, bool any_whitespace) {
+    return compiler.CompileJSONSchema(schema, any_whitespace, std::nullopt, std::nullopt, /*strict_mode=*/true,
+                                      any_whitespace ? std::optional<int>(kMaxJsonWhitespace) : std::nullopt);
+  }
+
   xgrammar::CompiledGrammar CompileNow(const GrammarSpec& spec) {
     switch (spec.kind) {
       case GrammarKind::kJsonSchema:
-        return compiler.CompileJSONSchema(spec.source, spec.any_whitespace);
-      case GrammarKind::kJsonObject:
-        return compiler.CompileBuiltinJSONGrammar();
+        return CompileJson(spec.source, spec.any_whitespace);
+      case GrammarKind::kJsonObject:  // an object, as OpenAI's json_object promises
+        return CompileJson(R"({"type": "object"})", spec.any_whitespace);
       case GrammarKind::kRegex:
         return compiler.CompileRegex(spec.source);
       case GrammarKind::kChoice:

@@ -9,9 +9,13 @@
 
 namespace peregrine::structured {
 
+// Longest whitespace run a JSON grammar allows between tokens: a newline and 8 levels of
+// 4-space indentation, not endless padding.
+inline constexpr int kMaxJsonWhitespace = 33;
+
 enum class GrammarKind {
   kJsonSchema,     // source: the schema's JSON text
-  kJsonObject,     // any JSON value (vLLM and OpenAI json_object)
+  kJsonObject,     // any JSON object (OpenAI's json_object)
   kRegex,          // source: the pattern (ECMAScript-like syntax, as xgrammar reads it)
   kChoice,         // choices: exactly one of these strings
   kEbnf,           // source: GBNF-style EBNF, root rule "root"
@@ -22,7 +26,8 @@ struct GrammarSpec {
   GrammarKind kind = GrammarKind::kJsonObject;
   std::string source;
   std::vector<std::string> choices;
-  // JSON kinds: whitespace anywhere JSON allows it (false: the compact form only).
+  // JSON kinds: whitespace anywhere JSON allows it, at most kMaxJsonWhitespace characters in
+  // a row (false: the compact form only). Unbounded runs let a weak model pad forever.
   bool any_whitespace = true;
 
   // Equal for specs that compile to the same grammar (the compile cache's key).

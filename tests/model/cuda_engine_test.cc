@@ -8,10 +8,13 @@
 //   restored from a snapshot) and preemption (pools too small for every request at once)
 //   give the greedy tokens of a run without either; the logprobs differ only by the bf16
 //   rounding of other batch shapes (a recomputed or restored prefix runs in other GEMM shapes).
+// - grammar masks (structured outputs) deferred to the device in overlapped steps give the
+//   tokens of masks passed at launch, each output matching its grammar.
 // Skipped without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <regex>
 #include <string>
 
 #include "backend/cuda/device.h"
@@ -21,6 +24,7 @@
 #include "model/deepseek_v4/cuda/cuda_model.h"
 #include "runtime/cuda_model_runner.h"
 #include "runtime/device_executor.h"
+#include "structured/grammar_engine.h"
 
 namespace peregrine {
 namespace {
@@ -169,6 +173,49 @@ TEST_P(CudaEngineTest, OverlappedStepsGiveTheSynchronousTokens) {
       EXPECT_EQ(overlap[i].logprobs, sync[i].logprobs) << "request " << i;
       for (int32_t t : overlap[i].tokens) EXPECT_TRUE(t >= 0 && t < vocab_) << t;
     }
+  }
+}
+
+// Structured outputs: every request under a 12-letter regex over the fixture vocabulary
+// (id -> a letter) and max_tokens 13, so the stop token is the 13th and both modes run the
+// same batches. Overlapped steps launch their decodes with the masks deferred (the device
+// waits for them behind the forward); synchronous steps pass them at launch. Same tokens.
+TEST_P(CudaEngineTest, GrammarMasksDeferredOrNotGiveTheSameConformingTokens) {
+  auto config = LoadModelConfig(GetParam() / "model");
+  ASSERT_TRUE(config.ok());
+  auto letter = [](int64_t id) { return std::string(1, static_cast<char>('a' + id % 26)); };
+  structured::GrammarVocabulary v;
+  for (int64_t id = 0; id < vocab_; ++id) v.token_bytes.push_back(letter(id));
+  for (int64_t id : config->eos_token_ids) {
+    v.token_bytes[static_cast<size_t>(id)].clear();
+    v.stop_token_ids.push_back(static_cast<int32_t>(id));
+  }
+  auto grammars = structured::GrammarEngine::Create(std::move(v));
+  ASSERT_TRUE(grammars.ok()) << grammars.status().ToString();
+  structured::GrammarSpec spec;
+  spec.kind = structured::GrammarKind::kRegex;
+  spec.source = "[a-h]{4}[p-t]{8}";
+  auto grammar = (*grammars)->Compile(spec);
+  ASSERT_TRUE(grammar.ok()) << grammar.status().ToString();
+  std::vector<EngineRequest> requests = Requests(vocab_);
+  for (EngineRequest& r : requests) {
+    r.grammar = *grammar;
+    r.max_tokens = 13;
+  }
+  RunOptions sync_options;
+  sync_options.overlap = false;
+  const RunResult sync = RunWaves(GetParam(), {requests}, sync_options);
+  const RunResult overlap = RunWaves(GetParam(), {requests}, RunOptions{});
+  ASSERT_EQ(sync.out.size(), requests.size());
+  ASSERT_EQ(overlap.out.size(), requests.size());
+  for (size_t i = 0; i < requests.size(); ++i) {
+    EXPECT_EQ(overlap.out[i].tokens, sync.out[i].tokens) << "request " << i;
+    EXPECT_EQ(overlap.out[i].logprobs, sync.out[i].logprobs) << "request " << i;
+    ASSERT_EQ(overlap.out[i].finish, FinishReason::kStop) << i << " " << overlap.out[i].error;
+    ASSERT_EQ(overlap.out[i].tokens.size(), 13u) << i;
+    std::string text;
+    for (size_t t = 0; t + 1 < overlap.out[i].tokens.size(); ++t) text += letter(overlap.out[i].tokens[t]);
+    EXPECT_TRUE(std::regex_match(text, std::regex("[a-h]{4}[p-t]{8}"))) << i << ": " << text;
   }
 }
 

@@ -1,8 +1,75 @@
 #include "backend/cuda/stream.h"
 
+#include <cuda.h>
+#include <cudaTypedefs.h>
+
+#include <atomic>
+#include <limits>
+#include <string>
+#include <utility>
+
 #include "backend/cuda/cuda_status.h"
 
 namespace peregrine::cuda {
+
+namespace {
+
+// cuStreamWaitValue32 from the driver the runtime loaded (the binary links no libcuda).
+Result<PFN_cuStreamWaitValue32_v11070> WaitValueEntry() {
+  static PFN_cuStreamWaitValue32_v11070 fn = nullptr;
+  static cudaError_t error = [] {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+    const cudaError_t e = cudaGetDriverEntryPointByVersion("cuStreamWaitValue32", &p, 12000, cudaEnableDefault, &found);
+    if (e != cudaSuccess) return e;
+    if (found != cudaDriverEntryPointSuccess || p == nullptr) return cudaErrorNotSupported;
+    fn = reinterpret_cast<PFN_cuStreamWaitValue32_v11070>(p);
+    return cudaSuccess;
+  }();
+  PG_CUDA_RETURN_IF_ERROR(error);
+  return fn;
+}
+
+}  // namespace
+
+Result<HostGate> HostGate::Create() {
+  HostGate g;
+  void* host = nullptr;
+  PG_CUDA_RETURN_IF_ERROR(cudaHostAlloc(&host, sizeof(uint32_t), cudaHostAllocMapped));
+  g.host_ = static_cast<uint32_t*>(host);
+  *g.host_ = 0;
+  PG_CUDA_RETURN_IF_ERROR(cudaHostGetDevicePointer(&g.device_, host, 0));
+  PG_RETURN_IF_ERROR(WaitValueEntry().status());
+  return g;
+}
+
+HostGate& HostGate::operator=(HostGate&& other) noexcept {
+  std::swap(host_, other.host_);  // `other` frees what this held
+  std::swap(device_, other.device_);
+  return *this;
+}
+
+HostGate::~HostGate() {
+  if (host_ == nullptr) return;
+  Open(std::numeric_limits<uint32_t>::max());
+  (void)cudaFreeHost(host_);
+  host_ = nullptr;
+}
+
+Status HostGate::Wait(cudaStream_t stream, uint32_t value) const {
+  PG_ASSIGN_OR_RETURN(auto wait, WaitValueEntry());
+  const CUresult r = wait(reinterpret_cast<CUstream>(stream), reinterpret_cast<CUdeviceptr>(device_), value,
+                          CU_STREAM_WAIT_VALUE_GEQ);
+  if (r != CUDA_SUCCESS) return Internal("cuStreamWaitValue32 failed (CUresult " + std::to_string(static_cast<int>(r)) + ")");
+  return Status::Ok();
+}
+
+void HostGate::Open(uint32_t value) {
+  // Everything written before this store is visible to the work the gate releases.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  reinterpret_cast<volatile uint32_t*>(host_)[0] = value;
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+}
 
 Result<Stream> Stream::Create() {
   Stream s;

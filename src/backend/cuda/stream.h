@@ -3,6 +3,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstdint>
+
 #include "base/status.h"
 
 namespace peregrine::cuda {
@@ -45,6 +47,30 @@ class Event {
 
  private:
   cudaEvent_t event_ = nullptr;
+};
+
+// A counter in mapped pinned host memory that a stream can wait on (the driver's stream
+// memory operations): work enqueued behind Wait(stream, v) starts once the host has called
+// Open(v') with v' >= v. Host writes made before Open are visible to that work. A gate never
+// opened blocks its stream forever, so owners open it on every path (Close does, to the
+// largest value, before the gate is freed).
+class HostGate {
+ public:
+  static Result<HostGate> Create();
+  HostGate() = default;
+  HostGate(HostGate&& other) noexcept { *this = std::move(other); }
+  HostGate& operator=(HostGate&& other) noexcept;
+  HostGate(const HostGate&) = delete;
+  HostGate& operator=(const HostGate&) = delete;
+  ~HostGate();
+
+  Status Wait(cudaStream_t stream, uint32_t value) const;
+  void Open(uint32_t value);
+  bool valid() const { return host_ != nullptr; }
+
+ private:
+  uint32_t* host_ = nullptr;
+  void* device_ = nullptr;
 };
 
 // A captured and instantiated CUDA graph. Capture in thread-local mode: only work enqueued

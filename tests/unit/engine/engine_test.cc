@@ -8,7 +8,12 @@
 #include <functional>
 #include <map>
 #include <random>
+#include <regex>
 #include <thread>
+
+#include "base/check.h"
+#include "sampling/token_bitmask.h"
+#include "structured/grammar_engine.h"
 
 namespace peregrine {
 namespace {
@@ -83,8 +88,25 @@ class FakeRunner final : public ModelRunner {
     size_t row = 0;
     for (const RunnerChunk& rc : chunks) {
       if (!rc.view.needs_logits) continue;
-      step.results.push_back(Sample(std::span<float>(logits.data() + row * kVocab, kVocab), *sampling[row].params,
-                                    *sampling[row].state));
+      std::span<float> row_logits(logits.data() + row * kVocab, kVocab);
+      if (sampling[row].mask == RowMask::kDeferred) {
+        // Sampled when SupplyMasks brings the mask (its slot's token is unknown until then).
+        if (!defers) return Internal("fake runner: a deferred mask it did not ask for");
+        step.deferred.push_back({row, rc.view.slot, sampling[row].params, sampling[row].state,
+                                 std::vector<float>(row_logits.begin(), row_logits.end())});
+        step.results.emplace_back();
+        step.refeed_failed.push_back(0);
+        step.rng_after.emplace_back();
+        step.states.push_back(sampling[row].state);
+        slot_tokens[static_cast<size_t>(rc.view.slot)] = -1;
+        ++row;
+        continue;
+      }
+      if (sampling[row].mask == RowMask::kReady) {
+        ApplyTokenBitmask(row_logits, std::span(sampling[row].mask_words, TokenMaskWords(kVocab)));
+        ++ready_masks;
+      }
+      step.results.push_back(Sample(row_logits, *sampling[row].params, *sampling[row].state));
       const bool fails = refeed_fails && refeed_fails(step.results.back().token);
       step.refeed_failed.push_back(fails ? 1 : 0);
       step.rng_after.push_back(sampling[row].state->rng());
@@ -96,11 +118,28 @@ class FakeRunner final : public ModelRunner {
     max_launched = std::max<int64_t>(max_launched, static_cast<int64_t>(launched.size()));
     return Status::Ok();
   }
+  Status SupplyMasks(std::span<const uint32_t* const> masks) override {
+    if (launched.empty()) return Internal("fake runner: masks with nothing launched");
+    Step& step = launched.back();
+    if (masks.size() != step.deferred.size()) return Internal("fake runner: one mask per deferred row");
+    for (size_t k = 0; k < masks.size(); ++k) {
+      Deferred& d = step.deferred[k];
+      if (masks[k] != nullptr) ApplyTokenBitmask(d.logits, std::span(masks[k], TokenMaskWords(kVocab)));
+      step.results[d.row] = Sample(d.logits, *d.params, *d.state);
+      step.rng_after[d.row] = d.state->rng();
+      slot_tokens[static_cast<size_t>(d.slot)] = step.results[d.row].token;
+      ++deferred_masks;
+    }
+    step.deferred.clear();
+    return Status::Ok();
+  }
+  bool defers_masks() const override { return defers; }
   Status Collect(std::span<const uint8_t> skip, std::vector<SampleResult>* results,
                  std::vector<uint8_t>* refeed_failed) override {
     if (launched.empty()) return Internal("fake runner: nothing to collect");
     Step step = std::move(launched.front());
     launched.pop_front();
+    if (!step.deferred.empty()) return Internal("fake runner: collected before its masks arrived");
     if (skip.size() != step.results.size()) return Internal("fake runner: one skip flag per row expected");
     results->assign(step.results.size(), SampleResult{});
     for (size_t i = 0; i < skip.size(); ++i) {
@@ -123,13 +162,23 @@ class FakeRunner final : public ModelRunner {
   int64_t max_chunk = 0;
   bool fail_next = false;
   int64_t restores = 0;
+  struct Deferred {
+    size_t row;
+    int32_t slot;
+    const SamplingParams* params;
+    SequenceSamplingState* state;
+    std::vector<float> logits;
+  };
   struct Step {
+    std::vector<Deferred> deferred;
     std::vector<SampleResult> results;
     std::vector<uint8_t> refeed_failed;
     std::vector<std::mt19937_64> rng_after;
     std::vector<SequenceSamplingState*> states;
   };
   bool overlap = false;
+  bool defers = true;  // takes deferred grammar masks
+  int64_t ready_masks = 0, deferred_masks = 0;
   std::function<bool(int32_t)> refeed_fails;
   std::deque<Step> launched;
   int64_t fed_chunks = 0, max_launched = 0;
@@ -611,6 +660,143 @@ TEST(EngineOverlapTest, ThreadedEngineStopsCleanlyMidStream) {
     const std::vector<int32_t> want = Expected(Prompt(8 + k, k), static_cast<int64_t>(c.tokens.size()));
     EXPECT_EQ(c.tokens, want) << k;
   }
+}
+
+// Structured outputs: a grammar over the fake vocabulary (id -> one letter, EOS the stop token).
+std::string TokenText(int32_t id) { return id == kEos ? std::string() : std::string(1, static_cast<char>('a' + id % 26)); }
+
+std::shared_ptr<const structured::CompiledGrammar> Grammar(structured::GrammarKind kind, const std::string& source) {
+  static const std::unique_ptr<structured::GrammarEngine> engine = [] {
+    structured::GrammarVocabulary v;
+    for (int32_t id = 0; id < kVocab; ++id) v.token_bytes.push_back(TokenText(id));
+    v.stop_token_ids = {kEos};
+    auto e = structured::GrammarEngine::Create(std::move(v));
+    PG_CHECK(e.ok(), "grammar engine");
+    return std::move(*e);
+  }();
+  structured::GrammarSpec spec;
+  spec.kind = kind;
+  spec.source = source;
+  auto g = engine->Compile(spec);
+  PG_CHECK(g.ok(), "grammar compile");
+  return *g;
+}
+
+std::string Text(const std::vector<int32_t>& tokens) {
+  std::string out;
+  for (int32_t t : tokens) out += TokenText(t);
+  return out;
+}
+
+struct GrammarRun {
+  std::vector<Collected> out;
+  int64_t ready = 0, deferred = 0;
+};
+
+// Six requests under `regex`, run to completion.
+GrammarRun RunGrammar(bool overlap, bool defers, const std::string& regex, int64_t max_tokens = 40) {
+  auto runner = std::make_unique<FakeRunner>();
+  runner->overlap = overlap;
+  runner->defers = defers;
+  FakeRunner* fake = runner.get();
+  Engine engine(Config(64), std::move(runner));
+  auto grammar = Grammar(structured::GrammarKind::kRegex, regex);
+  GrammarRun run;
+  run.out.resize(6);
+  for (int k = 0; k < 6; ++k) {
+    EngineRequest r = Request(Name("g", k), Prompt(5 + k, k), max_tokens);
+    r.grammar = grammar;
+    EXPECT_TRUE(Submit(engine, std::move(r), run.out[static_cast<size_t>(k)]).ok());
+  }
+  RunToCompletion(engine);
+  run.ready = fake->ready_masks;
+  run.deferred = fake->deferred_masks;
+  return run;
+}
+
+void ExpectMatches(const Collected& c, const std::string& regex, int k) {
+  ASSERT_EQ(c.finish, FinishReason::kStop) << k;
+  ASSERT_FALSE(c.tokens.empty()) << k;
+  EXPECT_EQ(c.tokens.back(), kEos) << k << ": a completed grammar ends on the stop token";
+  const std::vector<int32_t> body(c.tokens.begin(), c.tokens.end() - 1);
+  EXPECT_TRUE(std::regex_match(Text(body), std::regex(regex))) << k << ": " << Text(body);
+}
+
+TEST(EngineGrammarTest, EveryOutputMatchesAndEndsWithTheGrammar) {
+  const std::string regex = "[a-f]{3}(x|yz)[0-9]?";
+  const GrammarRun run = RunGrammar(/*overlap=*/false, true, regex);
+  for (int k = 0; k < 6; ++k) ExpectMatches(run.out[static_cast<size_t>(k)], regex, k);
+  EXPECT_GT(run.ready, 0);
+  EXPECT_EQ(run.deferred, 0);
+}
+
+TEST(EngineGrammarTest, OverlappedStepsDeferTheMasksAndGiveTheSameTokens) {
+  const std::string regex = "[a-f]{3}(x|yz)";
+  const GrammarRun sync = RunGrammar(false, true, regex);
+  const GrammarRun overlapped = RunGrammar(true, true, regex);
+  EXPECT_GT(overlapped.deferred, 0) << "decodes planned ahead get their masks once the previous token is known";
+  for (int k = 0; k < 6; ++k) {
+    ExpectMatches(overlapped.out[static_cast<size_t>(k)], regex, k);
+    EXPECT_EQ(overlapped.out[static_cast<size_t>(k)].tokens, sync.out[static_cast<size_t>(k)].tokens) << k;
+  }
+}
+
+TEST(EngineGrammarTest, ARunnerThatCannotWaitIsCollectedFirst) {
+  const std::string regex = "[g-p]{2,5}q";
+  const GrammarRun sync = RunGrammar(false, true, regex);
+  const GrammarRun collected_first = RunGrammar(true, /*defers=*/false, regex);
+  EXPECT_EQ(collected_first.deferred, 0);
+  for (int k = 0; k < 6; ++k) {
+    ExpectMatches(collected_first.out[static_cast<size_t>(k)], regex, k);
+    EXPECT_EQ(collected_first.out[static_cast<size_t>(k)].tokens, sync.out[static_cast<size_t>(k)].tokens) << k;
+  }
+}
+
+TEST(EngineGrammarTest, MaxTokensCutsAnUnfinishedGrammar) {
+  const GrammarRun run = RunGrammar(true, true, "[a-c]{10}", /*max_tokens=*/4);
+  for (int k = 0; k < 6; ++k) {
+    const Collected& c = run.out[static_cast<size_t>(k)];
+    EXPECT_EQ(c.finish, FinishReason::kLength) << k;
+    ASSERT_EQ(c.tokens.size(), 4u) << k;
+    EXPECT_TRUE(std::regex_match(Text(c.tokens), std::regex("[a-c]{4}"))) << k;
+  }
+}
+
+TEST(EngineGrammarTest, TheGrammarStartsAfterItsTriggerToken) {
+  for (bool overlap : {false, true}) {
+    const std::vector<int32_t> prompt = Prompt(9, 2);
+    const std::vector<int32_t> free = Expected(prompt, 3);
+    ASSERT_EQ(free.size(), 3u);
+    ASSERT_NE(free[0], free[2]);
+    ASSERT_NE(free[1], free[2]);
+    auto runner = std::make_unique<FakeRunner>();
+    runner->overlap = overlap;
+    Engine engine(Config(64), std::move(runner));
+    EngineRequest r = Request("t", prompt, 40);
+    r.grammar = Grammar(structured::GrammarKind::kRegex, "[u-w]{4}");
+    r.grammar_after = free[2];
+    Collected c;
+    ASSERT_TRUE(Submit(engine, std::move(r), c).ok());
+    RunToCompletion(engine);
+    ASSERT_EQ(c.finish, FinishReason::kStop) << overlap;
+    ASSERT_EQ(c.tokens.size(), 3u + 4u + 1u) << overlap;
+    EXPECT_EQ(std::vector<int32_t>(c.tokens.begin(), c.tokens.begin() + 3), free) << "free until the trigger";
+    EXPECT_TRUE(std::regex_match(Text({c.tokens.begin() + 3, c.tokens.end() - 1}), std::regex("[u-w]{4}")));
+    EXPECT_EQ(c.tokens.back(), kEos);
+  }
+}
+
+TEST(EngineGrammarTest, ACompletedGrammarStopsEvenWhenEosIsIgnored) {
+  auto runner = std::make_unique<FakeRunner>();
+  runner->overlap = true;
+  Engine engine(Config(64), std::move(runner));
+  EngineRequest r = Request("c", Prompt(6, 1), 40);
+  r.grammar = Grammar(structured::GrammarKind::kRegex, "(abc|de)");
+  r.ignore_eos = true;
+  Collected c;
+  ASSERT_TRUE(Submit(engine, std::move(r), c).ok());
+  RunToCompletion(engine);
+  ExpectMatches(c, "(abc|de)", 0);
 }
 
 }  // namespace

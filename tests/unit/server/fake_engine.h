@@ -44,6 +44,7 @@ class FakeEngine final : public EngineClient {
   EngineStats Stats() const override;
   int64_t vocab_size() const override { return vocab_size_; }
   int64_t max_context() const override { return max_context_; }
+  std::vector<int32_t> eos_token_ids() const override { return {kEos}; }
 
   int num_submitted() const;
   int num_aborts() const;   // Abort calls for requests that were still live

@@ -45,7 +45,7 @@ TEST_F(RobustnessTest, Row1MalformedJsonAndWrongTypes) {
         R"("stop":[1,2])", R"("logprobs":1)", R"("tools":{})", R"("tool_choice":"required")",
         R"("tool_choice":{"type":"function","function":{"name":"f"}})", R"("model":5)",
         R"("seed":"1")", R"("logit_bias":[1])", R"("stream_options":{"include_usage":true})",
-        R"("response_format":{"type":"json_object"})", R"("chat_template":"{{x}}")",
+        R"("response_format":{"type":"xml"})", R"("chat_template":"{{x}}")",
         R"("chat_template_kwargs":{"thinking":"yes"})", R"("chat_template_kwargs":[])",
         R"("reasoning_effort":"extreme")", R"("top_logprobs":3)", R"("min_tokens":5)",
         R"("prompt_logprobs":-1)", R"("allowed_token_ids":[1])", R"("best_of":4)"}) {

@@ -215,6 +215,28 @@ TEST(GrammarEngineTest, CacheKeysSeparateEverythingThatChangesTheGrammar) {
   EXPECT_EQ(e.CacheKey(), Schema("{}").CacheKey());
 }
 
+TEST(GrammarEngineTest, JsonWhitespaceRunsAreBoundedUnlessCompact) {
+  TestVocab v = MakeVocab();
+  auto engine = MakeEngine(v);
+  for (GrammarKind kind : {GrammarKind::kJsonSchema, GrammarKind::kJsonObject}) {
+    GrammarSpec spec = Schema(kPerson);
+    spec.kind = kind;
+    auto g = engine->Compile(spec);
+    ASSERT_TRUE(g.ok()) << g.status().ToString();
+    GrammarMatcher at_limit(*g);
+    const std::string pad(static_cast<size_t>(kMaxJsonWhitespace), ' ');
+    EXPECT_EQ(AcceptBytes(at_limit, "{" + pad + "\"name\""), 1 + pad.size() + 6);
+    GrammarMatcher past(*g);
+    EXPECT_EQ(AcceptBytes(past, "{" + pad + " "), 1 + pad.size()) << "one space past the limit is refused";
+  }
+  GrammarSpec compact = Schema(kPerson);
+  compact.any_whitespace = false;
+  auto g = engine->Compile(compact);
+  ASSERT_TRUE(g.ok());
+  GrammarMatcher m(*g);
+  EXPECT_EQ(AcceptBytes(m, "{ "), 1u);
+}
+
 TEST(GrammarEngineTest, ChoicesToEbnfEscapes) {
   EXPECT_EQ(ChoicesToEbnf({"a\"b", "c\\d", "e\nf"}), "root ::= \"a\\\"b\" | \"c\\\\d\" | \"e\\x0af\"");
 }
