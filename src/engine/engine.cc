@@ -72,6 +72,12 @@ Status Engine::Submit(EngineRequest request, EventSink sink) {
   const int64_t total = std::min(prompt + request.max_tokens, max_context_);
   if (!kv_.fits_when_empty(total)) return InvalidArgument("the request needs more KV cache than the whole pool");
 
+  if (request.sampling.min_tokens > 0) {
+    // What min_tokens holds back: the stop tokens, EOS among them unless it is ignored.
+    std::vector<int32_t>& banned = request.sampling.min_tokens_stop_ids;
+    banned = request.stop_token_ids;
+    if (!request.ignore_eos) banned.insert(banned.end(), eos_ids_.begin(), eos_ids_.end());
+  }
   auto seq = std::make_unique<Sequence>();
   seq->tokens = request.prompt_ids;
   seq->num_prompt_tokens = prompt;
@@ -197,6 +203,10 @@ bool CountsOwnTokens(const SamplingParams& p) {
   return p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f || p.repetition_penalty != 1.0f;
 }
 
+// min_tokens bans the stop tokens by the count of tokens on the host: exact only when
+// nothing is pending.
+bool StillHoldsStops(const Sequence& seq) { return seq.num_generated < seq.request.sampling.min_tokens; }
+
 }  // namespace
 
 bool Engine::Step() {
@@ -205,7 +215,8 @@ bool Engine::Step() {
     bool wait = false;
     for (const LaunchedRow& r : launched_.back().rows)
       wait = wait || (!r.seq->finished && !r.discard &&
-                      (CountsOwnTokens(r.seq->request.sampling) || (r.seq->matcher && !runner_->defers_masks())));
+                      (CountsOwnTokens(r.seq->request.sampling) || StillHoldsStops(*r.seq) ||
+                       (r.seq->matcher && !runner_->defers_masks())));
     if (wait) CollectOldest();
   }
   SchedulerOutput plan = scheduler_.schedule();                                  // schedule

@@ -12,7 +12,8 @@
 // - a row the device could not sample (finished on the host) fed step n+1 a wrong token, so
 //   that sequence drops its step n+1 row and restarts (recompute, as after a preemption);
 // - sequences whose sampling counts their own tokens (penalties) need step n's token on the
-//   host before step n+1's rows exist: such a step is collected before the next is planned;
+//   host before step n+1's rows exist: such a step is collected before the next is planned
+//   (so is one with a request still short of its min_tokens);
 // - a grammar's mask for step n+1 depends on step n's token: the row is launched with its
 //   mask deferred, and right after step n is collected (its tokens accepted by the
 //   matchers) the engine computes the masks and hands them to the runner, whose sampling of

@@ -2,6 +2,7 @@
 #include "sampling/device_rows.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "sampling/cdf_walk.h"
 #include "sampling/weights.h"
@@ -28,6 +29,10 @@ void AppendDeviceRow(const SamplingParams& params, SequenceSamplingState& state,
   // The order of Sample(): logit_bias, repetition penalty, presence/frequency penalties.
   for (const auto& [token, bias] : params.logit_bias) {
     if (IsInVocab(token, vocab_size)) add(token, DeviceEditOp::kAdd, bias);
+  }
+  if (state.num_generated() < params.min_tokens) {
+    for (int32_t token : params.min_tokens_stop_ids)
+      if (IsInVocab(token, vocab_size)) add(token, DeviceEditOp::kAdd, -std::numeric_limits<double>::infinity());
   }
   const auto& prompt = state.prompt_counts();
   const auto& generated = state.generated_counts();

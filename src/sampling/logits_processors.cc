@@ -1,6 +1,8 @@
 // Sparse in-place logits processors; see logits_processors.h for the semantics.
 #include "sampling/logits_processors.h"
 
+#include <limits>
+
 namespace peregrine {
 namespace {
 
@@ -17,6 +19,14 @@ float RepetitionPenalized(float logit, float penalty) {
 }
 
 }  // namespace
+
+void BanTokens(std::span<float> logits, std::span<const int32_t> tokens, std::vector<SavedLogit>* saved) {
+  for (int32_t token : tokens) {
+    if (!IsInVocab(token, logits)) continue;
+    Save(saved, token, logits[token]);
+    logits[token] = -std::numeric_limits<float>::infinity();
+  }
+}
 
 void ApplyLogitBias(std::span<float> logits, std::span<const std::pair<int32_t, float>> bias,
                     std::vector<SavedLogit>* saved) {

@@ -21,6 +21,9 @@ struct SavedLogit {
 // null, appends each touched token's value before the change (a token may appear more than
 // once; its first entry is the oldest value).
 
+// logits[token] = -inf for each token (min_tokens keeps EOS and stop ids out this way).
+void BanTokens(std::span<float> logits, std::span<const int32_t> tokens, std::vector<SavedLogit>* saved);
+
 // logits[token] += bias. A bias of -100 makes a token practically unreachable, +100 makes it
 // practically certain (OpenAI semantics); nothing is clamped.
 void ApplyLogitBias(std::span<float> logits, std::span<const std::pair<int32_t, float>> bias,

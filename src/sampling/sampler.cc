@@ -40,6 +40,7 @@ SampleResult Sample(std::span<float> logits, const SamplingParams& params, Seque
   if (wants_logprobs) raw = ComputeRawLogprobs(logits, params.logprobs);
 
   ApplyLogitBias(logits, params.logit_bias, save);
+  if (state.num_generated() < params.min_tokens) BanTokens(logits, params.min_tokens_stop_ids, save);
   ApplyRepetitionPenalty(logits, params.repetition_penalty, state.prompt_counts(), state.generated_counts(), save);
   ApplyPresenceFrequencyPenalties(logits, params.presence_penalty, params.frequency_penalty,
                                   state.generated_counts(), save);

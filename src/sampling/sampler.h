@@ -22,6 +22,7 @@ class SequenceSamplingState {
   void Append(int32_t token);
 
   const std::unordered_map<int32_t, int32_t>& generated_counts() const { return generated_counts_; }
+  int64_t num_generated() const { return num_generated_; }
   // Filled only when params.repetition_penalty != 1, its only reader (a long prompt is not
   // counted for nothing); empty otherwise.
   const std::unordered_map<int32_t, int32_t>& prompt_counts() const { return prompt_counts_; }
@@ -33,6 +34,7 @@ class SequenceSamplingState {
  private:
   std::unordered_map<int32_t, int32_t> generated_counts_;
   std::unordered_map<int32_t, int32_t> prompt_counts_;
+  int64_t num_generated_ = 0;
   uint64_t seed_ = 0;
   std::mt19937_64 rng_;
 };

@@ -37,6 +37,7 @@ Status CheckLogitBias(const std::vector<std::pair<int32_t, float>>& bias, int64_
 
 Status ValidateSamplingParams(const SamplingParams& p, int64_t vocab_size) {
   if (vocab_size <= 0) return InvalidArgument("vocabulary size must be positive");
+  if (p.min_tokens < 0) return InvalidArgument("'min_tokens' must not be negative");
   if (!InClosed(p.temperature, 0.0f, kMaxTemperature))
     return InvalidArgument("'temperature' must be a finite number in [0, 2]");
   if (!InClosed(p.top_p, 0.0f, 1.0f) || p.top_p == 0.0f)

@@ -10,7 +10,7 @@
 
 namespace peregrine {
 
-// Processing order in Sample(): logit_bias, repetition penalty, presence/frequency penalties,
+// Processing order in Sample(): logit_bias, the min_tokens ban, repetition penalty, presence/frequency penalties,
 // temperature, then top-k, top-p and min-p (all three only truncate the distribution).
 struct SamplingParams {
   float temperature = 1.0f;         // [0, 2] (OpenAI's range); 0 selects greedy decoding
@@ -26,6 +26,11 @@ struct SamplingParams {
   // reproduces every choice; unseeded choices each draw their own random seed.
   std::optional<uint64_t> seed;
   int32_t logprobs = -1;            // -1: none; k >= 0: chosen token's logprob + top-k alternatives
+  // vLLM's min_tokens: until this many tokens are generated, min_tokens_stop_ids are banned
+  // (-inf after logit_bias; raw logprobs are unaffected). The engine fills the ids: the
+  // model's EOS (unless ignore_eos) and the request's stop token ids.
+  int32_t min_tokens = 0;           // >= 0
+  std::vector<int32_t> min_tokens_stop_ids;
 
   bool is_greedy() const { return temperature == 0.0f; }
 };

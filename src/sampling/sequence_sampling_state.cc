@@ -29,6 +29,9 @@ SequenceSamplingState::SequenceSamplingState(const SamplingParams& params,
   }
 }
 
-void SequenceSamplingState::Append(int32_t token) { ++generated_counts_[token]; }
+void SequenceSamplingState::Append(int32_t token) {
+  ++generated_counts_[token];
+  ++num_generated_;
+}
 
 }  // namespace peregrine

@@ -116,9 +116,6 @@ std::optional<ApiError> RejectUnsupported(const Json& body) {
   bool beam = false;
   if (auto e = ReadBool(body, "use_beam_search", &beam)) return e;
   if (beam) return Unsupported("use_beam_search");
-  std::optional<int64_t> min_tokens;
-  if (auto e = ReadInt(body, "min_tokens", 0, kInt64Max, &min_tokens)) return e;
-  if (min_tokens.value_or(0) != 0) return Unsupported("min_tokens");
   return std::nullopt;
 }
 
@@ -228,6 +225,12 @@ std::optional<ApiError> ParseGenerationOptions(const Json& body, const ParseCont
   }
   if (auto e = ReadInt(body, max_key, 0, kInt64Max, &max_tokens)) return e;
   out->max_tokens = max_tokens;
+  std::optional<int64_t> min_tokens;
+  if (auto e = ReadInt(body, "min_tokens", 0, std::numeric_limits<int32_t>::max(), &min_tokens)) return e;
+  if (min_tokens && max_tokens && *min_tokens > *max_tokens) {
+    return InvalidRequest("'min_tokens' must not exceed 'max_tokens'.", "min_tokens", "invalid_value");
+  }
+  out->sampling.min_tokens = static_cast<int32_t>(min_tokens.value_or(0));
 
   SamplingParams& s = out->sampling;
   if (auto e = ReadFloat(body, "temperature", 0.0, 2.0, false, &s.temperature)) return e;

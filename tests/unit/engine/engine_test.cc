@@ -799,5 +799,30 @@ TEST(EngineGrammarTest, ACompletedGrammarStopsEvenWhenEosIsIgnored) {
   ExpectMatches(c, "(abc|de)", 0);
 }
 
+// min_tokens: the fake model follows 42 with EOS; a prompt ending in 42 would stop at once.
+TEST(EngineTest, MinTokensHoldsEosBackForThatManyTokens) {
+  for (bool overlap : {false, true}) {
+    auto runner = std::make_unique<FakeRunner>();
+    runner->overlap = overlap;
+    Engine engine(Config(64), std::move(runner));
+    Collected plain, held, stop_id;
+    ASSERT_TRUE(Submit(engine, Request("plain", {5, 42}, 10), plain).ok());
+    EngineRequest r = Request("held", {5, 42}, 10);
+    r.sampling.min_tokens = 3;
+    ASSERT_TRUE(Submit(engine, std::move(r), held).ok());
+    EngineRequest s = Request("stop", {5, 7}, 10);
+    s.stop_token_ids = {NextToken(7, 1)};  // its first token would stop it
+    s.sampling.min_tokens = 2;
+    ASSERT_TRUE(Submit(engine, std::move(s), stop_id).ok());
+    RunToCompletion(engine);
+    EXPECT_EQ(plain.tokens, std::vector<int32_t>{kEos}) << overlap;
+    ASSERT_GE(held.tokens.size(), 4u) << overlap;
+    for (size_t i = 0; i < 3; ++i) EXPECT_NE(held.tokens[i], kEos) << overlap << " token " << i;
+    EXPECT_TRUE(held.finish.has_value());
+    ASSERT_GE(stop_id.tokens.size(), 2u) << overlap;
+    EXPECT_NE(stop_id.tokens[0], NextToken(7, 1)) << overlap;
+  }
+}
+
 }  // namespace
 }  // namespace peregrine

@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <vector>
 
 #include "sampling/cdf_walk.h"
@@ -65,6 +67,8 @@ TEST(DeviceRowsTest, EditsReproduceTheProcessors) {
   p.presence_penalty = 0.6f;
   p.frequency_penalty = -0.9f;
   p.logit_bias = {{7, 3.5f}, {3, -20.0f}, {49, 1.0f}, {60, 5.0f}};  // 60: outside, dropped
+  p.min_tokens = 8;  // seven generated below: the stop ids are still banned
+  p.min_tokens_stop_ids = {3, 9, 60};
   const std::vector<int32_t> prompt = {3, 4, 4, 9, 12, 77};
   SequenceSamplingState state(p, prompt);
   for (int32_t t : {4, 7, 7, 7, 20, 49, -1}) state.Append(t);
@@ -73,6 +77,7 @@ TEST(DeviceRowsTest, EditsReproduceTheProcessors) {
   for (int64_t i = 0; i < kVocab; ++i) logits[static_cast<size_t>(i)] = 0.37f * static_cast<float>(i % 11) - 1.7f;
   std::vector<float> want = logits;
   ApplyLogitBias(want, p.logit_bias, nullptr);
+  BanTokens(want, p.min_tokens_stop_ids, nullptr);
   ApplyRepetitionPenalty(want, p.repetition_penalty, state.prompt_counts(), state.generated_counts(), nullptr);
   ApplyPresenceFrequencyPenalties(want, p.presence_penalty, p.frequency_penalty, state.generated_counts(), nullptr);
 
@@ -87,6 +92,13 @@ TEST(DeviceRowsTest, EditsReproduceTheProcessors) {
     got[static_cast<size_t>(e.token)] = ApplyEdit(got[static_cast<size_t>(e.token)], e);
   }
   for (int64_t i = 0; i < kVocab; ++i) EXPECT_EQ(got[static_cast<size_t>(i)], want[static_cast<size_t>(i)]) << "token " << i;
+  EXPECT_EQ(got[9], -std::numeric_limits<float>::infinity());
+
+  // The eighth token lifts the ban.
+  state.Append(5);
+  DeviceSamplingBatch after;
+  AppendDeviceRow(p, state, kVocab, after);
+  for (const DeviceLogitEdit& e : after.edits) EXPECT_TRUE(std::isfinite(e.value)) << e.token;
 }
 
 TEST(DeviceRowsTest, OverflowRowMatchesSample) {

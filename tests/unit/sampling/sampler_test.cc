@@ -265,5 +265,36 @@ TEST(SamplerTest, UnvalidatedNegativeOrNaNTemperatureFallsBackToGreedy) {
   EXPECT_EQ(SampleOnce({0.0f, 1.0f, 0.5f}, p), 1);
 }
 
+// min_tokens: the stop ids are out of reach until that many tokens were generated; the raw
+// logprobs still see them.
+TEST(SamplerTest, MinTokensHoldsTheStopIdsBack) {
+  SamplingParams p;
+  p.temperature = 0.0f;
+  p.logprobs = 1;
+  p.min_tokens = 2;
+  p.min_tokens_stop_ids = {3, 1};
+  SequenceSamplingState state(p, {});
+  const std::vector<float> logits = {0.0f, 5.0f, 1.0f, 9.0f};  // 3, then 1, are the favourites
+  std::vector<float> row = logits;
+  const SampleResult first = Sample(row, p, state);
+  EXPECT_EQ(first.token, 2);
+  ASSERT_FALSE(first.top_logprobs.empty());
+  EXPECT_EQ(first.top_logprobs[0].token, 3) << "raw logprobs are taken before the ban";
+  row = logits;
+  EXPECT_EQ(Sample(row, p, state).token, 2);
+  EXPECT_EQ(state.num_generated(), 2);
+  row = logits;
+  EXPECT_EQ(Sample(row, p, state).token, 3) << "the third token may stop";
+  // Stochastic sampling never draws a banned id either.
+  SamplingParams q = Seeded(7);
+  q.min_tokens = 1000;
+  q.min_tokens_stop_ids = {3};
+  SequenceSamplingState qs(q, {});
+  for (int i = 0; i < 200; ++i) {
+    row = logits;
+    EXPECT_NE(Sample(row, q, qs).token, 3);
+  }
+}
+
 }  // namespace
 }  // namespace peregrine

@@ -47,7 +47,7 @@ TEST_F(RobustnessTest, Row1MalformedJsonAndWrongTypes) {
         R"("seed":"1")", R"("logit_bias":[1])", R"("stream_options":{"include_usage":true})",
         R"("response_format":{"type":"xml"})", R"("chat_template":"{{x}}")",
         R"("chat_template_kwargs":{"thinking":"yes"})", R"("chat_template_kwargs":[])",
-        R"("reasoning_effort":"extreme")", R"("top_logprobs":3)", R"("min_tokens":5)",
+        R"("reasoning_effort":"extreme")", R"("top_logprobs":3)", R"("min_tokens":-1)",
         R"("prompt_logprobs":-1)", R"("allowed_token_ids":[1])", R"("best_of":4)"}) {
     ExpectChatRejected(extra);
   }

@@ -170,5 +170,16 @@ TEST_F(StructuredTest, BadConstraintsAre400sAndTheServerGoesOn) {
   ExpectAlive();
 }
 
+// Not structured outputs, but the same kind of constraint on what may be generated.
+TEST_F(StructuredTest, MinTokensReachesTheEngine) {
+  ScriptText("a");
+  const EngineRequest r = Accepted(Chat({{"messages", UserMessages("go")}, {"max_tokens", 9}, {"min_tokens", 4}}));
+  EXPECT_EQ(r.sampling.min_tokens, 4);
+  const EngineRequest c = Accepted(Completion({{"prompt", "x"}, {"max_tokens", 3}, {"min_tokens", 3}}));
+  EXPECT_EQ(c.sampling.min_tokens, 3);
+  ExpectRejected(Chat({{"messages", UserMessages("go")}, {"max_tokens", 2}, {"min_tokens", 4}}), "min_tokens");
+  ExpectRejected(Completion({{"prompt", "x"}, {"min_tokens", -1}}), "min_tokens");
+}
+
 }  // namespace
 }  // namespace peregrine::server::testing
