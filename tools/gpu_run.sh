@@ -29,6 +29,9 @@
 #                                   serve + bench with overlapped steps on and off (V4-Flash
 #                                   shapes and the demo model); PARTS="tests" or "serve" for one half,
 #                                   TESTS / BENCHES / SERVE_RUNS / PROFILE=0 to narrow it
+#   bash tools/gpu_run.sh structured every gpu-labelled test (TESTS narrows it), then serve + bench at
+#                                   V4-Flash shapes with 16 streams, unconstrained and under a
+#                                   JSON schema (--extra-body), for the decode-throughput ratio
 # Results go to $OUT (default ./gpu-out).
 set -uo pipefail
 
@@ -173,6 +176,19 @@ serve_bench() {
 
 FLASH="$ROOT/bench/configs/deepseek-v4-flash"
 FLASH4="--model-path $FLASH --synthetic-weights --num-layers 4 --expert-format mxfp4"
+
+if [ "$PHASE" = "structured" ]; then
+  for t in ${TESTS:-$(gpu_tests)}; do run_test "$t" 240; done
+  # Records of bounded fields in an unbounded array: the masks change state every few tokens.
+  # (No spaces: serve_bench splits its bench arguments on them.)
+  SCHEMA='{"response_format":{"type":"json_schema","json_schema":{"name":"rows","schema":{"type":"object","properties":{"rows":{"type":"array","items":{"type":"object","properties":{"id":{"type":"integer"},"name":{"type":"string","maxLength":16},"kind":{"enum":["a","b","c"]},"ok":{"type":"boolean"}},"required":["id","name","kind","ok"],"additionalProperties":false}}},"required":["rows"],"additionalProperties":false}}}}'
+  BENCH_ARGS="--endpoint /v1/chat/completions --num-prompts 64 --input-len 256 --output-len 256 --warmup 4"
+  for round in 1 2; do
+    serve_bench "flash_free_$round" 8125 "16" "$BENCH_ARGS" -- $FLASH4 --max-num-seqs 64 --max-model-len 4096
+    serve_bench "flash_schema_$round" 8126 "16" "$BENCH_ARGS --extra-body $SCHEMA" -- $FLASH4 --max-num-seqs 64 --max-model-len 4096
+  done
+  exit $status
+fi
 
 if [ "$PHASE" = "kv-tests" ]; then
   for t in $(gpu_tests); do run_test "$t" 240; done

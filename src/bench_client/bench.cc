@@ -86,7 +86,7 @@ Result<RunInput> MakeRunInput(const BenchConfig& config, const std::string& mode
   const std::string target = ParseBaseUrl(config.base_url)->path_prefix + config.endpoint;
   for (PromptSpec& p : input.prompts) {
     p.output_len = std::min(p.output_len, max_output_len);
-    input.requests.push_back({target, BuildRequestBody(kind, model, p, config.ignore_eos)});
+    input.requests.push_back({target, BuildRequestBody(kind, model, p, config.ignore_eos, config.extra_body)});
   }
   return input;
 }

@@ -4,6 +4,8 @@
 #include <cstdlib>
 #include <limits>
 
+#include <nlohmann/json.hpp>
+
 #include "bench_client/base_url.h"
 
 namespace peregrine::bench_client {
@@ -25,6 +27,10 @@ Status ValidateBenchConfig(const BenchConfig& config) {
   if (config.num_warmups < 0) return InvalidArgument("warm-up count must not be negative");
   if (config.num_client_threads < 1) return InvalidArgument("client threads must be at least 1");
   if (!(config.request_timeout_s > 0)) return InvalidArgument("request timeout must be positive");
+  if (!config.extra_body.empty() &&
+      !nlohmann::json::parse(config.extra_body, nullptr, /*allow_exceptions=*/false).is_object()) {
+    return InvalidArgument("extra body must be a JSON object");
+  }
   return Status::Ok();
 }
 

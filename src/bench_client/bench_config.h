@@ -26,6 +26,7 @@ struct BenchConfig {
   int num_client_threads = 2;
   double request_timeout_s = 600;
   std::string result_file;  // JSON lines appended, one per run; "" writes none
+  std::string extra_body;   // a JSON object merged into every request body; "" adds nothing
 };
 
 // Fails with kInvalidArgument naming the first bad field.

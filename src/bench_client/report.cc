@@ -112,6 +112,7 @@ std::string FormatRunJson(const BenchConfig& config, const RunReport& r) {
   j["range_ratio"] = config.workload.range_ratio;
   j["seed"] = config.workload.seed;
   j["ignore_eos"] = config.ignore_eos;
+  if (!config.extra_body.empty()) j["extra_body"] = Json::parse(config.extra_body, nullptr, false);
   j["duration_s"] = m.duration_s;
   j["completed"] = m.num_completed;
   j["failed"] = m.num_failed;

@@ -9,7 +9,8 @@ ApiKind ApiKindForEndpoint(std::string_view endpoint) {
   return endpoint.ends_with("/chat/completions") ? ApiKind::kChatCompletions : ApiKind::kCompletions;
 }
 
-std::string BuildRequestBody(ApiKind kind, std::string_view model, const PromptSpec& spec, bool ignore_eos) {
+std::string BuildRequestBody(ApiKind kind, std::string_view model, const PromptSpec& spec, bool ignore_eos,
+                             std::string_view extra_body) {
   nlohmann::json body = nlohmann::json::object();
   if (!model.empty()) body["model"] = model;
   switch (kind) {
@@ -25,6 +26,11 @@ std::string BuildRequestBody(ApiKind kind, std::string_view model, const PromptS
   body["stream"] = true;
   body["stream_options"] = {{"include_usage", true}};
   if (ignore_eos) body["ignore_eos"] = true;
+  if (!extra_body.empty()) {
+    const nlohmann::json extra = nlohmann::json::parse(extra_body, nullptr, /*allow_exceptions=*/false);
+    if (extra.is_object())
+      for (const auto& [key, value] : extra.items()) body[key] = value;
+  }
   return body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 

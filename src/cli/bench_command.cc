@@ -84,6 +84,8 @@ void AddBenchCommand(CLI::App& app) {
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   cmd->add_option("--result-file", c.result_file, "Append one JSON line per run to this file");
+  cmd->add_option("--extra-body", c.extra_body,
+                  "A JSON object merged into every request, e.g. '{\"response_format\": {\"type\": \"json_object\"}}'");
   cmd->callback([flags] {
     const int rc = RunBenchCommand(*flags);
     if (rc != 0) throw CLI::RuntimeError(rc);

@@ -84,6 +84,12 @@ TEST(RequestBodyTest, CompletionsAndChat) {
   const auto chat = nlohmann::json::parse(BuildRequestBody(ApiKind::kChatCompletions, "", spec, false));
   EXPECT_FALSE(chat.contains("model"));
   EXPECT_FALSE(chat.contains("ignore_eos"));
+  // An extra body is merged last, its keys replacing the defaults.
+  const auto extra = nlohmann::json::parse(BuildRequestBody(
+      ApiKind::kChatCompletions, "m", spec, true, R"({"response_format": {"type": "json_object"}, "temperature": 0.5})"));
+  EXPECT_EQ(extra["response_format"]["type"], "json_object");
+  EXPECT_EQ(extra["temperature"], 0.5);
+  EXPECT_EQ(extra["ignore_eos"], true);
   EXPECT_EQ(chat["messages"][0]["role"], "user");
   EXPECT_EQ(chat["messages"][0]["content"], "the of and");
   EXPECT_EQ(ApiKindForEndpoint("/v1/chat/completions"), ApiKind::kChatCompletions);

@@ -120,6 +120,13 @@ TEST(BenchConfigTest, RequestRates) {
   EXPECT_TRUE(ValidateBenchConfig(config).ok());
   config.endpoint = "v1/completions";
   EXPECT_FALSE(ValidateBenchConfig(config).ok());
+  config.endpoint = "/v1/completions";
+  config.extra_body = R"({"guided_regex": "[0-9]+"})";
+  EXPECT_TRUE(ValidateBenchConfig(config).ok());
+  for (const char* bad : {"[1, 2]", "{not json", "3"}) {
+    config.extra_body = bad;
+    EXPECT_EQ(ValidateBenchConfig(config).code(), StatusCode::kInvalidArgument) << bad;
+  }
 }
 
 }  // namespace
