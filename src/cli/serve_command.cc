@@ -16,6 +16,7 @@
 #include <boost/asio/signal_set.hpp>
 
 #include "base/log.h"
+#include "base/version.h"
 #include "cli/compat_flags.h"
 #include "cli/demo_tokenizer.h"
 #include "server/server.h"
@@ -177,6 +178,7 @@ void AddServeCommand(CLI::App& app, EngineFactory factory) {
   auto enable_prefix_caching = std::make_shared<bool>(true);
   server::ServerConfig& s = options->server;
   CLI::App* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server");
+  cmd->set_version_flag("--version", std::string(kVersion));
   cmd->add_option("--model-path", options->model_path,
                   "Model directory (config.json + safetensors); default: the embedded demo model");
   cmd->add_option("--tokenizer", options->tokenizer_path,

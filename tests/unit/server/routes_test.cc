@@ -2,6 +2,7 @@
 #include <map>
 #include <sstream>
 
+#include "base/version.h"
 #include "server_fixture.h"
 
 namespace peregrine::server::testing {
@@ -23,6 +24,34 @@ TEST_F(ServerTest, HealthReadyModels) {
   ASSERT_EQ(body["data"].size(), 1u);
   EXPECT_EQ(body["data"][0]["id"], kModel);
   EXPECT_EQ(body["data"][0]["max_model_len"], kMaxContext);
+}
+
+TEST_F(ServerTest, VersionAndOneModel) {
+  ClientResponse version = Fetch(port_, "GET", "/version");
+  ASSERT_EQ(version.status, 200);
+  EXPECT_EQ(Body(version)["version"], std::string(kVersion));
+  EXPECT_EQ(Fetch(port_, "POST", "/version", "{}").status, 405);
+
+  ClientResponse model = Fetch(port_, "GET", std::string("/v1/models/") + kModel);
+  ASSERT_EQ(model.status, 200);
+  Json listed = Body(Fetch(port_, "GET", "/v1/models"))["data"][0];
+  Json one = Body(model);
+  listed.erase("created");
+  one.erase("created");
+  EXPECT_EQ(one, listed);
+  ClientResponse unknown = Fetch(port_, "GET", "/v1/models/gpt-9");
+  EXPECT_EQ(unknown.status, 404);
+  EXPECT_EQ(Body(unknown)["error"]["code"], "model_not_found");
+  EXPECT_EQ(Body(unknown)["error"]["type"], "invalid_request_error");
+  EXPECT_EQ(unknown.body.find("gpt-9"), std::string::npos);
+  EXPECT_EQ(Fetch(port_, "DELETE", std::string("/v1/models/") + kModel).status, 405);
+
+  ServerConfig config = TestConfig();
+  config.model_name = "org/name";
+  Restart(config);
+  EXPECT_EQ(Fetch(port_, "GET", "/v1/models/org/name").status, 200);
+  EXPECT_EQ(Body(Fetch(port_, "GET", "/v1/models/org%2Fname"))["id"], "org/name");
+  EXPECT_EQ(Fetch(port_, "GET", "/v1/models/org%2").status, 404);
 }
 
 TEST_F(ServerTest, ReadyFollowsTheEngine) {
