@@ -135,13 +135,13 @@ void Router::Handle(HttpRequest request, std::shared_ptr<ResponseChannel> channe
     const bool is_get = request.method == "GET";
     const bool is_post = request.method == "POST";
     if (path == "/health") {
-      if (!is_get) return channel->Respond(MethodNotAllowed("GET"));
+      if (!is_get) return channel->Respond(MethodNotAllowed("GET, HEAD"));
       HttpResponse r;
       r.content_type = "text/plain";
       return channel->Respond(std::move(r));
     }
     if (path == "/ready") {
-      if (!is_get) return channel->Respond(MethodNotAllowed("GET"));
+      if (!is_get) return channel->Respond(MethodNotAllowed("GET, HEAD"));
       return channel->Respond(Ready());
     }
     if (!IsAuthorized(request)) return channel->Respond(ErrorResponse(Unauthorized()));
@@ -153,19 +153,19 @@ void Router::Handle(HttpRequest request, std::shared_ptr<ResponseChannel> channe
       return HandleChatCompletions(context_, std::move(request), std::move(channel));
     }
     if (path == "/v1/models") {
-      if (!is_get) return channel->Respond(MethodNotAllowed("GET"));
+      if (!is_get) return channel->Respond(MethodNotAllowed("GET, HEAD"));
       return channel->Respond(Models());
     }
     if (path.starts_with(kModelsPrefix) && path.size() > kModelsPrefix.size()) {
-      if (!is_get) return channel->Respond(MethodNotAllowed("GET"));
+      if (!is_get) return channel->Respond(MethodNotAllowed("GET, HEAD"));
       return channel->Respond(Model(std::string_view(path).substr(kModelsPrefix.size())));
     }
     if (path == "/version") {
-      if (!is_get) return channel->Respond(MethodNotAllowed("GET"));
+      if (!is_get) return channel->Respond(MethodNotAllowed("GET, HEAD"));
       return channel->Respond(JsonResponse(200, Json{{"version", kVersion}}));
     }
     if (path == "/metrics") {
-      if (!is_get) return channel->Respond(MethodNotAllowed("GET"));
+      if (!is_get) return channel->Respond(MethodNotAllowed("GET, HEAD"));
       return channel->Respond(Metrics());
     }
     channel->Respond(ErrorResponse(NotFound("Not found.", "not_found")));

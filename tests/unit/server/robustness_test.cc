@@ -146,6 +146,61 @@ TEST_F(RobustnessTest, Row3HugeHeadersGet431) {
   ExpectAlive();
 }
 
+// Framing that two parsers could read differently is refused and the connection closed, so
+// a request hidden in the body is never answered (request smuggling).
+TEST_F(RobustnessTest, AmbiguousFramingIsRefusedAndClosed) {
+  const std::string hidden = "GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n";
+  const std::string chunked_then_hidden = "0\r\n\r\n" + hidden;
+  struct Case {
+    std::string fields;
+    std::string body;
+    const char* status;
+  };
+  const Case cases[] = {
+      {"Transfer-Encoding: gzip, chunked\r\n", chunked_then_hidden, "501"},
+      {"Transfer-Encoding: identity\r\n", hidden, "400"},
+      {"Transfer-Encoding: chunked, chunked\r\n", chunked_then_hidden, "400"},
+      {"Transfer-Encoding: identity\r\nContent-Length: " + std::to_string(hidden.size()) + "\r\n",
+       hidden, "400"},
+      {"Content-Length: 5\r\nTransfer-Encoding: chunked\r\n", chunked_then_hidden, "400"},
+      {"Transfer-Encoding: chunked\r\nContent-Length: 5\r\n", chunked_then_hidden, "400"},
+  };
+  for (const Case& c : cases) {
+    RawConnection conn(port_);
+    conn.Write("POST /v1/completions HTTP/1.1\r\nHost: x\r\n" + c.fields + "\r\n" + c.body);
+    const std::string reply = conn.Read(milliseconds(1500));
+    EXPECT_EQ(reply.rfind(std::string("HTTP/1.1 ") + c.status, 0), 0u) << c.fields << reply;
+    EXPECT_NE(reply.find("connection: close"), std::string::npos) << c.fields;
+    EXPECT_NE(reply.find("\"code\":\""), std::string::npos) << c.fields;
+    EXPECT_EQ(reply.find("\"object\":\"list\""), std::string::npos) << c.fields;
+    EXPECT_EQ(reply.find("HTTP/1.1", 1), std::string::npos) << "a second response: " << reply;
+    EXPECT_TRUE(conn.WaitClosed(milliseconds(3000))) << c.fields;
+  }
+  ExpectAlive();
+}
+
+// A body that arrives too slowly gets 408 (not a silent close), and others are still served.
+TEST_F(RobustnessTest, TrickledBodyGets408) {
+  ServerConfig config = TestConfig();
+  config.timeouts.body = milliseconds(400);
+  Restart(config);
+  RawConnection c(port_);
+  c.Write("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"mess");
+  std::string reply;
+  for (int i = 0; i < 10 && reply.empty(); ++i) {
+    c.Write("a");
+    reply = c.Read(milliseconds(100));
+  }
+  if (reply.empty()) reply = c.ReadUntil("}}", milliseconds(2000));
+  EXPECT_EQ(reply.rfind("HTTP/1.1 408", 0), 0u) << reply;
+  EXPECT_NE(reply.find("\"code\":\"request_timeout\""), std::string::npos) << reply;
+  EXPECT_NE(reply.find("connection: close"), std::string::npos);
+  EXPECT_TRUE(c.WaitClosed(milliseconds(3000)));
+  ExpectAlive();
+  ScriptText("ok");
+  EXPECT_EQ(PostJson(port_, "/v1/chat/completions", ChatWith("")).status, 200);
+}
+
 // Row 4: one header byte at a time is closed at the header timeout (1 s in tests) while other
 // clients are served promptly; an idle keep-alive connection is closed at the idle timeout.
 TEST_F(RobustnessTest, Row4SlowlorisIsClosedWhileOthersAreServed) {

@@ -150,6 +150,31 @@ TEST_F(ServerTest, Http10AndExpectContinue) {
   }
 }
 
+// HEAD: GET's status and headers (Content-Length of GET's body), no body; the connection
+// stays usable, so the next response starts right after the head.
+TEST_F(ServerTest, HeadGetsHeadersWithoutABody) {
+  for (const char* path : {"/health", "/ready", "/v1/models", "/version", "/v1/nothing"}) {
+    const ClientResponse get = Fetch(port_, "GET", path);
+    RawConnection c(port_);
+    c.Write(std::string("HEAD ") + path + " HTTP/1.1\r\nHost: x\r\n\r\n"
+            "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    const std::string all = c.Read(std::chrono::milliseconds(2000));  // until the close
+    const size_t end = all.find("\r\n\r\n");
+    ASSERT_NE(end, std::string::npos) << path << all;
+    const std::string head = all.substr(0, end);
+    EXPECT_EQ(head.rfind("HTTP/1.1 " + std::to_string(get.status), 0), 0u) << path << head;
+    EXPECT_NE(head.find("content-length: " + std::to_string(get.body.size())), std::string::npos)
+        << path << head;
+    EXPECT_EQ(all.find("HTTP/1.1 200", end), end + 4) << path << all;
+  }
+  RawConnection post_only(port_);
+  post_only.Write("HEAD /v1/chat/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  const std::string refused = post_only.Read(std::chrono::milliseconds(2000));
+  EXPECT_EQ(refused.rfind("HTTP/1.1 405", 0), 0u) << refused;
+  EXPECT_EQ(refused.size(), refused.find("\r\n\r\n") + 4) << refused;
+  EXPECT_EQ(Fetch(port_, "POST", "/health", "{}").Header("allow"), "GET, HEAD");
+}
+
 TEST_F(ServerTest, SkipSpecialTokens) {
   std::vector<int32_t> tokens = Encode("a");
   tokens.push_back(0);  // BOS: special
