@@ -5,6 +5,7 @@
 #include <string_view>
 #include <utility>
 
+#include "server/json_parse.h"
 #include "tokenizer/utf8.h"
 
 namespace peregrine::server {
@@ -200,12 +201,9 @@ std::optional<ApiError> ParseJsonBody(std::string_view body, int max_depth, Json
   if (body.empty()) return InvalidRequest("The request body is empty.");
   if (!tokenizer::IsValidUtf8(body)) return InvalidRequest("The request body is not valid UTF-8.");
   if (!IsNestingWithin(body, max_depth)) return InvalidRequest("The request body is nested too deeply.");
-  try {
-    *out = Json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
-  } catch (...) {
-    return InvalidRequest("The request body is not valid JSON.");
-  }
-  if (out->is_discarded()) return InvalidRequest("The request body is not valid JSON.");
+  std::optional<Json> parsed = ParseJsonLinear(body);
+  if (!parsed) return InvalidRequest("The request body is not valid JSON.");
+  *out = std::move(*parsed);
   if (!out->is_object()) return InvalidRequest("The request body must be a JSON object.");
   return std::nullopt;
 }

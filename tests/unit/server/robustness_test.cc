@@ -384,6 +384,27 @@ TEST_F(RobustnessTest, Row15StopAbuse) {
   ExpectAlive();
 }
 
+// One object of 150,000 keys parses in linear time on a worker; other connections are served
+// meanwhile (the I/O threads never parse).
+TEST_F(RobustnessTest, ManyKeysInOneObjectParseQuickly) {
+  ScriptText("ok");
+  std::string body = R"({"messages":)" + kMessages;
+  for (int i = 0; i < 150000; ++i) body += ",\"x" + std::to_string(i) + "\":" + std::to_string(i);
+  body += "}";
+  const auto t0 = std::chrono::steady_clock::now();
+  std::thread big([&] { EXPECT_EQ(PostJson(port_, "/v1/chat/completions", body).status, 200); });
+  double worst_health = 0;
+  for (int i = 0; i < 10; ++i) {
+    const auto h0 = std::chrono::steady_clock::now();
+    ExpectAlive();
+    worst_health = std::max(
+        worst_health, std::chrono::duration<double>(std::chrono::steady_clock::now() - h0).count());
+  }
+  big.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(3));
+  EXPECT_LT(worst_health, 0.5);
+}
+
 TEST_F(RobustnessTest, ServerSurvivesARandomBarrage) {
   ScriptText("fine");
   const std::string samples[] = {
