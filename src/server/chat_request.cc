@@ -16,7 +16,9 @@ bool IsKnownRole(const std::string& role) {
 // The shape the encoder relies on; it checks the finer points itself.
 std::optional<ApiError> CheckMessages(const Json& body) {
   const Json* messages = FindField(body, "messages");
-  if (messages == nullptr) return InvalidRequest("'messages' is required.", "messages");
+  if (messages == nullptr) {
+    return InvalidRequest("'messages' is required.", "messages", "missing_field");
+  }
   if (!messages->is_array()) return InvalidRequest("'messages' must be an array.", "messages");
   if (messages->empty()) return InvalidRequest("'messages' must not be empty.", "messages");
   for (const Json& m : *messages) {

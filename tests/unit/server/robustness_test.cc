@@ -66,6 +66,29 @@ TEST_F(RobustnessTest, Row1MalformedJsonAndWrongTypes) {
   ExpectAlive();
 }
 
+// Every 4xx names its kind in a string "code" (never null), stable across messages.
+TEST_F(RobustnessTest, ErrorCodesAreStableStrings) {
+  const std::pair<std::string, std::string> cases[] = {
+      {"{}", "missing_field"},
+      {"{", "invalid_json"},
+      {"[1]", "invalid_json"},
+      {"{\"messages\":\"\xff\"}", "invalid_encoding"},
+      {ChatWith(R"("max_tokens":"abc")"), "invalid_type"},
+      {ChatWith(R"("temperature":9)"), "invalid_value"},
+      {ChatWith(R"("min_tokens":5)"), "unsupported_parameter"},
+      {ChatWith(R"("stop_token_ids":[-1])"), "invalid_token_id"},
+      {ChatWith(R"("max_tokens":100000)"), "context_length_exceeded"},
+      {ChatWith(R"("model":"gpt-9")"), "model_not_found"},
+  };
+  for (const auto& [body, code] : cases) {
+    EXPECT_EQ(Body(PostJson(port_, "/v1/chat/completions", body))["error"]["code"], code) << body;
+  }
+  EXPECT_EQ(Body(PostJson(port_, "/v1/completions", R"({"prompt":[-1]})"))["error"]["code"],
+            "invalid_token_id");
+  EXPECT_EQ(Body(Fetch(port_, "GET", "/v1/nothing"))["error"]["code"], "not_found");
+  EXPECT_EQ(Body(Fetch(port_, "GET", "/v1/completions"))["error"]["code"], "method_not_allowed");
+}
+
 TEST_F(RobustnessTest, UnknownModelIs404) {
   ClientResponse r = PostJson(port_, "/v1/chat/completions", ChatWith(R"("model":"gpt-9")"));
   EXPECT_EQ(r.status, 404);
