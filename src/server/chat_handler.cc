@@ -137,11 +137,7 @@ PreparedJob PrepareChat(std::string body, ServingContext& context) {
   ChatRequest request;
   if ((out.error = ParseChatRequest(std::move(json), parse_context, &request))) return out;
 
-  chat::V4EncodeOptions encode;
-  encode.thinking = request.thinking;
-  encode.reasoning_effort = request.reasoning_effort;
-  encode.add_generation_prompt = request.add_generation_prompt;
-  Result<std::string> prompt = chat::EncodeV4Prompt(request.messages, request.tools, encode);
+  Result<std::string> prompt = RenderChatPrompt(request);
   if (!prompt.ok()) {
     out.error = InvalidRequest(prompt.status().message(), "messages");
     return out;
@@ -169,7 +165,7 @@ PreparedJob PrepareChat(std::string body, ServingContext& context) {
     choice.decoder.include_stop = options.include_stop_str_in_output;
     choice.decoder.parser = chat::OutputParserConfig{
         .dialect = chat::ModelDialect::kDeepSeekV4,
-        .thinking = request.thinking,
+        .thinking = request.starts_in_reasoning,
         .has_tools = request.has_tools,
         .tool_call_ids = chat::ToolCallIdGenerator::Random(context.NextRandom())};
     out.spec.choices.push_back(std::move(choice));
