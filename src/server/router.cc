@@ -6,6 +6,7 @@
 #include "base/version.h"
 #include "server/api_error.h"
 #include "server/generation_route.h"
+#include "server/tokenize_handler.h"
 
 namespace peregrine::server {
 namespace {
@@ -159,6 +160,11 @@ void Router::Handle(HttpRequest request, std::shared_ptr<ResponseChannel> channe
     if (path.starts_with(kModelsPrefix) && path.size() > kModelsPrefix.size()) {
       if (!is_get) return channel->Respond(MethodNotAllowed("GET, HEAD"));
       return channel->Respond(Model(std::string_view(path).substr(kModelsPrefix.size())));
+    }
+    if (path == "/tokenize" || path == "/detokenize") {
+      if (!is_post) return channel->Respond(MethodNotAllowed("POST"));
+      if (path == "/tokenize") return HandleTokenize(context_, std::move(request), std::move(channel));
+      return HandleDetokenize(context_, std::move(request), std::move(channel));
     }
     if (path == "/version") {
       if (!is_get) return channel->Respond(MethodNotAllowed("GET, HEAD"));
