@@ -49,16 +49,18 @@ void AppendUserTurn(const Message& m, std::string& out) {
 }
 
 Status AppendAssistantTurn(const RenderState& s, size_t index, const Message& m, std::string& out) {
+  const bool is_continued = s.options.continue_final_message && index + 1 == s.messages.size();
   if (s.options.thinking && (!s.drop_thinking || static_cast<int>(index) > s.last_user)) {
     out += m.reasoning;
-    out += v4::kThinkEnd;
+    // A continued turn with nothing after its reasoning is still thinking.
+    if (!is_continued || !m.content.empty() || !m.tool_calls.empty()) out += v4::kThinkEnd;
   }
   out += m.content;
   if (!m.tool_calls.empty()) {
     PG_ASSIGN_OR_RETURN(std::string block, v4::RenderToolCallsBlock(m.tool_calls));
     out += block;
   }
-  out += v4::kEos;
+  if (!is_continued) out += v4::kEos;
   return Status::Ok();
 }
 
@@ -109,6 +111,11 @@ Status RenderMessage(const RenderState& s, size_t index, std::string& out) {
 Result<std::string> Encode(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
                            const V4EncodeOptions& options) {
   PG_ASSIGN_OR_RETURN(std::vector<Message> parsed, v4::ParseMessages(messages, tools));
+  if (options.continue_final_message &&
+      (options.add_generation_prompt || parsed.empty() || parsed.back().role != Role::kAssistant)) {
+    return InvalidArgument(
+        "continue_final_message needs an assistant message last and no generation prompt");
+  }
   std::vector<Message> merged = v4::MergeToolMessages(std::move(parsed));
   v4::SortToolResults(merged);
 

@@ -30,6 +30,10 @@ struct V4EncodeOptions {
   // When false, a conversation that ends with a user turn gets no trailing
   // "<｜Assistant｜>" + think token.
   bool add_generation_prompt = true;
+  // The last message is an assistant turn left open: no end-of-sentence after it, so the
+  // model continues it (and, in thinking mode, a turn with only reasoning keeps the thinking
+  // block open). Requires add_generation_prompt false and an assistant message last.
+  bool continue_final_message = false;
 };
 
 // `messages`: array of {"role", "content", ...} objects. Roles: system, user, developer,
@@ -42,7 +46,8 @@ struct V4EncodeOptions {
 // Object key order is kept (ordered_json), since tool schemas are printed as given.
 //
 // Errors (kInvalidArgument, fixed messages): malformed messages, unknown roles, empty developer
-// content, tool calls without a name or whose arguments are not a JSON object, malformed tools.
+// content, tool calls without a name or whose arguments are not a JSON object, malformed tools,
+// continue_final_message without an assistant message last.
 // Never throws.
 Result<std::string> EncodeV4Prompt(const nlohmann::ordered_json& messages,
                                    const nlohmann::ordered_json& tools,

@@ -1,6 +1,7 @@
 // The `peregrine` binary: one entry point, one subcommand per file.
 #include <CLI/CLI.hpp>
 
+#include "base/version.h"
 #include "cli/bench_command.h"
 #include "cli/engine_factory.h"
 #include "cli/generate_command.h"
@@ -43,6 +44,7 @@ peregrine::Result<std::unique_ptr<peregrine::EngineClient>> MakeServingEngine(
 
 int main(int argc, char** argv) {
   CLI::App app{"Peregrine: DeepSeek-V4 inference server"};
+  app.set_version_flag("--version", std::string(peregrine::kVersion));
   app.require_subcommand(1);
   peregrine::cli::AddServeCommand(app, MakeServingEngine);
   peregrine::cli::AddGenerateCommand(app);

@@ -16,6 +16,7 @@
 #include <boost/asio/signal_set.hpp>
 
 #include "base/log.h"
+#include "base/version.h"
 #include "cli/compat_flags.h"
 #include "cli/demo_tokenizer.h"
 #include "server/server.h"
@@ -148,7 +149,8 @@ int RunServe(const ServeOptions& options, const EngineFactory& factory) {
   if (!options.disable_log_stats) stats.emplace(**engine, server, options.log_stats_interval_s);
 
   // The first SIGINT/SIGTERM drains (readiness false, in-flight requests finish or are
-  // aborted after the drain timeout); a second one stops at once.
+  // aborted after the drain timeout); a second one ends the drain now (open streams still get
+  // their final error event and [DONE]); a third stops at once.
   boost::asio::io_context signals_io;
   boost::asio::signal_set signals(signals_io, SIGINT, SIGTERM);
   std::thread drainer;
@@ -160,7 +162,12 @@ int RunServe(const ServeOptions& options, const EngineFactory& factory) {
       signals_io.stop();
     });
     signals.async_wait([&](const boost::system::error_code& again, int) {
-      if (!again) server.Stop();
+      if (again) return;
+      LogInfo("ending the drain: aborting what still runs");
+      server.EndDrain();
+      signals.async_wait([&](const boost::system::error_code& third, int) {
+        if (!third) server.Stop();
+      });
     });
   });
   signals_io.run();
@@ -177,6 +184,7 @@ void AddServeCommand(CLI::App& app, EngineFactory factory) {
   auto enable_prefix_caching = std::make_shared<bool>(true);
   server::ServerConfig& s = options->server;
   CLI::App* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server");
+  cmd->set_version_flag("--version", std::string(kVersion));
   cmd->add_option("--model-path", options->model_path,
                   "Model directory (config.json + safetensors); default: the embedded demo model");
   cmd->add_option("--tokenizer", options->tokenizer_path,

@@ -110,12 +110,30 @@ ApiError FromStatus(const Status& status, int retry_after_seconds, std::string p
   return InternalError("The server failed to process the request.");
 }
 
+namespace {
+
+std::string CodeOfStatus(int status) {
+  switch (status) {
+    case 400: return "invalid_value";
+    case 401: return "invalid_api_key";
+    case 404: return "not_found";
+    case 405: return "method_not_allowed";
+    case 408: return "request_timeout";
+    case 413: return "request_too_large";
+    case 429: return "rate_limit_exceeded";
+    case 503: return "service_unavailable";
+    default: return status >= 500 ? "internal_error" : "invalid_request";
+  }
+}
+
+}  // namespace
+
 Json ErrorEnvelope(const ApiError& error) {
   Json body = Json::object();
   body["message"] = error.message;
   body["type"] = error.type;
   body["param"] = error.param.empty() ? Json(nullptr) : Json(error.param);
-  body["code"] = error.code.empty() ? Json(nullptr) : Json(error.code);
+  body["code"] = error.code.empty() ? CodeOfStatus(error.status) : error.code;
   return Json{{"error", std::move(body)}};
 }
 

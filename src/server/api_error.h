@@ -15,13 +15,15 @@ struct ApiError {
   std::string type = "invalid_request_error";
   std::string message;
   std::string param;            // empty: null
-  std::string code;             // empty: null
+  std::string code;             // stable machine-readable kind; never null on the wire
   int retry_after_seconds = 0;  // > 0 adds Retry-After
   bool is_deterministic = false;  // a 5xx that must not be retried: x-should-retry: false
 };
 
-// 400 invalid_request_error.
-ApiError InvalidRequest(std::string message, std::string param = "", std::string code = "");
+// 400 invalid_request_error. Codes: invalid_value (the default), invalid_type, missing_field,
+// unsupported_parameter, invalid_token_id, invalid_json, invalid_encoding, context_length_exceeded.
+ApiError InvalidRequest(std::string message, std::string param = "",
+                        std::string code = "invalid_value");
 // 400 context_length_exceeded with the token counts (numbers only, no request bytes).
 ApiError ContextLengthExceeded(int64_t max_context, int64_t num_prompt_tokens,
                                int64_t max_tokens, bool is_chat);
@@ -35,6 +37,8 @@ ApiError InternalError(std::string message);      // 500
 // 429, Unavailable -> 503, Unimplemented -> 400, anything else -> 500.
 ApiError FromStatus(const Status& status, int retry_after_seconds, std::string param = "");
 
+// The OpenAI envelope; an error without a code gets one from its status, so "code" is always
+// a string.
 Json ErrorEnvelope(const ApiError& error);
 HttpResponse ErrorResponse(const ApiError& error);
 

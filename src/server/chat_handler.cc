@@ -127,17 +127,6 @@ class ChatFormatter final : public ResponseFormatter {
   bool include_usage_;
 };
 
-// Shows the model the response_format in the first system message (one is added when the
-// conversation has none, as the encoder does for tools).
-void AttachResponseFormat(const Json& format, Json* messages) {
-  if (!messages->empty() && (*messages)[0].value("role", "") == "system") {
-    (*messages)[0]["response_format"] = format;
-    return;
-  }
-  Json system = {{"role", "system"}, {"content", ""}, {"response_format", format}};
-  messages->insert(messages->begin(), std::move(system));
-}
-
 PreparedJob PrepareChat(std::string body, ServingContext& context) {
   PreparedJob out;
   const ParseContext parse_context{&context.config, context.engine.vocab_size()};
@@ -148,15 +137,7 @@ PreparedJob PrepareChat(std::string body, ServingContext& context) {
   ChatRequest request;
   if ((out.error = ParseChatRequest(std::move(json), parse_context, &request))) return out;
 
-  // The schema goes into the system prompt as DeepSeek-V4's encoding shows it.
-  if (!request.options.structured.prompt_format.is_null()) {
-    AttachResponseFormat(request.options.structured.prompt_format, &request.messages);
-  }
-  chat::V4EncodeOptions encode;
-  encode.thinking = request.thinking;
-  encode.reasoning_effort = request.reasoning_effort;
-  encode.add_generation_prompt = request.add_generation_prompt;
-  Result<std::string> prompt = chat::EncodeV4Prompt(request.messages, request.tools, encode);
+  Result<std::string> prompt = RenderChatPrompt(request);
   if (!prompt.ok()) {
     out.error = InvalidRequest(prompt.status().message(), "messages");
     return out;
@@ -193,7 +174,7 @@ PreparedJob PrepareChat(std::string body, ServingContext& context) {
     choice.decoder.include_stop = options.include_stop_str_in_output;
     choice.decoder.parser = chat::OutputParserConfig{
         .dialect = chat::ModelDialect::kDeepSeekV4,
-        .thinking = request.thinking,
+        .thinking = request.starts_in_reasoning,
         .has_tools = request.has_tools,
         .tool_call_ids = chat::ToolCallIdGenerator::Random(context.NextRandom())};
     out.spec.choices.push_back(std::move(choice));

@@ -16,7 +16,9 @@ bool IsKnownRole(const std::string& role) {
 // The shape the encoder relies on; it checks the finer points itself.
 std::optional<ApiError> CheckMessages(const Json& body) {
   const Json* messages = FindField(body, "messages");
-  if (messages == nullptr) return InvalidRequest("'messages' is required.", "messages");
+  if (messages == nullptr) {
+    return InvalidRequest("'messages' is required.", "messages", "missing_field");
+  }
   if (!messages->is_array()) return InvalidRequest("'messages' must be an array.", "messages");
   if (messages->empty()) return InvalidRequest("'messages' must not be empty.", "messages");
   for (const Json& m : *messages) {
@@ -82,6 +84,17 @@ std::optional<ApiError> ReadThinking(const Json& body, const ServerConfig& confi
     return InvalidRequest("'chat_template' is not accepted in requests.", "chat_template");
   }
   std::optional<bool> thinking;
+  // The DeepSeek API's switch: {"type": "enabled" | "disabled"}.
+  if (const Json* api = FindField(body, "thinking")) {
+    const Json* type = api->is_object() ? FindField(*api, "type") : nullptr;
+    const bool is_known = type != nullptr && type->is_string() &&
+                          (*type == "enabled" || *type == "disabled");
+    if (!is_known) {
+      return InvalidRequest("'thinking' must be {\"type\": \"enabled\"} or {\"type\": \"disabled\"}.",
+                            "thinking", api->is_object() ? "invalid_value" : "invalid_type");
+    }
+    thinking = *type == "enabled";
+  }
   if (const Json* kwargs = FindField(body, "chat_template_kwargs")) {
     if (!kwargs->is_object()) {
       return InvalidRequest("'chat_template_kwargs' must be an object.", "chat_template_kwargs");
@@ -91,7 +104,10 @@ std::optional<ApiError> ReadThinking(const Json& body, const ServerConfig& confi
       if (FindField(*kwargs, key) == nullptr) continue;
       if (ReadBool(*kwargs, key, &value)) {
         return InvalidRequest("'chat_template_kwargs.thinking' must be a boolean.",
-                              "chat_template_kwargs");
+                              "chat_template_kwargs", "invalid_type");
+      }
+      if (thinking && *thinking != value) {
+        return InvalidRequest("'thinking' and 'chat_template_kwargs.thinking' disagree.", "thinking");
       }
       thinking = value;
     }
@@ -114,7 +130,62 @@ std::optional<ApiError> ReadThinking(const Json& body, const ServerConfig& confi
   return std::nullopt;
 }
 
+// add_generation_prompt (default true) and continue_final_message (vLLM's semantics: the
+// last message must be the assistant's; asking for both explicitly is an error).
+std::optional<ApiError> ReadGenerationPrompt(const Json& body, ChatRequest* out) {
+  if (auto e = ReadBool(body, "add_generation_prompt", &out->add_generation_prompt)) return e;
+  if (auto e = ReadBool(body, "continue_final_message", &out->continue_final_message)) return e;
+  if (!out->continue_final_message) return std::nullopt;
+  if (FindField(body, "add_generation_prompt") != nullptr && out->add_generation_prompt) {
+    return InvalidRequest(
+        "'continue_final_message' and 'add_generation_prompt' cannot both be true.",
+        "continue_final_message");
+  }
+  out->add_generation_prompt = false;
+  const Json& last = FindField(body, "messages")->back();  // CheckMessages: a non-empty array
+  if (last["role"] != "assistant") {
+    return InvalidRequest("'continue_final_message' needs an assistant message last.",
+                          "continue_final_message");
+  }
+  const Json* content = FindField(last, "content");
+  const Json* calls = FindField(last, "tool_calls");
+  const bool has_content = (content != nullptr && !content->empty() &&
+                            !(content->is_string() && content->get_ref<const std::string&>().empty())) ||
+                           (calls != nullptr && calls->is_array() && !calls->empty());
+  out->starts_in_reasoning = out->thinking && !has_content;
+  return std::nullopt;
+}
+
 }  // namespace
+
+std::optional<ApiError> ParseChatPrompt(Json& body, const ParseContext& context, ChatRequest* out) {
+  if (auto e = CheckMessages(body)) return e;
+  if (auto e = CheckTools(body, context.config->limits, out)) return e;
+  if (auto e = ReadThinking(body, *context.config, out)) return e;
+  out->starts_in_reasoning = out->thinking;
+  if (auto e = ReadGenerationPrompt(body, out)) return e;
+  out->messages = std::move(body["messages"]);
+  return std::nullopt;
+}
+
+Result<std::string> RenderChatPrompt(const ChatRequest& request) {
+  chat::V4EncodeOptions encode;
+  encode.thinking = request.thinking;
+  encode.reasoning_effort = request.reasoning_effort;
+  encode.add_generation_prompt = request.add_generation_prompt;
+  encode.continue_final_message = request.continue_final_message;
+  const Json& format = request.options.structured.prompt_format;
+  if (format.is_null()) return chat::EncodeV4Prompt(request.messages, request.tools, encode);
+  // The schema goes into the first system message (one is added when the conversation has
+  // none, as the encoder does for tools), as DeepSeek-V4's encoding shows it.
+  Json messages = request.messages;
+  if (!messages.empty() && messages[0].value("role", "") == "system") {
+    messages[0]["response_format"] = format;
+  } else {
+    messages.insert(messages.begin(), Json{{"role", "system"}, {"content", ""}, {"response_format", format}});
+  }
+  return chat::EncodeV4Prompt(messages, request.tools, encode);
+}
 
 std::optional<ApiError> ParseChatRequest(Json body, const ParseContext& context,
                                          ChatRequest* out) {
@@ -123,16 +194,7 @@ std::optional<ApiError> ParseChatRequest(Json body, const ParseContext& context,
   if (options.max_tokens && *options.max_tokens == 0) {
     return InvalidRequest("'max_tokens' must be at least 1.", "max_tokens");
   }
-  if (auto e = CheckMessages(body)) return e;
-  if (auto e = CheckTools(body, context.config->limits, out)) return e;
-  if (auto e = ReadThinking(body, *context.config, out)) return e;
-  if (auto e = ReadBool(body, "add_generation_prompt", &out->add_generation_prompt)) return e;
-  bool continue_final = false;
-  if (auto e = ReadBool(body, "continue_final_message", &continue_final)) return e;
-  if (continue_final) {
-    return InvalidRequest("'continue_final_message' is not supported by this server.",
-                          "continue_final_message");
-  }
+  if (auto e = ParseChatPrompt(body, context, out)) return e;
 
   if (auto e = ReadBool(body, "logprobs", &out->logprobs)) return e;
   std::optional<int64_t> top_logprobs;
@@ -144,7 +206,6 @@ std::optional<ApiError> ParseChatRequest(Json body, const ParseContext& context,
 
   Status valid = ValidateSamplingParams(options.sampling, context.vocab_size);
   if (!valid.ok()) return InvalidRequest(valid.message());
-  out->messages = std::move(body["messages"]);
   return std::nullopt;
 }
 

@@ -11,7 +11,7 @@ namespace {
 std::optional<ApiError> ReadPrompts(const Json& body, const ParseContext& context,
                                     std::vector<CompletionPrompt>* out) {
   const Json* prompt = FindField(body, "prompt");
-  if (prompt == nullptr) return InvalidRequest("'prompt' is required.", "prompt");
+  if (prompt == nullptr) return InvalidRequest("'prompt' is required.", "prompt", "missing_field");
   const ApiError empty = InvalidRequest("'prompt' must not be empty.", "prompt");
   const ApiError shape = InvalidRequest(
       "'prompt' must be a string, an array of strings, an array of token ids or an array of "

@@ -23,7 +23,7 @@ std::optional<ApiError> CheckPromptIds(const std::vector<int32_t>& ids, int64_t 
   for (int32_t id : ids) {
     if (id < 0 || id >= vocab_size) {
       return InvalidRequest("The prompt contains a token id the model does not accept.",
-                            "prompt");
+                            "prompt", "invalid_token_id");
     }
   }
   return std::nullopt;

@@ -2,6 +2,7 @@
 
 #include <array>
 #include <chrono>
+#include <memory>
 #include <string>
 #include <utility>
 
@@ -54,9 +55,16 @@ struct Watch {
   std::array<char, 4096> bytes{};
 };
 
+// The body deadline's state, shared with the timer's handler (which may run after the read).
+struct BodyRead {
+  bool is_reading = true;
+  bool is_late = false;
+};
+
 struct Exchange {
   int http_version = 11;
   bool keep_alive = true;
+  bool is_head = false;  // HEAD: the headers GET would get, no body
   std::string request_id;
 };
 
@@ -90,7 +98,7 @@ std::string SerializeHead(const HttpResponse& r, bool is_stream, bool close,
     out += "\r\nconnection: keep-alive";
   }
   out += "\r\n\r\n";
-  if (!is_stream) out += r.body;
+  if (!is_stream && !x.is_head) out += r.body;
   return out;
 }
 
@@ -107,9 +115,17 @@ void AppendChunk(std::string_view data, bool chunked, std::string* out) {
   out->append("\r\n");
 }
 
-HttpResponse ParseErrorResponse(const beast::error_code& ec) {
+HttpResponse ParseErrorResponse(const beast::error_code& ec, FramingError framing) {
   ApiError e;
-  if (ec == http::error::body_limit) {
+  if (framing == FramingError::kUnsupportedCoding) {
+    e.status = 501;
+    e.message = "Only the chunked transfer coding is supported.";
+    e.code = "unsupported_transfer_encoding";
+  } else if (ec == http::error::bad_transfer_encoding || ec == http::error::bad_content_length) {
+    e.status = 400;
+    e.message = "The request framing is invalid (Transfer-Encoding and Content-Length).";
+    e.code = "invalid_framing";
+  } else if (ec == http::error::body_limit) {
     e.status = 413;
     e.message = "The request body is too large.";
     e.code = "request_too_large";
@@ -190,9 +206,22 @@ asio::awaitable<void> ServeConnection(tcp::socket socket, ConnectionEnv env) {
                                    asio::redirect_error(asio::use_awaitable, ec));
       }
       if (!ec) {
-        stream.expires_after(timeouts.body);
+        // A timer of our own, not the stream's expiry: that would close the socket, and a
+        // body that comes too slowly is owed a 408.
+        stream.expires_never();
+        auto body_read = std::make_shared<BodyRead>();
+        asio::steady_timer deadline(stream.get_executor(), timeouts.body);
+        deadline.async_wait([body_read, &stream](const beast::error_code& e) {
+          if (e || !body_read->is_reading) return;
+          body_read->is_late = true;
+          beast::error_code ignored;
+          stream.socket().cancel(ignored);
+        });
         co_await http::async_read(stream, buffer, parser,
                                   asio::redirect_error(asio::use_awaitable, ec));
+        body_read->is_reading = false;
+        deadline.cancel();
+        if (body_read->is_late) ec = beast::error::timeout;
       }
     }
     stream.expires_never();
@@ -204,7 +233,8 @@ asio::awaitable<void> ServeConnection(tcp::socket socket, ConnectionEnv env) {
       // A slow or silent header (slowloris) gets no answer; the connection just closes.
       if (ec == beast::error::timeout && !parser.is_header_done()) co_return;
       if (ec == http::error::end_of_stream || ec == asio::error::eof) co_return;
-      const std::string bytes = SerializeHead(ParseErrorResponse(ec), false, true, x);
+      const std::string bytes =
+          SerializeHead(ParseErrorResponse(ec, parser.framing_error()), false, true, x);
       stream.expires_after(timeouts.write);
       co_await asio::async_write(stream, asio::buffer(bytes),
                                  asio::redirect_error(asio::use_awaitable, ec));
@@ -212,6 +242,8 @@ asio::awaitable<void> ServeConnection(tcp::socket socket, ConnectionEnv env) {
       co_return;
     }
     x.keep_alive = parser.keep_alive();
+    x.is_head = request.method == "HEAD";
+    if (x.is_head) request.method = "GET";  // routed as GET; only the body is left out
     request.keep_alive = x.keep_alive;
     request.request_id = x.request_id;
     request.arrival = std::chrono::steady_clock::now();
@@ -262,7 +294,7 @@ asio::awaitable<void> ServeConnection(tcp::socket socket, ConnectionEnv env) {
                       (is_stream && x.http_version == 10);
         bytes = SerializeHead(out.head, is_stream, close_after, x);
       }
-      if (is_stream) {
+      if (is_stream && !x.is_head) {
         AppendChunk(out.data, x.http_version != 10, &bytes);
         if (out.is_end && x.http_version != 10) bytes += "0\r\n\r\n";
       }

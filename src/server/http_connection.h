@@ -4,8 +4,11 @@
 //
 // While a response is pending, a read on the socket watches for the client going away: a
 // disconnect (or a failed write) marks the channel's client gone, which aborts the engine
-// requests. Slowloris clients are closed at the header timeout without a response; oversized
-// bodies and headers get 413 / 431 before the rest is read.
+// requests. Slowloris clients are closed at the header timeout without a response; a body
+// that does not arrive within the body timeout gets 408; oversized bodies and headers get
+// 413 / 431 before the rest is read; ambiguous framing (see http_request_parser.h) gets 400 or
+// 501. Every such error closes the connection, so nothing after it is read as a request.
+// HEAD is routed as GET and answered with GET's headers (its Content-Length) and no body.
 #pragma once
 
 #include <atomic>

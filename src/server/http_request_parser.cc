@@ -1,12 +1,41 @@
 #include "server/http_request_parser.h"
 
 #include <algorithm>
+#include <string_view>
+#include <vector>
 
 #include <boost/beast/http/error.hpp>
 
 namespace peregrine::server {
 
 namespace http = boost::beast::http;
+
+namespace {
+
+std::string Lowered(std::string_view text) {
+  std::string out(text);
+  std::transform(out.begin(), out.end(), out.begin(),
+                 [](char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c + 32) : c; });
+  return out;
+}
+
+// The codings of a Transfer-Encoding list, lower-cased and trimmed; empty members dropped.
+std::vector<std::string> Codings(std::string_view list) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= list.size()) {
+    size_t end = list.find(',', start);
+    if (end == std::string_view::npos) end = list.size();
+    std::string_view item = list.substr(start, end - start);
+    while (!item.empty() && (item.front() == ' ' || item.front() == '\t')) item.remove_prefix(1);
+    while (!item.empty() && (item.back() == ' ' || item.back() == '\t')) item.remove_suffix(1);
+    if (!item.empty()) out.push_back(Lowered(item));
+    start = end + 1;
+  }
+  return out;
+}
+
+}  // namespace
 
 RequestParser::RequestParser(const ServerLimits& limits) : max_fields_(limits.max_header_fields) {
   header_limit(limits.max_header_bytes);
@@ -32,19 +61,32 @@ void RequestParser::on_field_impl(http::field, string_view name, string_view val
     ec = http::error::header_limit;
     return;
   }
-  std::string lower(name.data(), name.size());
-  std::transform(lower.begin(), lower.end(), lower.begin(),
-                 [](char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c + 32) : c; });
+  std::string lower = Lowered(std::string_view(name.data(), name.size()));
+  const std::string_view v(value.data(), value.size());
   if (lower == "expect") {
-    std::string v(value.data(), value.size());
-    std::transform(v.begin(), v.end(), v.begin(),
-                   [](char c) { return (c >= 'A' && c <= 'Z') ? static_cast<char>(c + 32) : c; });
-    expects_continue_ = v == "100-continue";
+    expects_continue_ = Lowered(v) == "100-continue";
+  } else if (lower == "content-length") {
+    has_content_length_ = true;
+  } else if (lower == "transfer-encoding") {
+    if (has_transfer_encoding_) transfer_encoding_ += ',';
+    has_transfer_encoding_ = true;
+    transfer_encoding_.append(v);
   }
   request_.headers.emplace_back(std::move(lower), std::string(value.data(), value.size()));
 }
 
-void RequestParser::on_header_impl(error_code&) {}
+void RequestParser::on_header_impl(error_code& ec) {
+  if (!has_transfer_encoding_) return;
+  const std::vector<std::string> codings = Codings(transfer_encoding_);
+  const auto num_chunked = std::count(codings.begin(), codings.end(), "chunked");
+  if (has_content_length_ || version_ < 11 || codings.empty() || codings.back() != "chunked" ||
+      num_chunked != 1) {
+    framing_error_ = FramingError::kInvalid;
+  } else if (codings.size() > 1) {
+    framing_error_ = FramingError::kUnsupportedCoding;
+  }
+  if (framing_error_ != FramingError::kNone) ec = http::error::bad_transfer_encoding;
+}
 
 void RequestParser::on_body_init_impl(const boost::optional<std::uint64_t>& content_length,
                                       error_code&) {

@@ -2,6 +2,11 @@
 // server's limits: header bytes (Beast's header_limit), header field count, and body bytes
 // (Beast's body_limit, checked against Content-Length before any body byte is read, and
 // while reading a chunked body).
+//
+// Framing is strict (RFC 9112 section 6), since a lenient reading lets a request hide in a
+// body (smuggling): Transfer-Encoding must be exactly `chunked` (once, on HTTP/1.1) and never
+// comes with Content-Length. Anything else fails the header with bad_transfer_encoding, and
+// framing_error() says which answer it gets; the connection then closes without reading on.
 #pragma once
 
 #include <cstdint>
@@ -14,6 +19,12 @@
 
 namespace peregrine::server {
 
+enum class FramingError {
+  kNone,
+  kUnsupportedCoding,  // a coding besides chunked ("gzip, chunked"): 501
+  kInvalid,            // chunked not last or repeated, with Content-Length, on HTTP/1.0: 400
+};
+
 class RequestParser final : public boost::beast::http::basic_parser<true> {
  public:
   explicit RequestParser(const ServerLimits& limits);
@@ -23,6 +34,7 @@ class RequestParser final : public boost::beast::http::basic_parser<true> {
   bool has_too_many_fields() const { return has_too_many_fields_; }
   bool expects_continue() const { return expects_continue_; }
   int http_version() const { return version_; }
+  FramingError framing_error() const { return framing_error_; }
 
  private:
   using error_code = boost::beast::error_code;
@@ -45,6 +57,10 @@ class RequestParser final : public boost::beast::http::basic_parser<true> {
   uint32_t num_fields_ = 0;
   bool has_too_many_fields_ = false;
   bool expects_continue_ = false;
+  bool has_content_length_ = false;
+  bool has_transfer_encoding_ = false;
+  std::string transfer_encoding_;  // every Transfer-Encoding field, comma-joined
+  FramingError framing_error_ = FramingError::kNone;
   int version_ = 11;
   HttpRequest request_;
 };

@@ -5,6 +5,7 @@
 #include <string_view>
 #include <utility>
 
+#include "server/json_parse.h"
 #include "tokenizer/utf8.h"
 
 namespace peregrine::server {
@@ -14,7 +15,7 @@ constexpr int64_t kInt64Max = std::numeric_limits<int64_t>::max();
 constexpr int64_t kInt64Min = std::numeric_limits<int64_t>::min();
 
 ApiError TypeError(const char* key, const char* what) {
-  return InvalidRequest(std::string("'") + key + "' must be " + what + ".", key);
+  return InvalidRequest(std::string("'") + key + "' must be " + what + ".", key, "invalid_type");
 }
 
 ApiError RangeError(const char* key) {
@@ -22,7 +23,8 @@ ApiError RangeError(const char* key) {
 }
 
 ApiError Unsupported(const char* key) {
-  return InvalidRequest(std::string("'") + key + "' is not supported by this server.", key);
+  return InvalidRequest(std::string("'") + key + "' is not supported by this server.", key,
+                        "unsupported_parameter");
 }
 
 // Deepest nesting of arrays/objects in `text` (strings skipped); stops counting past `limit`.
@@ -53,7 +55,8 @@ std::optional<ApiError> ReadTokenId(const Json& value, const char* key, int64_t 
   const std::optional<int64_t> id = AsInt64(value);
   if (!id) return TypeError(key, "an array of token ids");
   if (*id < 0 || *id >= vocab_size) {
-    return InvalidRequest(std::string("'") + key + "' contains an invalid token id.", key);
+    return InvalidRequest(std::string("'") + key + "' contains an invalid token id.", key,
+                          "invalid_token_id");
   }
   *out = static_cast<int32_t>(*id);
   return std::nullopt;
@@ -185,16 +188,19 @@ std::optional<ApiError> ReadFloat(const Json& object, const char* key, double mi
 }
 
 std::optional<ApiError> ParseJsonBody(std::string_view body, int max_depth, Json* out) {
-  if (body.empty()) return InvalidRequest("The request body is empty.");
-  if (!tokenizer::IsValidUtf8(body)) return InvalidRequest("The request body is not valid UTF-8.");
-  if (!IsNestingWithin(body, max_depth)) return InvalidRequest("The request body is nested too deeply.");
-  try {
-    *out = Json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
-  } catch (...) {
-    return InvalidRequest("The request body is not valid JSON.");
+  if (body.empty()) return InvalidRequest("The request body is empty.", "", "invalid_json");
+  if (!tokenizer::IsValidUtf8(body)) {
+    return InvalidRequest("The request body is not valid UTF-8.", "", "invalid_encoding");
   }
-  if (out->is_discarded()) return InvalidRequest("The request body is not valid JSON.");
-  if (!out->is_object()) return InvalidRequest("The request body must be a JSON object.");
+  if (!IsNestingWithin(body, max_depth)) {
+    return InvalidRequest("The request body is nested too deeply.", "", "invalid_json");
+  }
+  std::optional<Json> parsed = ParseJsonLinear(body);
+  if (!parsed) return InvalidRequest("The request body is not valid JSON.", "", "invalid_json");
+  *out = std::move(*parsed);
+  if (!out->is_object()) {
+    return InvalidRequest("The request body must be a JSON object.", "", "invalid_json");
+  }
   return std::nullopt;
 }
 

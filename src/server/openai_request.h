@@ -47,6 +47,10 @@ struct ChatRequest {
   ToolChoice tool_choice;             // kRequired/kNamed: options.structured forces the call
   bool thinking = false;
   bool add_generation_prompt = true;
+  bool continue_final_message = false;  // the last (assistant) message is left open
+  // The output starts inside the reasoning: thinking, unless a continued final message has
+  // content (or tool calls) after its reasoning.
+  bool starts_in_reasoning = false;
   chat::V4ReasoningEffort reasoning_effort = chat::V4ReasoningEffort::kNone;
   bool logprobs = false;              // options.sampling.logprobs holds top_logprobs
 };
@@ -69,6 +73,15 @@ std::optional<ApiError> ParseChatRequest(Json body, const ParseContext& context,
                                          ChatRequest* out);
 std::optional<ApiError> ParseCompletionRequest(Json body, const ParseContext& context,
                                                CompletionRequest* out);
+
+// The fields that shape a chat prompt (messages, tools, tool_choice, thinking, chat_template_kwargs,
+// reasoning_effort, add_generation_prompt, continue_final_message) into `out`, leaving
+// `out->options` alone; messages and tools are moved out of `body`. /v1/chat/completions and
+// /tokenize share it.
+std::optional<ApiError> ParseChatPrompt(Json& body, const ParseContext& context, ChatRequest* out);
+// The V4 prompt text of a parsed chat request (special tokens as text, BOS first); a 400
+// naming "messages" when the encoder refuses them.
+Result<std::string> RenderChatPrompt(const ChatRequest& request);
 
 // Parses a request body: valid UTF-8, bounded nesting, a JSON object. Never throws.
 std::optional<ApiError> ParseJsonBody(std::string_view body, int max_depth, Json* out);

@@ -3,8 +3,10 @@
 #include <chrono>
 #include <utility>
 
+#include "base/version.h"
 #include "server/api_error.h"
 #include "server/generation_route.h"
+#include "server/tokenize_handler.h"
 
 namespace peregrine::server {
 namespace {
@@ -26,6 +28,32 @@ HttpResponse MethodNotAllowed(const char* allow) {
   HttpResponse r = ErrorResponse(e);
   r.headers.emplace_back("allow", allow);
   return r;
+}
+
+constexpr std::string_view kModelsPrefix = "/v1/models/";
+
+int HexValue(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+// %XX escapes decoded; a malformed escape is kept as it is.
+std::string PercentDecoded(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size(); ++i) {
+    const int hi = text[i] == '%' && i + 2 < text.size() ? HexValue(text[i + 1]) : -1;
+    const int lo = hi >= 0 ? HexValue(text[i + 2]) : -1;
+    if (lo < 0) {
+      out += text[i];
+      continue;
+    }
+    out += static_cast<char>(hi * 16 + lo);
+    i += 2;
+  }
+  return out;
 }
 
 HttpResponse JsonResponse(int status, const Json& body) {
@@ -68,14 +96,25 @@ bool Router::IsAuthorized(const HttpRequest& request) const {
   return key.empty() || IsValidBearer(request.Header("authorization"), key);
 }
 
-HttpResponse Router::Models() const {
+Json Router::ModelObject() const {
   const int64_t created = std::chrono::duration_cast<std::chrono::seconds>(
                               std::chrono::system_clock::now().time_since_epoch()).count();
   const std::string& name = context_->config.model_name;
-  Json model = {{"id", name},          {"object", "model"},   {"created", created},
-                {"owned_by", "peregrine"}, {"root", name},    {"parent", nullptr},
-                {"max_model_len", context_->engine.max_context()}};
-  return JsonResponse(200, Json{{"object", "list"}, {"data", Json::array({std::move(model)})}});
+  return {{"id", name},          {"object", "model"},   {"created", created},
+          {"owned_by", "peregrine"}, {"root", name},    {"parent", nullptr},
+          {"max_model_len", context_->engine.max_context()}};
+}
+
+HttpResponse Router::Models() const {
+  return JsonResponse(200, Json{{"object", "list"}, {"data", Json::array({ModelObject()})}});
+}
+
+HttpResponse Router::Model(std::string_view id) const {
+  // An id with a slash ("org/name") may come percent-encoded ("org%2Fname").
+  if (id != context_->config.model_name && PercentDecoded(id) != context_->config.model_name) {
+    return ErrorResponse(NotFound("The model does not exist.", "model_not_found"));
+  }
+  return JsonResponse(200, ModelObject());
 }
 
 HttpResponse Router::Ready() const {
@@ -97,13 +136,13 @@ void Router::Handle(HttpRequest request, std::shared_ptr<ResponseChannel> channe
     const bool is_get = request.method == "GET";
     const bool is_post = request.method == "POST";
     if (path == "/health") {
-      if (!is_get) return channel->Respond(MethodNotAllowed("GET"));
+      if (!is_get) return channel->Respond(MethodNotAllowed("GET, HEAD"));
       HttpResponse r;
       r.content_type = "text/plain";
       return channel->Respond(std::move(r));
     }
     if (path == "/ready") {
-      if (!is_get) return channel->Respond(MethodNotAllowed("GET"));
+      if (!is_get) return channel->Respond(MethodNotAllowed("GET, HEAD"));
       return channel->Respond(Ready());
     }
     if (!IsAuthorized(request)) return channel->Respond(ErrorResponse(Unauthorized()));
@@ -115,11 +154,24 @@ void Router::Handle(HttpRequest request, std::shared_ptr<ResponseChannel> channe
       return HandleChatCompletions(context_, std::move(request), std::move(channel));
     }
     if (path == "/v1/models") {
-      if (!is_get) return channel->Respond(MethodNotAllowed("GET"));
+      if (!is_get) return channel->Respond(MethodNotAllowed("GET, HEAD"));
       return channel->Respond(Models());
     }
+    if (path.starts_with(kModelsPrefix) && path.size() > kModelsPrefix.size()) {
+      if (!is_get) return channel->Respond(MethodNotAllowed("GET, HEAD"));
+      return channel->Respond(Model(std::string_view(path).substr(kModelsPrefix.size())));
+    }
+    if (path == "/tokenize" || path == "/detokenize") {
+      if (!is_post) return channel->Respond(MethodNotAllowed("POST"));
+      if (path == "/tokenize") return HandleTokenize(context_, std::move(request), std::move(channel));
+      return HandleDetokenize(context_, std::move(request), std::move(channel));
+    }
+    if (path == "/version") {
+      if (!is_get) return channel->Respond(MethodNotAllowed("GET, HEAD"));
+      return channel->Respond(JsonResponse(200, Json{{"version", kVersion}}));
+    }
     if (path == "/metrics") {
-      if (!is_get) return channel->Respond(MethodNotAllowed("GET"));
+      if (!is_get) return channel->Respond(MethodNotAllowed("GET, HEAD"));
       return channel->Respond(Metrics());
     }
     channel->Respond(ErrorResponse(NotFound("Not found.", "not_found")));

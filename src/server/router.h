@@ -11,6 +11,7 @@
 #include <string_view>
 
 #include "server/http_message.h"
+#include "server/json_text.h"
 #include "server/response_channel.h"
 #include "server/serving_context.h"
 
@@ -29,7 +30,10 @@ class Router {
 
  private:
   bool IsAuthorized(const HttpRequest& request) const;
+  Json ModelObject() const;  // the one served model, as /v1/models lists it
   HttpResponse Models() const;
+  // /v1/models/{id}: the model object, or 404 model_not_found.
+  HttpResponse Model(std::string_view id) const;
   HttpResponse Ready() const;
   HttpResponse Metrics() const;
 

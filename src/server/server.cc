@@ -177,13 +177,19 @@ void Server::Drain(std::optional<std::chrono::milliseconds> timeout) {
   m.context->set_draining();
   const auto deadline = Clock::now() + timeout.value_or(m.config.timeouts.drain);
   const auto idle = [&m] { return m.num_active_exchanges.load() == 0; };
-  if (!WaitUntil(deadline, idle)) {
+  const auto idle_or_ended = [&] { return idle() || is_drain_ended_.load(); };
+  if (!WaitUntil(deadline, idle_or_ended) || !idle()) {
     for (const JobRegistry::Entry& entry : m.context->registry.Entries()) {
       entry.abort_for_shutdown();
     }
     WaitUntil(Clock::now() + m.config.timeouts.drain_grace, idle);
   }
   Stop();
+}
+
+void Server::EndDrain() {
+  impl_->context->set_draining();
+  is_drain_ended_.store(true);
 }
 
 void Server::Stop() {

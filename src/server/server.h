@@ -14,6 +14,7 @@
 // least Stop()). After Stop() no server thread touches them; late engine events are dropped.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -46,6 +47,11 @@ class Server {
   // running are then aborted with an error event (streams) or 503, given
   // config.timeouts.drain_grace to flush, and the server stops. Blocks until stopped.
   void Drain(std::optional<std::chrono::milliseconds> timeout = std::nullopt);
+  // Cuts a running (or the next) Drain's waiting short, as if its timeout had passed: the
+  // requests still running get their final error event (streams: an error event and
+  // `data: [DONE]`) or a 503 now, and the server stops once those are written (at most
+  // drain_grace later). Thread-safe; returns at once. For a second SIGTERM.
+  void EndDrain();
   // Stops at once: aborts every live engine request, closes every connection, joins the
   // threads. Idempotent.
   void Stop();
@@ -66,6 +72,7 @@ class Server {
   std::mutex stop_mutex_;
   bool is_started_ = false;
   bool is_stopped_ = false;
+  std::atomic<bool> is_drain_ended_{false};
 };
 
 }  // namespace peregrine::server

@@ -113,5 +113,41 @@ TEST(V4EncoderTest, EmptyToolsListAddsNoBlock) {
   EXPECT_EQ(*result, "<｜begin▁of▁sentence｜><｜User｜>hi<｜Assistant｜></think>");
 }
 
+// continue_final_message: the last assistant turn is the rendering of the whole conversation
+// minus its end-of-sentence; with only reasoning in thinking mode, minus the </think> too.
+TEST(V4EncoderTest, ContinueFinalMessageLeavesTheTurnOpen) {
+  const Json messages = Json::parse(
+      R"([{"role":"user","content":"Write a haiku."},{"role":"assistant","content":"Autumn moon"}])");
+  for (bool thinking : {false, true}) {
+    V4EncodeOptions closed;
+    closed.thinking = thinking;
+    Result<std::string> whole = EncodeV4Prompt(messages, Json(), closed);
+    ASSERT_TRUE(whole.ok());
+    V4EncodeOptions open = closed;
+    open.add_generation_prompt = false;
+    open.continue_final_message = true;
+    Result<std::string> continued = EncodeV4Prompt(messages, Json(), open);
+    ASSERT_TRUE(continued.ok()) << continued.status().ToString();
+    const std::string eos = "<｜end▁of▁sentence｜>";
+    ASSERT_TRUE(whole->ends_with(eos));
+    EXPECT_EQ(*continued, whole->substr(0, whole->size() - eos.size())) << thinking;
+    EXPECT_TRUE(continued->ends_with("Autumn moon"));
+  }
+  const Json reasoning_only = Json::parse(
+      R"([{"role":"user","content":"hi"},{"role":"assistant","content":"","reasoning_content":"Let me"}])");
+  V4EncodeOptions open;
+  open.thinking = true;
+  open.add_generation_prompt = false;
+  open.continue_final_message = true;
+  Result<std::string> thinking = EncodeV4Prompt(reasoning_only, Json(), open);
+  ASSERT_TRUE(thinking.ok());
+  EXPECT_TRUE(thinking->ends_with("<｜Assistant｜><think>Let me")) << *thinking;
+
+  // Refused: a user message last, or a generation prompt asked for too.
+  EXPECT_FALSE(EncodeV4Prompt(Json::parse(R"([{"role":"user","content":"hi"}])"), Json(), open).ok());
+  open.add_generation_prompt = true;
+  EXPECT_FALSE(EncodeV4Prompt(messages, Json(), open).ok());
+}
+
 }  // namespace
 }  // namespace peregrine::chat

@@ -307,6 +307,71 @@ TEST_F(ServerTest, ThinkingSplitsReasoningContent) {
   EXPECT_EQ(chat_prompt.substr(chat_prompt.size() - std::string("</think>").size()), "</think>");
 }
 
+// The DeepSeek API's switch maps onto thinking mode; bad shapes are 400 naming "thinking".
+TEST_F(ServerTest, DeepSeekThinkingObject) {
+  ScriptText("Let me see.</think>4");
+  Json body = Body(Chat({{"messages", UserMessages("2+2?")}, {"thinking", {{"type", "enabled"}}}}));
+  EXPECT_EQ(body["choices"][0]["message"]["reasoning_content"], "Let me see.");
+  EXPECT_EQ(body["choices"][0]["message"]["content"], "4");
+  EXPECT_TRUE(tok().Decode(engine_->submitted().back().prompt_ids).ends_with("<think>"));
+  body = Body(Chat({{"messages", UserMessages("2+2?")}, {"thinking", {{"type", "disabled"}}},
+                    {"reasoning_effort", "max"}}));
+  EXPECT_TRUE(body["choices"][0]["message"]["reasoning_content"].is_null());
+  EXPECT_TRUE(tok().Decode(engine_->submitted().back().prompt_ids).ends_with("</think>"));
+  for (const Json& bad : {Json(true), Json("enabled"), Json::object(), Json({{"type", "on"}}),
+                          Json({{"type", 1}})}) {
+    ClientResponse r = Chat({{"messages", UserMessages("q")}, {"thinking", bad}});
+    ExpectInvalid(r, bad.dump());
+    EXPECT_EQ(Body(r)["error"]["param"], "thinking") << bad.dump();
+  }
+  ClientResponse clash = Chat({{"messages", UserMessages("q")}, {"thinking", {{"type", "enabled"}}},
+                               {"chat_template_kwargs", {{"thinking", false}}}});
+  ExpectInvalid(clash, "disagreeing switches");
+}
+
+// continue_final_message: the assistant's last message is left open and the output goes on
+// from it (content stays content in thinking mode once the reasoning was closed).
+TEST_F(ServerTest, ContinueFinalMessage) {
+  ScriptText(" in the sky");
+  const Json messages = Json::array({{{"role", "user"}, {"content", "A haiku?"}},
+                                     {{"role", "assistant"}, {"content", "Autumn moon"}}});
+  for (bool thinking : {false, true}) {
+    Json body = Body(Chat({{"messages", messages}, {"continue_final_message", true},
+                           {"chat_template_kwargs", {{"thinking", thinking}}}}));
+    EXPECT_EQ(body["choices"][0]["message"]["content"], " in the sky") << thinking;
+    EXPECT_TRUE(body["choices"][0]["message"]["reasoning_content"].is_null()) << thinking;
+    EXPECT_TRUE(tok().Decode(engine_->submitted().back().prompt_ids).ends_with("Autumn moon"));
+  }
+  ScriptText(" more.</think>Done");
+  const Json thinking_turn = Json::array(
+      {{{"role", "user"}, {"content", "q"}},
+       {{"role", "assistant"}, {"content", ""}, {"reasoning_content", "Let me think"}}});
+  Json body = Body(Chat({{"messages", thinking_turn}, {"continue_final_message", true},
+                         {"add_generation_prompt", false}, {"thinking", {{"type", "enabled"}}}}));
+  EXPECT_EQ(body["choices"][0]["message"]["reasoning_content"], " more.");
+  EXPECT_EQ(body["choices"][0]["message"]["content"], "Done");
+  EXPECT_TRUE(tok().Decode(engine_->submitted().back().prompt_ids).ends_with("<think>Let me think"));
+
+  const int before = engine_->num_submitted();
+  ClientResponse both = Chat({{"messages", messages}, {"continue_final_message", true},
+                              {"add_generation_prompt", true}});
+  ExpectInvalid(both, "both");
+  EXPECT_EQ(Body(both)["error"]["param"], "continue_final_message");
+  ClientResponse user_last = Chat({{"messages", UserMessages("hi")}, {"continue_final_message", true}});
+  ExpectInvalid(user_last, "user last");
+  EXPECT_EQ(Body(user_last)["error"]["param"], "continue_final_message");
+  ExpectInvalid(Chat({{"messages", messages}, {"continue_final_message", "yes"}}), "type");
+  EXPECT_EQ(engine_->num_submitted(), before);
+}
+
+TEST_F(ServerTest, AddGenerationPromptFalseEndsAtTheUserTurn) {
+  ScriptText("ok");
+  ASSERT_EQ(Chat({{"messages", UserMessages("hi")}, {"add_generation_prompt", false}}).status, 200);
+  EXPECT_TRUE(tok().Decode(engine_->submitted().back().prompt_ids).ends_with("hi"));
+  ASSERT_EQ(Chat({{"messages", UserMessages("hi")}}).status, 200);
+  EXPECT_TRUE(tok().Decode(engine_->submitted().back().prompt_ids).ends_with("<｜Assistant｜></think>"));
+}
+
 TEST_F(ServerTest, ReasoningEffortMaxImpliesThinking) {
   ScriptText("hmm</think>ok");
   Json body = Body(Chat({{"messages", UserMessages("q")}, {"reasoning_effort", "max"}}));

@@ -225,6 +225,36 @@ TEST_F(LifecycleTest, Row31DrainFinishesThenAbortsStreams) {
   EXPECT_EQ(Fetch(port_, "GET", "/health").status, 0);  // stopped
 }
 
+// A second SIGTERM (EndDrain) during a long drain: open streams get their final error event
+// and [DONE] at once rather than being cut, whole responses a 503, and the server stops.
+TEST_F(LifecycleTest, EndDrainGivesStreamsAFinalEvent) {
+  ScriptSlow(100000, milliseconds(5));
+  std::vector<std::unique_ptr<RawConnection>> streams;
+  for (int i = 0; i < 4; ++i) {
+    streams.push_back(std::make_unique<RawConnection>(port_));
+    streams.back()->Write(RawPost("/v1/chat/completions", kStreamChat));
+  }
+  RawConnection whole(port_);
+  whole.Write(RawPost("/v1/chat/completions", kChat));
+  ASSERT_TRUE(engine_->WaitFor([&] { return engine_->num_live() == 5; }, milliseconds(3000)));
+  const auto t0 = std::chrono::steady_clock::now();
+  std::thread drain([&] { server_->Drain(milliseconds(60000)); });
+  std::this_thread::sleep_for(milliseconds(100));
+  server_->EndDrain();
+  for (auto& c : streams) {
+    const std::string body = c->ReadUntil("data: [DONE]", milliseconds(3000));
+    EXPECT_NE(body.find("server_shutting_down"), std::string::npos);
+    EXPECT_NE(body.find("data: [DONE]"), std::string::npos);
+    EXPECT_NE(body.find("0\r\n\r\n"), std::string::npos);  // the chunked body is complete
+  }
+  const std::string reply = whole.ReadUntil("}}", milliseconds(3000));
+  EXPECT_EQ(reply.rfind("HTTP/1.1 503", 0), 0u) << reply;
+  drain.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+  EXPECT_TRUE(engine_->WaitFor([&] { return engine_->num_live() == 0; }, milliseconds(2000)));
+  EXPECT_EQ(Fetch(port_, "GET", "/health").status, 0);  // stopped
+}
+
 TEST_F(LifecycleTest, StopWithLiveRequestsAbortsThem) {
   ScriptSlow(100000, milliseconds(5));
   std::vector<std::unique_ptr<RawConnection>> streams;

@@ -66,6 +66,29 @@ TEST_F(RobustnessTest, Row1MalformedJsonAndWrongTypes) {
   ExpectAlive();
 }
 
+// Every 4xx names its kind in a string "code" (never null), stable across messages.
+TEST_F(RobustnessTest, ErrorCodesAreStableStrings) {
+  const std::pair<std::string, std::string> cases[] = {
+      {"{}", "missing_field"},
+      {"{", "invalid_json"},
+      {"[1]", "invalid_json"},
+      {"{\"messages\":\"\xff\"}", "invalid_encoding"},
+      {ChatWith(R"("max_tokens":"abc")"), "invalid_type"},
+      {ChatWith(R"("temperature":9)"), "invalid_value"},
+      {ChatWith(R"("min_tokens":5)"), "unsupported_parameter"},
+      {ChatWith(R"("stop_token_ids":[-1])"), "invalid_token_id"},
+      {ChatWith(R"("max_tokens":100000)"), "context_length_exceeded"},
+      {ChatWith(R"("model":"gpt-9")"), "model_not_found"},
+  };
+  for (const auto& [body, code] : cases) {
+    EXPECT_EQ(Body(PostJson(port_, "/v1/chat/completions", body))["error"]["code"], code) << body;
+  }
+  EXPECT_EQ(Body(PostJson(port_, "/v1/completions", R"({"prompt":[-1]})"))["error"]["code"],
+            "invalid_token_id");
+  EXPECT_EQ(Body(Fetch(port_, "GET", "/v1/nothing"))["error"]["code"], "not_found");
+  EXPECT_EQ(Body(Fetch(port_, "GET", "/v1/completions"))["error"]["code"], "method_not_allowed");
+}
+
 TEST_F(RobustnessTest, UnknownModelIs404) {
   ClientResponse r = PostJson(port_, "/v1/chat/completions", ChatWith(R"("model":"gpt-9")"));
   EXPECT_EQ(r.status, 404);
@@ -144,6 +167,61 @@ TEST_F(RobustnessTest, Row3HugeHeadersGet431) {
     EXPECT_EQ(c.ReadUntil("\r\n\r\n", milliseconds(3000)).rfind("HTTP/1.1 400", 0), 0u);
   }
   ExpectAlive();
+}
+
+// Framing that two parsers could read differently is refused and the connection closed, so
+// a request hidden in the body is never answered (request smuggling).
+TEST_F(RobustnessTest, AmbiguousFramingIsRefusedAndClosed) {
+  const std::string hidden = "GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n";
+  const std::string chunked_then_hidden = "0\r\n\r\n" + hidden;
+  struct Case {
+    std::string fields;
+    std::string body;
+    const char* status;
+  };
+  const Case cases[] = {
+      {"Transfer-Encoding: gzip, chunked\r\n", chunked_then_hidden, "501"},
+      {"Transfer-Encoding: identity\r\n", hidden, "400"},
+      {"Transfer-Encoding: chunked, chunked\r\n", chunked_then_hidden, "400"},
+      {"Transfer-Encoding: identity\r\nContent-Length: " + std::to_string(hidden.size()) + "\r\n",
+       hidden, "400"},
+      {"Content-Length: 5\r\nTransfer-Encoding: chunked\r\n", chunked_then_hidden, "400"},
+      {"Transfer-Encoding: chunked\r\nContent-Length: 5\r\n", chunked_then_hidden, "400"},
+  };
+  for (const Case& c : cases) {
+    RawConnection conn(port_);
+    conn.Write("POST /v1/completions HTTP/1.1\r\nHost: x\r\n" + c.fields + "\r\n" + c.body);
+    const std::string reply = conn.Read(milliseconds(1500));
+    EXPECT_EQ(reply.rfind(std::string("HTTP/1.1 ") + c.status, 0), 0u) << c.fields << reply;
+    EXPECT_NE(reply.find("connection: close"), std::string::npos) << c.fields;
+    EXPECT_NE(reply.find("\"code\":\""), std::string::npos) << c.fields;
+    EXPECT_EQ(reply.find("\"object\":\"list\""), std::string::npos) << c.fields;
+    EXPECT_EQ(reply.find("HTTP/1.1", 1), std::string::npos) << "a second response: " << reply;
+    EXPECT_TRUE(conn.WaitClosed(milliseconds(3000))) << c.fields;
+  }
+  ExpectAlive();
+}
+
+// A body that arrives too slowly gets 408 (not a silent close), and others are still served.
+TEST_F(RobustnessTest, TrickledBodyGets408) {
+  ServerConfig config = TestConfig();
+  config.timeouts.body = milliseconds(400);
+  Restart(config);
+  RawConnection c(port_);
+  c.Write("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"mess");
+  std::string reply;
+  for (int i = 0; i < 10 && reply.empty(); ++i) {
+    c.Write("a");
+    reply = c.Read(milliseconds(100));
+  }
+  if (reply.empty()) reply = c.ReadUntil("}}", milliseconds(2000));
+  EXPECT_EQ(reply.rfind("HTTP/1.1 408", 0), 0u) << reply;
+  EXPECT_NE(reply.find("\"code\":\"request_timeout\""), std::string::npos) << reply;
+  EXPECT_NE(reply.find("connection: close"), std::string::npos);
+  EXPECT_TRUE(c.WaitClosed(milliseconds(3000)));
+  ExpectAlive();
+  ScriptText("ok");
+  EXPECT_EQ(PostJson(port_, "/v1/chat/completions", ChatWith("")).status, 200);
 }
 
 // Row 4: one header byte at a time is closed at the header timeout (1 s in tests) while other
@@ -327,6 +405,27 @@ TEST_F(RobustnessTest, Row15StopAbuse) {
   ExpectChatRejected(R"("tools":[{"type":"function","function":{}}])");
   ExpectChatRejected(R"("tools":[{"type":"function","function":{"name":"f","parameters":"x"}}])");
   ExpectAlive();
+}
+
+// One object of 150,000 keys parses in linear time on a worker; other connections are served
+// meanwhile (the I/O threads never parse).
+TEST_F(RobustnessTest, ManyKeysInOneObjectParseQuickly) {
+  ScriptText("ok");
+  std::string body = R"({"messages":)" + kMessages;
+  for (int i = 0; i < 150000; ++i) body += ",\"x" + std::to_string(i) + "\":" + std::to_string(i);
+  body += "}";
+  const auto t0 = std::chrono::steady_clock::now();
+  std::thread big([&] { EXPECT_EQ(PostJson(port_, "/v1/chat/completions", body).status, 200); });
+  double worst_health = 0;
+  for (int i = 0; i < 10; ++i) {
+    const auto h0 = std::chrono::steady_clock::now();
+    ExpectAlive();
+    worst_health = std::max(
+        worst_health, std::chrono::duration<double>(std::chrono::steady_clock::now() - h0).count());
+  }
+  big.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(3));
+  EXPECT_LT(worst_health, 0.5);
 }
 
 TEST_F(RobustnessTest, ServerSurvivesARandomBarrage) {

@@ -2,6 +2,7 @@
 #include <map>
 #include <sstream>
 
+#include "base/version.h"
 #include "server_fixture.h"
 
 namespace peregrine::server::testing {
@@ -23,6 +24,34 @@ TEST_F(ServerTest, HealthReadyModels) {
   ASSERT_EQ(body["data"].size(), 1u);
   EXPECT_EQ(body["data"][0]["id"], kModel);
   EXPECT_EQ(body["data"][0]["max_model_len"], kMaxContext);
+}
+
+TEST_F(ServerTest, VersionAndOneModel) {
+  ClientResponse version = Fetch(port_, "GET", "/version");
+  ASSERT_EQ(version.status, 200);
+  EXPECT_EQ(Body(version)["version"], std::string(kVersion));
+  EXPECT_EQ(Fetch(port_, "POST", "/version", "{}").status, 405);
+
+  ClientResponse model = Fetch(port_, "GET", std::string("/v1/models/") + kModel);
+  ASSERT_EQ(model.status, 200);
+  Json listed = Body(Fetch(port_, "GET", "/v1/models"))["data"][0];
+  Json one = Body(model);
+  listed.erase("created");
+  one.erase("created");
+  EXPECT_EQ(one, listed);
+  ClientResponse unknown = Fetch(port_, "GET", "/v1/models/gpt-9");
+  EXPECT_EQ(unknown.status, 404);
+  EXPECT_EQ(Body(unknown)["error"]["code"], "model_not_found");
+  EXPECT_EQ(Body(unknown)["error"]["type"], "invalid_request_error");
+  EXPECT_EQ(unknown.body.find("gpt-9"), std::string::npos);
+  EXPECT_EQ(Fetch(port_, "DELETE", std::string("/v1/models/") + kModel).status, 405);
+
+  ServerConfig config = TestConfig();
+  config.model_name = "org/name";
+  Restart(config);
+  EXPECT_EQ(Fetch(port_, "GET", "/v1/models/org/name").status, 200);
+  EXPECT_EQ(Body(Fetch(port_, "GET", "/v1/models/org%2Fname"))["id"], "org/name");
+  EXPECT_EQ(Fetch(port_, "GET", "/v1/models/org%2").status, 404);
 }
 
 TEST_F(ServerTest, ReadyFollowsTheEngine) {
@@ -119,6 +148,31 @@ TEST_F(ServerTest, Http10AndExpectContinue) {
     EXPECT_NE(c.ReadUntil("chat.completion", std::chrono::milliseconds(2000)).find("HTTP/1.1 200"),
               std::string::npos);
   }
+}
+
+// HEAD: GET's status and headers (Content-Length of GET's body), no body; the connection
+// stays usable, so the next response starts right after the head.
+TEST_F(ServerTest, HeadGetsHeadersWithoutABody) {
+  for (const char* path : {"/health", "/ready", "/v1/models", "/version", "/v1/nothing"}) {
+    const ClientResponse get = Fetch(port_, "GET", path);
+    RawConnection c(port_);
+    c.Write(std::string("HEAD ") + path + " HTTP/1.1\r\nHost: x\r\n\r\n"
+            "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    const std::string all = c.Read(std::chrono::milliseconds(2000));  // until the close
+    const size_t end = all.find("\r\n\r\n");
+    ASSERT_NE(end, std::string::npos) << path << all;
+    const std::string head = all.substr(0, end);
+    EXPECT_EQ(head.rfind("HTTP/1.1 " + std::to_string(get.status), 0), 0u) << path << head;
+    EXPECT_NE(head.find("content-length: " + std::to_string(get.body.size())), std::string::npos)
+        << path << head;
+    EXPECT_EQ(all.find("HTTP/1.1 200", end), end + 4) << path << all;
+  }
+  RawConnection post_only(port_);
+  post_only.Write("HEAD /v1/chat/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  const std::string refused = post_only.Read(std::chrono::milliseconds(2000));
+  EXPECT_EQ(refused.rfind("HTTP/1.1 405", 0), 0u) << refused;
+  EXPECT_EQ(refused.size(), refused.find("\r\n\r\n") + 4) << refused;
+  EXPECT_EQ(Fetch(port_, "POST", "/health", "{}").Header("allow"), "GET, HEAD");
 }
 
 TEST_F(ServerTest, SkipSpecialTokens) {
