@@ -93,6 +93,8 @@ class Engine final : public EngineClient {
   void CollectOldest();
   // Drops the sequence's pending row in the newest launched step and recomputes it.
   void Restart(Sequence* seq);
+  // Adds a launched step's tokens to the tokens-per-step histogram.
+  void CountStepTokens(int64_t num_tokens);
   void UpdateStats();
   void Loop();
 
@@ -110,6 +112,7 @@ class Engine final : public EngineClient {
   int64_t next_seq_id_ = 1;
   std::deque<LaunchedStep> launched_;  // oldest first
   std::vector<std::unique_ptr<Sequence>> graveyard_;  // finished with no launched step left; freed per Step
+  StepTokenCounts step_tokens_;
 
   // Shared with submitting threads.
   mutable std::mutex mu_;

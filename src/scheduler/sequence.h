@@ -23,6 +23,7 @@ struct Sequence {
   int64_t num_cached_tokens = -1;    // prompt tokens found in the prefix cache at first admission
   std::unique_ptr<SequenceSamplingState> sampling;
   std::chrono::steady_clock::time_point arrival;
+  std::chrono::steady_clock::time_point first_scheduled;  // the epoch until a step first takes it
   // Overlapped steps (engine.h): a launched step is still sampling the sequence's next token
   // (at most one at a time), which its slot's next chunk reads on the device.
   int64_t num_pending = 0;
