@@ -102,6 +102,12 @@ void Router::Handle(HttpRequest request, std::shared_ptr<ResponseChannel> channe
       r.content_type = "text/plain";
       return channel->Respond(std::move(r));
     }
+    const bool serves_metrics = routes_ == RouteSet::kMetrics || !context_->config.metrics_port;
+    if (path == "/metrics" && serves_metrics) {
+      if (!is_get) return channel->Respond(MethodNotAllowed("GET"));
+      return channel->Respond(Metrics());
+    }
+    if (routes_ == RouteSet::kMetrics) return channel->Respond(ErrorResponse(NotFound("Not found.", "not_found")));
     if (path == "/ready") {
       if (!is_get) return channel->Respond(MethodNotAllowed("GET"));
       return channel->Respond(Ready());
@@ -117,10 +123,6 @@ void Router::Handle(HttpRequest request, std::shared_ptr<ResponseChannel> channe
     if (path == "/v1/models") {
       if (!is_get) return channel->Respond(MethodNotAllowed("GET"));
       return channel->Respond(Models());
-    }
-    if (path == "/metrics") {
-      if (!is_get) return channel->Respond(MethodNotAllowed("GET"));
-      return channel->Respond(Metrics());
     }
     channel->Respond(ErrorResponse(NotFound("Not found.", "not_found")));
   } catch (...) {  // nothing may escape into the connection's event loop
