@@ -119,6 +119,12 @@ int RunServe(const ServeOptions& options, const EngineFactory& factory) {
     LogError("{}", s.message());
     return 1;
   }
+  if (options.server.metrics_port) {
+    if (Status s = CheckListenAddress(options.server.host, *options.server.metrics_port); !s.ok()) {
+      LogError("--metrics-port: {}", s.message());
+      return 1;
+    }
+  }
   const std::string tokenizer_path = TokenizerPath(options);
   if (tokenizer_path.empty() && DemoTokenizerJson().empty()) {
     LogError("this build has no embedded tokenizer; pass --tokenizer");
@@ -145,6 +151,9 @@ int RunServe(const ServeOptions& options, const EngineFactory& factory) {
   LogInfo("serving {} on http://{}:{} (ready {:.1f} s after start)", options.server.model_name,
           options.server.host, server.port(),
           std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+  if (options.server.metrics_port) {
+    LogInfo("metrics on http://{}:{}/metrics", options.server.host, server.metrics_port());
+  }
   std::optional<StatsLogger> stats;
   if (!options.disable_log_stats) stats.emplace(**engine, server, options.log_stats_interval_s);
 
@@ -182,6 +191,8 @@ void AddServeCommand(CLI::App& app, EngineFactory factory) {
   auto drain_seconds = std::make_shared<double>(30.0);
   auto idle_seconds = std::make_shared<double>(60.0);
   auto enable_prefix_caching = std::make_shared<bool>(true);
+  auto metrics_prefix = std::make_shared<std::string>("peregrine");
+  auto metrics_port = std::make_shared<int>(-1);
   server::ServerConfig& s = options->server;
   CLI::App* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server");
   cmd->set_version_flag("--version", std::string(kVersion));
@@ -196,6 +207,13 @@ void AddServeCommand(CLI::App& app, EngineFactory factory) {
       ->envname("PEREGRINE_API_KEY");
   cmd->add_option("--served-model-name", s.model_name, "Model id in the API and metrics")
       ->capture_default_str();
+  cmd->add_option("--metrics-prefix", *metrics_prefix,
+                  "Metric names: peregrine (peregrine:*, a model_name label) or vllm (vLLM's vllm:* names and "
+                  "model_name/engine labels, for existing vLLM dashboards)")
+      ->check(CLI::IsMember({"peregrine", "vllm"}))->capture_default_str();
+  cmd->add_option("--metrics-port", *metrics_port,
+                  "Serve /metrics (and /health) on this port of --host instead of the API port (0: any free port)")
+      ->check(CLI::Range(0, 65535));
   cmd->add_flag("--thinking", s.default_thinking,
                 "Thinking mode unless a request sets chat_template_kwargs.thinking");
   cmd->add_option("--threads", options->threads, "CPU backend threads")->check(CLI::Range(1, 256));
@@ -268,7 +286,10 @@ void AddServeCommand(CLI::App& app, EngineFactory factory) {
   cmd->add_option("--idle-timeout", *idle_seconds, "Seconds an idle keep-alive connection stays")
       ->check(CLI::Range(0.1, 86400.0))->capture_default_str();
   AddCompatFlags(*cmd, *options);
-  cmd->callback([options, drain_seconds, idle_seconds, factory = std::move(factory)] {
+  cmd->callback([options, drain_seconds, idle_seconds, metrics_prefix, metrics_port, factory = std::move(factory)] {
+    options->server.metrics_naming =
+        *metrics_prefix == "vllm" ? server::MetricsNaming::kVllm : server::MetricsNaming::kPeregrine;
+    if (*metrics_port >= 0) options->server.metrics_port = static_cast<uint16_t>(*metrics_port);
     if (options->quantization == "fp8") options->dense_format = "fp8";
     options->server.log_requests = !options->disable_log_requests;
     options->server.timeouts.drain =

@@ -20,6 +20,17 @@ KvCacheConfig KvConfigOf(const KvCapacity& c) {
   return k;
 }
 
+// The fields every event of `seq` carries.
+EngineEvent EventOf(const Sequence& seq, std::chrono::steady_clock::time_point now) {
+  EngineEvent ev;
+  ev.num_prompt_tokens = seq.num_prompt_tokens;
+  ev.num_cached_prompt_tokens = std::max<int64_t>(seq.num_cached_tokens, 0);
+  ev.time = now;
+  ev.arrival_time = seq.arrival;
+  ev.scheduled_time = seq.first_scheduled;
+  return ev;
+}
+
 }  // namespace
 
 Engine::Engine(const EngineConfig& config, std::unique_ptr<ModelRunner> runner)
@@ -145,12 +156,9 @@ void Engine::TakeInbox() {
 }
 
 void Engine::Finish(Sequence* seq, FinishReason reason, const std::string& error) {
-  EngineEvent ev;
+  EngineEvent ev = EventOf(*seq, std::chrono::steady_clock::now());
   ev.finish = reason;
   ev.error = error;
-  ev.num_prompt_tokens = seq->num_prompt_tokens;
-  ev.num_cached_prompt_tokens = std::max<int64_t>(seq->num_cached_tokens, 0);
-  ev.time = std::chrono::steady_clock::now();
   seq->sink(ev);
   Close(seq);
 }
@@ -184,12 +192,9 @@ void Engine::Emit(Sequence* seq, SampleResult sample, std::chrono::steady_clock:
   if ((is_eos && !r.ignore_eos) || is_stop || grammar_done) finish = FinishReason::kStop;
   else if (seq->num_generated >= r.max_tokens || known >= max_context_) finish = FinishReason::kLength;
 
-  EngineEvent ev;
+  EngineEvent ev = EventOf(*seq, now);
   ev.token_ids = {sample.token};
   ev.samples = {std::move(sample)};
-  ev.num_prompt_tokens = seq->num_prompt_tokens;
-  ev.num_cached_prompt_tokens = std::max<int64_t>(seq->num_cached_tokens, 0);
-  ev.time = now;
   ev.finish = finish;
   seq->sink(ev);
   if (finish) Close(seq);
@@ -239,8 +244,12 @@ bool Engine::Launch(SchedulerOutput plan) {
   for (const ScheduledChunk& c : plan.chunks) constrained += c.samples && c.seq->matcher != nullptr;
   if (mask_words_.size() < constrained * words) mask_words_.resize(constrained * words);
   size_t next_mask = 0;
+  const auto now = std::chrono::steady_clock::now();
+  int64_t num_tokens = 0;
   for (const ScheduledChunk& c : plan.chunks) {
     Sequence* seq = c.seq;
+    if (seq->first_scheduled == std::chrono::steady_clock::time_point{}) seq->first_scheduled = now;
+    num_tokens += c.num_tokens;
     const RequestKv& kv = kv_.get(seq->id);
     RunnerChunk rc;
     rc.seq_id = seq->id;
@@ -283,6 +292,7 @@ bool Engine::Launch(SchedulerOutput plan) {
     return false;
   }
   scheduler_.on_computed(plan);
+  CountStepTokens(num_tokens);
   LaunchedStep step;
   for (const ScheduledChunk& c : plan.chunks) {
     if (!c.samples) continue;
@@ -370,8 +380,16 @@ void Engine::Restart(Sequence* seq) {
   scheduler_.requeue(seq);
 }
 
+void Engine::CountStepTokens(int64_t num_tokens) {
+  size_t i = 0;
+  while (i < kNumStepTokenBounds && num_tokens > kStepTokenBounds[i]) ++i;
+  ++step_tokens_.buckets[i];
+  step_tokens_.sum += num_tokens;
+}
+
 void Engine::UpdateStats() {
   std::lock_guard<std::mutex> lock(mu_);
+  stats_.step_tokens = step_tokens_;
   stats_.num_running = scheduler_.num_running();
   stats_.num_waiting = scheduler_.num_waiting();
   stats_.kv_usage = kv_.usage();

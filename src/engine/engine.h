@@ -105,6 +105,8 @@ class Engine final : public EngineClient {
   bool AdvanceGrammar(Sequence* seq, int32_t token);
   // Drops the sequence's pending row in the newest launched step and recomputes it.
   void Restart(Sequence* seq);
+  // Adds a launched step's tokens to the tokens-per-step histogram.
+  void CountStepTokens(int64_t num_tokens);
   void UpdateStats();
   void Loop();
 
@@ -123,6 +125,7 @@ class Engine final : public EngineClient {
   std::deque<LaunchedStep> launched_;  // oldest first
   std::vector<std::unique_ptr<Sequence>> graveyard_;  // finished with no launched step left; freed per Step
   std::vector<uint32_t> mask_words_;  // grammar masks being handed to the runner
+  StepTokenCounts step_tokens_;
 
   // Shared with submitting threads.
   mutable std::mutex mu_;

@@ -3,6 +3,7 @@
 // fakes in the server's tests.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -11,6 +12,16 @@
 #include "scheduler/engine_request.h"
 
 namespace peregrine {
+
+// Upper bounds of the tokens-per-step histogram (vLLM's iteration_tokens_total buckets).
+inline constexpr int64_t kStepTokenBounds[] = {1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384};
+inline constexpr size_t kNumStepTokenBounds = std::size(kStepTokenBounds);
+
+// Tokens per launched step (prefill chunks and decode rows together), cumulative.
+struct StepTokenCounts {
+  std::array<int64_t, kNumStepTokenBounds + 1> buckets{};  // not cumulative; the last is above every bound
+  int64_t sum = 0;
+};
 
 struct EngineStats {
   int64_t num_running = 0;
@@ -26,6 +37,7 @@ struct EngineStats {
   int64_t kv_pool_bytes = 0;           // bytes of every KV pool (blocks, per-request state, snapshots)
   double device_busy_seconds = 0.0;    // cumulative device time of steps (runners that time it)
   double device_idle_seconds = 0.0;    // cumulative device idle time between steps of a busy engine
+  StepTokenCounts step_tokens;
   bool is_ready = false;
 };
 

@@ -51,6 +51,10 @@ struct EngineEvent {
   int64_t num_prompt_tokens = 0;
   int64_t num_cached_prompt_tokens = 0;     // prefix-cache hits
   std::chrono::steady_clock::time_point time;
+  // When the engine queued the request, and when it first scheduled it into a step (the
+  // epoch while it never was): queue time is their difference, as vLLM measures it.
+  std::chrono::steady_clock::time_point arrival_time;
+  std::chrono::steady_clock::time_point scheduled_time;
 };
 
 // Called on the engine thread; must not block (post the event to the consumer's executor).

@@ -28,6 +28,7 @@ struct Sequence {
   std::unique_ptr<structured::GrammarMatcher> matcher;
   bool grammar_active = false;
   std::chrono::steady_clock::time_point arrival;
+  std::chrono::steady_clock::time_point first_scheduled;  // the epoch until a step first takes it
   // Overlapped steps (engine.h): a launched step is still sampling the sequence's next token
   // (at most one at a time), which its slot's next chunk reads on the device.
   int64_t num_pending = 0;

@@ -13,6 +13,10 @@ using Clock = std::chrono::steady_clock;
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
+Clock::time_point EventTime(const EngineEvent& event) {
+  return event.time == Clock::time_point{} ? Clock::now() : event.time;
+}
+
 RequestOutcome OutcomeOf(std::string_view reason) {
   if (reason == "stop" || reason == "tool_calls") return RequestOutcome::kStop;
   if (reason == "length") return RequestOutcome::kLength;
@@ -41,6 +45,7 @@ struct GenerationJob::Slot {
       : decoder(tokenizer, std::move(options)) {}
 
   std::string engine_id;
+  size_t prompt_index = 0;
   ChoiceDecoder decoder;
   ChoiceResult result;
   bool is_submitted = false;
@@ -48,8 +53,12 @@ struct GenerationJob::Slot {
   bool has_first_token = false;
   bool has_counted_prompt = false;
   int64_t cached_tokens = 0;
-  Clock::time_point submit_time;
-  Clock::time_point last_token_time;
+  int64_t max_tokens = 0;
+  int64_t num_engine_tokens = 0;          // what the engine generated, stop-string overrun included
+  std::optional<RequestOutcome> outcome;  // set when the decoder finished the choice
+  Clock::time_point first_token_time;
+  Clock::time_point last_token_time;      // the newest token the client could still see
+  Clock::time_point finish_time;          // when the decoder finished the choice
 };
 
 GenerationJob::GenerationJob(std::shared_ptr<ServingContext> context,
@@ -73,7 +82,9 @@ void GenerationJob::Start() {
   for (JobChoice& choice : spec_.choices) {
     Slot& slot = slots_.emplace_back(context_->tokenizer, std::move(choice.decoder));
     slot.engine_id = choice.request.id;
+    slot.max_tokens = choice.request.max_tokens;
     slot.result.prompt_index = choice.prompt_index;
+    slot.prompt_index = choice.prompt_index;
     entry.engine_ids.push_back(slot.engine_id);
   }
   const std::weak_ptr<GenerationJob> weak = weak_from_this();
@@ -94,7 +105,6 @@ void GenerationJob::Start() {
     EventSink sink = [self, home, i](const EngineEvent& event) {
       home->Post([self, i, event] { self->OnEvent(i, event); });
     };
-    slot.submit_time = Clock::now();
     Status status = context_->engine.Submit(std::move(spec_.choices[i].request), std::move(sink));
     if (!status.ok()) {
       Fail(FromStatus(status, context_->config.retry_after_seconds));
@@ -128,6 +138,12 @@ void GenerationJob::OnEvent(size_t index, const EngineEvent& event) {
   }
   if (state_ == State::kRunning && !slot.decoder.is_finished()) {
     ChoiceUpdate update = slot.decoder.OnEvent(event);
+    if (update.finish_reason) {
+      // Decided here: a stop string ends the choice before the engine request, whose own
+      // finish (the abort below) comes later and must not count as one.
+      slot.outcome = OutcomeOf(*update.finish_reason);
+      slot.finish_time = EventTime(event);
+    }
     if (slot.decoder.is_stopped_by_string() && !event.finish) {
       context_->engine.Abort(slot.engine_id);
     }
@@ -151,36 +167,51 @@ void GenerationJob::OnEvent(size_t index, const EngineEvent& event) {
       CompleteIfDone();
     }
   }
-  if (event.finish) {
-    const bool has_reason = !slot.result.finish_reason.empty();
-    context_->metrics.AddOutcome(has_reason ? OutcomeOf(slot.result.finish_reason)
-                                            : OutcomeOf(*event.finish));
-  }
+  if (event.finish) RecordFinish(slot, event);
   MaybeUnregister();
 }
 
 void GenerationJob::RecordMetrics(Slot& slot, const EngineEvent& event) {
   ServerMetrics& m = context_->metrics;
-  const Clock::time_point now =
-      event.time == Clock::time_point{} ? Clock::now() : event.time;
+  const Clock::time_point now = EventTime(event);
   if (!slot.has_counted_prompt && event.num_prompt_tokens > 0) {
     m.AddPromptTokens(event.num_prompt_tokens);
     slot.has_counted_prompt = true;
   }
-  if (!event.token_ids.empty()) {
-    if (!slot.has_first_token) {
-      slot.has_first_token = true;
-      m.time_to_first_token().Observe(Seconds(now - spec_.arrival));
-      m.request_queue_time().Observe(Seconds(now - slot.submit_time));
-    } else {
-      const double gap = Seconds(now - slot.last_token_time);
-      m.inter_token_latency().Observe(gap);
-      m.time_per_output_token().Observe(gap);
-    }
-    slot.last_token_time = now;
-    m.AddGenerationTokens(static_cast<int64_t>(event.token_ids.size()));
+  if (event.token_ids.empty()) return;
+  const auto num = static_cast<int64_t>(event.token_ids.size());
+  m.AddGenerationTokens(num);
+  slot.num_engine_tokens += num;
+  // Tokens after a stop string (the engine had not seen the abort yet) reach no client.
+  if (slot.decoder.is_finished()) return;
+  if (!slot.has_first_token) {
+    slot.has_first_token = true;
+    slot.first_token_time = now;
+    m.ObserveFirstToken(Seconds(now - spec_.arrival));
+  } else {
+    m.ObserveTokenGap(Seconds(now - slot.last_token_time));
   }
-  if (event.finish) m.e2e_request_latency().Observe(Seconds(now - spec_.arrival));
+  slot.last_token_time = now;
+}
+
+void GenerationJob::RecordFinish(const Slot& slot, const EngineEvent& event) {
+  FinishedRequest f;
+  f.outcome = slot.outcome.value_or(OutcomeOf(*event.finish));
+  f.num_prompt_tokens = event.num_prompt_tokens;
+  f.num_generation_tokens = slot.num_engine_tokens;
+  f.max_tokens = slot.max_tokens;
+  const Clock::time_point end = slot.outcome ? slot.finish_time : EventTime(event);
+  f.e2e_s = Seconds(end - spec_.arrival);
+  const Clock::time_point scheduled = event.scheduled_time;
+  if (scheduled != Clock::time_point{}) {
+    f.queue_s = Seconds(scheduled - event.arrival_time);
+    if (slot.has_first_token) {
+      f.prefill_s = Seconds(slot.first_token_time - scheduled);
+      f.decode_s = Seconds(slot.last_token_time - slot.first_token_time);
+      f.inference_s = Seconds(slot.last_token_time - scheduled);
+    }
+  }
+  context_->metrics.ObserveFinished(f);
 }
 
 void GenerationJob::OnClientGone() {
@@ -269,17 +300,32 @@ void GenerationJob::LogRequest(int status, std::string_view outcome, const Usage
 
 void GenerationJob::MaybeUnregister() {
   if (num_engine_live_ != 0 || !registry_key_) return;
+  for (const Slot& slot : slots_) {
+    if (!slot.is_submitted && state_ == State::kRunning) return;  // still starting
+  }
   if (state_ == State::kRunning) {
     // Every engine request ended but some choice never finished: cannot happen with a
     // well-behaved engine; never leave the client hanging.
-    for (const Slot& slot : slots_) {
-      if (!slot.is_submitted) return;  // still starting
-    }
     Fail(InternalError("The engine ended the request without a result."));
   }
+  RecordPromptGroups();
   context_->registry.Remove(*registry_key_);
   registry_key_.reset();
   admission_.reset();
+}
+
+void GenerationJob::RecordPromptGroups() const {
+  std::vector<int64_t> num_choices(spec_.prompt_lengths.size(), 0);
+  std::vector<int64_t> most_tokens(spec_.prompt_lengths.size(), 0);
+  for (const Slot& slot : slots_) {
+    const size_t p = slot.prompt_index;
+    if (!slot.is_submitted || p >= num_choices.size()) continue;
+    ++num_choices[p];
+    most_tokens[p] = std::max(most_tokens[p], slot.num_engine_tokens);
+  }
+  for (size_t p = 0; p < num_choices.size(); ++p) {
+    if (num_choices[p] > 0) context_->metrics.ObservePromptGroup(num_choices[p], most_tokens[p]);
+  }
 }
 
 Json UsageJson(const Usage& u) {

@@ -91,7 +91,11 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
   struct Slot;
 
   void OnEvent(size_t index, const EngineEvent& event);
+  // Token counts, TTFT and token gaps of every event; the per-request histograms at its finish.
   void RecordMetrics(Slot& slot, const EngineEvent& event);
+  void RecordFinish(const Slot& slot, const EngineEvent& event);
+  // Per prompt, once every engine request ended: n and the longest choice.
+  void RecordPromptGroups() const;
   void OnClientGone();
   void AbortForShutdown();
   // Aborts every engine request that has not finished.

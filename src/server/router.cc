@@ -141,6 +141,12 @@ void Router::Handle(HttpRequest request, std::shared_ptr<ResponseChannel> channe
       r.content_type = "text/plain";
       return channel->Respond(std::move(r));
     }
+    const bool serves_metrics = routes_ == RouteSet::kMetrics || !context_->config.metrics_port;
+    if (path == "/metrics" && serves_metrics) {
+      if (!is_get) return channel->Respond(MethodNotAllowed("GET, HEAD"));
+      return channel->Respond(Metrics());
+    }
+    if (routes_ == RouteSet::kMetrics) return channel->Respond(ErrorResponse(NotFound("Not found.", "not_found")));
     if (path == "/ready") {
       if (!is_get) return channel->Respond(MethodNotAllowed("GET, HEAD"));
       return channel->Respond(Ready());
@@ -169,10 +175,6 @@ void Router::Handle(HttpRequest request, std::shared_ptr<ResponseChannel> channe
     if (path == "/version") {
       if (!is_get) return channel->Respond(MethodNotAllowed("GET, HEAD"));
       return channel->Respond(JsonResponse(200, Json{{"version", kVersion}}));
-    }
-    if (path == "/metrics") {
-      if (!is_get) return channel->Respond(MethodNotAllowed("GET, HEAD"));
-      return channel->Respond(Metrics());
     }
     channel->Respond(ErrorResponse(NotFound("Not found.", "not_found")));
   } catch (...) {  // nothing may escape into the connection's event loop

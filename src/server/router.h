@@ -1,11 +1,14 @@
-// Router: authentication, then the route table. Public routes (/health, /ready) skip the API
-// key; every other path, known or not, needs it when one is configured (so unknown paths
-// cannot be probed without a key).
+// Router: authentication, then the route table. Public routes (/health, /ready, /metrics)
+// skip the API key; every other path, known or not, needs it when one is configured (so
+// unknown paths cannot be probed without a key). /metrics is public as in vLLM, so that a
+// Prometheus scrape needs no secret; --metrics-port moves it to a listener of its own (for a
+// private interface), whose router serves only /metrics and /health.
 //
 // Authorization: "Bearer <key>", the scheme matched case-insensitively (RFC 7235; vLLM does
 // the same, so "bearer <key>" works), one space, then the key compared in constant time.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -17,9 +20,16 @@
 
 namespace peregrine::server {
 
+// Which listener a router answers for.
+enum class RouteSet : uint8_t {
+  kApi,      // the API port (with /metrics unless it has a port of its own)
+  kMetrics,  // the metrics port: /metrics and /health
+};
+
 class Router {
  public:
-  explicit Router(std::shared_ptr<ServingContext> context) : context_(std::move(context)) {}
+  explicit Router(std::shared_ptr<ServingContext> context, RouteSet routes = RouteSet::kApi)
+      : context_(std::move(context)), routes_(routes) {}
 
   // Answers now or later through `channel`; never throws.
   void Handle(HttpRequest request, std::shared_ptr<ResponseChannel> channel);
@@ -38,6 +48,7 @@ class Router {
   HttpResponse Metrics() const;
 
   std::shared_ptr<ServingContext> context_;
+  RouteSet routes_;
 };
 
 // True when `header` is "<scheme> <key>" with scheme "bearer" in any case and the key equal

@@ -88,19 +88,22 @@ class Server::Impl {
       : context(std::make_shared<ServingContext>(std::move(server_config), engine, tokenizer,
                                                  RandomSeed())),
         config(context->config),
-        router(context) {}
+        router(context),
+        metrics_router(context, RouteSet::kMetrics) {}
 
-  asio::awaitable<void> AcceptLoop() {
+  // Accepts on `listener` (the API or the metrics port), spreading connections over the I/O
+  // threads; every connection counts against max_connections.
+  asio::awaitable<void> AcceptLoop(tcp::acceptor* listener, Router* routes) {
     size_t next = 0;
     for (;;) {
       IoThread& t = *io_threads[next++ % io_threads.size()];
       tcp::socket socket(t.io);
       boost::system::error_code ec;
-      co_await acceptor->async_accept(socket, asio::redirect_error(asio::use_awaitable, ec));
-      if (!acceptor->is_open()) co_return;
+      co_await listener->async_accept(socket, asio::redirect_error(asio::use_awaitable, ec));
+      if (!listener->is_open()) co_return;
       if (ec) {
         // Out of descriptors or a transient network error: back off instead of spinning.
-        asio::steady_timer pause(acceptor->get_executor(), std::chrono::milliseconds(50));
+        asio::steady_timer pause(listener->get_executor(), std::chrono::milliseconds(50));
         co_await pause.async_wait(asio::redirect_error(asio::use_awaitable, ec));
         continue;
       }
@@ -108,17 +111,37 @@ class Server::Impl {
         socket.close(ec);
         continue;
       }
-      ConnectionEnv env{&config, context.get(), &router, t.queue, &t.live, &num_active_exchanges};
+      ConnectionEnv env{&config, context.get(), routes, t.queue, &t.live, &num_active_exchanges};
       asio::co_spawn(t.io, ServeConnection(std::move(socket), env), asio::detached);
     }
+  }
+
+  // Opens, binds and listens; the bound port in *port. Unavailable naming the address.
+  Status Listen(const asio::ip::address& address, uint16_t requested, std::unique_ptr<tcp::acceptor>& out,
+                uint16_t* port) {
+    const tcp::endpoint endpoint(address, requested);
+    auto listener = std::make_unique<tcp::acceptor>(io_threads[0]->io);
+    boost::system::error_code ec;
+    listener->open(endpoint.protocol(), ec);
+    if (!ec) listener->set_option(asio::socket_base::reuse_address(true), ec);
+    if (!ec) listener->bind(endpoint, ec);
+    if (!ec) listener->listen(asio::socket_base::max_listen_connections, ec);
+    if (!ec) *port = listener->local_endpoint(ec).port();
+    if (ec) {
+      return Unavailable("cannot listen on " + config.host + ":" + std::to_string(requested) + ": " + ec.message());
+    }
+    out = std::move(listener);
+    return Status::Ok();
   }
 
   std::shared_ptr<ServingContext> context;
   const ServerConfig& config;
   Router router;
+  Router metrics_router;
   std::atomic<int> num_active_exchanges{0};
   std::vector<std::unique_ptr<IoThread>> io_threads;
   std::unique_ptr<tcp::acceptor> acceptor;
+  std::unique_ptr<tcp::acceptor> metrics_acceptor;  // with config.metrics_port only
   std::unique_ptr<asio::thread_pool> workers;
   std::shared_ptr<ExecutorQueue> worker_queue;
 };
@@ -148,23 +171,24 @@ Status Server::Start() {
   asio::ip::address address = asio::ip::make_address(m.config.host, ec);
   if (ec && m.config.host == "localhost") address = asio::ip::address_v4::loopback(), ec = {};
   if (ec) return InvalidArgument("server host is not an IP address");
-  const tcp::endpoint endpoint(address, m.config.port);
-  m.acceptor = std::make_unique<tcp::acceptor>(m.io_threads[0]->io);
-  m.acceptor->open(endpoint.protocol(), ec);
-  if (!ec) m.acceptor->set_option(asio::socket_base::reuse_address(true), ec);
-  if (!ec) m.acceptor->bind(endpoint, ec);
-  if (!ec) m.acceptor->listen(asio::socket_base::max_listen_connections, ec);
-  if (!ec) port_ = m.acceptor->local_endpoint(ec).port();
-  if (ec) {
+  Status listening = m.Listen(address, m.config.port, m.acceptor, &port_);
+  if (listening.ok() && m.config.metrics_port) {
+    listening = m.Listen(address, *m.config.metrics_port, m.metrics_acceptor, &metrics_port_);
+  }
+  if (!listening.ok()) {
     m.acceptor.reset();
+    m.metrics_acceptor.reset();
     m.io_threads.clear();
-    return Unavailable("cannot listen on " + m.config.host + ":" +
-                       std::to_string(m.config.port) + ": " + ec.message());
+    port_ = metrics_port_ = 0;
+    return listening;
   }
   m.workers = std::make_unique<asio::thread_pool>(m.config.num_worker_threads);
   m.worker_queue = std::make_shared<ExecutorQueue>(m.workers->get_executor());
   m.context->workers = m.worker_queue;
-  asio::co_spawn(m.io_threads[0]->io, m.AcceptLoop(), asio::detached);
+  asio::co_spawn(m.io_threads[0]->io, m.AcceptLoop(m.acceptor.get(), &m.router), asio::detached);
+  if (m.metrics_acceptor) {
+    asio::co_spawn(m.io_threads[0]->io, m.AcceptLoop(m.metrics_acceptor.get(), &m.metrics_router), asio::detached);
+  }
   for (auto& t : m.io_threads) {
     t->thread = std::thread([io = &t->io] { io->run(); });
   }
@@ -198,10 +222,11 @@ void Server::Stop() {
   is_stopped_ = true;
   Impl& m = *impl_;
   m.context->set_draining();
-  // The acceptor belongs to I/O thread 0; close it there.
+  // The acceptors belong to I/O thread 0; close them there.
   asio::post(m.io_threads[0]->io, [&m] {
     boost::system::error_code ec;
     m.acceptor->close(ec);
+    if (m.metrics_acceptor) m.metrics_acceptor->close(ec);
   });
   for (const JobRegistry::Entry& entry : m.context->registry.Entries()) {
     for (const std::string& id : entry.engine_ids) m.context->engine.Abort(id);
@@ -226,6 +251,7 @@ void Server::Stop() {
   }
   // Destroying the io_contexts destroys what is left of the connection coroutines.
   m.acceptor.reset();
+  m.metrics_acceptor.reset();
   m.io_threads.clear();
 }
 

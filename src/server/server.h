@@ -41,6 +41,8 @@ class Server {
   Status Start();
   // The bound port (the ephemeral one when config.port was 0); 0 before Start.
   uint16_t port() const { return port_; }
+  // The bound metrics port with config.metrics_port; 0 otherwise (and before Start).
+  uint16_t metrics_port() const { return metrics_port_; }
 
   // Graceful shutdown: readiness turns false and new requests get 503 at once; in-flight
   // requests may finish for `timeout` (config.timeouts.drain when absent); those still
@@ -69,6 +71,7 @@ class Server {
 
   std::unique_ptr<Impl> impl_;
   uint16_t port_ = 0;
+  uint16_t metrics_port_ = 0;
   std::mutex stop_mutex_;
   bool is_started_ = false;
   bool is_stopped_ = false;

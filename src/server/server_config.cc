@@ -30,6 +30,9 @@ Status ValidateServerConfig(const ServerConfig& c) {
   if (l.max_json_depth < 4 || l.max_json_depth > 1024) {
     return InvalidArgument("max_json_depth must be in [4, 1024]");
   }
+  if (c.metrics_port && *c.metrics_port != 0 && *c.metrics_port == c.port) {
+    return InvalidArgument("metrics_port must differ from port (leave it unset to share the API port)");
+  }
   const ServerTimeouts& t = c.timeouts;
   if (t.idle.count() <= 0 || t.header.count() <= 0 || t.body.count() <= 0 ||
       t.write.count() <= 0 || t.drain.count() < 0 || t.drain_grace.count() < 0) {

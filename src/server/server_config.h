@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "base/status.h"
@@ -38,6 +39,11 @@ struct ServerTimeouts {
   std::chrono::milliseconds drain_grace{3'000};  // after aborting, time to flush error events
 };
 
+// How /metrics names its series: Peregrine's (`peregrine:` names, a model_name label) or
+// vLLM's (`vllm:` names, model_name and engine labels), so that a dashboard or alert built
+// for vLLM works unchanged.
+enum class MetricsNaming : uint8_t { kPeregrine, kVllm };
+
 struct ServerConfig {
   std::string host = "127.0.0.1";
   uint16_t port = 8000;                       // 0: an ephemeral port (see Server::port)
@@ -48,6 +54,10 @@ struct ServerConfig {
   bool default_thinking = false;              // thinking mode when the request does not say
   int retry_after_seconds = 1;                // Retry-After on 429 and 503
   bool log_requests = true;                   // one log line per finished request
+  MetricsNaming metrics_naming = MetricsNaming::kPeregrine;
+  // Absent: /metrics is served on the API port. Set: only on its own listener (same host;
+  // 0 there means an ephemeral port, see Server::metrics_port).
+  std::optional<uint16_t> metrics_port;
   ServerLimits limits;
   ServerTimeouts timeouts;
 };

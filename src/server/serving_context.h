@@ -24,7 +24,8 @@ class ServingContext {
   ServingContext(ServerConfig config, EngineClient& engine, const tokenizer::Tokenizer& tokenizer,
                  uint64_t random_seed)
       : config(std::move(config)), engine(engine), tokenizer(tokenizer),
-        metrics(this->config.model_name), random_state_(random_seed) {}
+        metrics(MetricsOptions{this->config.metrics_naming, this->config.model_name, engine.max_context()}),
+        random_state_(random_seed) {}
 
   const ServerConfig config;  // a copy: jobs may outlive the Server object
   EngineClient& engine;

@@ -356,6 +356,36 @@ TEST(EngineTest, StopsOnEosAndStopTokensUnlessIgnored) {
   EXPECT_EQ(ignore.finish, FinishReason::kLength);
 }
 
+// Events carry when a request was queued and when a step first took it: one waiting behind
+// a full batch is first scheduled after the one ahead finished. Every launched step's tokens
+// land in the tokens-per-step histogram.
+TEST(EngineTest, EventsCarryQueueAndScheduleTimesAndStepTokens) {
+  EngineConfig c = Config(64);
+  c.scheduler.max_num_seqs = 1;
+  Engine engine(c, std::make_unique<FakeRunner>(64));
+  std::vector<EngineEvent> a, b;
+  auto into = [](std::vector<EngineEvent>& out) { return [&out](const EngineEvent& ev) { out.push_back(ev); }; };
+  ASSERT_TRUE(engine.Submit(Request("a", Prompt(10, 1), 3), into(a)).ok());
+  ASSERT_TRUE(engine.Submit(Request("b", Prompt(5, 2), 2), into(b)).ok());
+  RunToCompletion(engine);
+  ASSERT_EQ(a.size(), 3u);
+  ASSERT_EQ(b.size(), 2u);
+  for (const EngineEvent& ev : a) {
+    EXPECT_EQ(ev.arrival_time, a[0].arrival_time);
+    EXPECT_EQ(ev.scheduled_time, a[0].scheduled_time);
+  }
+  EXPECT_GE(a[0].scheduled_time, a[0].arrival_time);
+  EXPECT_LE(a[0].scheduled_time, a[0].time);
+  EXPECT_LT(b[0].arrival_time, a.back().time);
+  EXPECT_GE(b[0].scheduled_time, a.back().time);  // it waited for a's last step
+  // Steps: a's prefill of 10 and two decodes, b's prefill of 5 and one decode.
+  const StepTokenCounts steps = engine.Stats().step_tokens;
+  EXPECT_EQ(steps.sum, 10 + 1 + 1 + 5 + 1);
+  EXPECT_EQ(steps.buckets[0], 3);  // <= 1
+  EXPECT_EQ(steps.buckets[1], 1);  // <= 8
+  EXPECT_EQ(steps.buckets[2], 1);  // <= 16
+}
+
 TEST(EngineTest, AbortFreesWithinOneStep) {
   Engine engine(Config(64), std::make_unique<FakeRunner>(64));
   Collected a, b;

@@ -37,8 +37,9 @@ Status FakeEngine::Submit(EngineRequest request, EventSink sink) {
   if (live_.count(request.id) != 0) return InvalidArgument("duplicate request id");
   submitted_.push_back(request);
   const std::string id = request.id;
-  const auto due = Clock::now() + script.first_delay;
-  live_.emplace(id, Live{std::move(request), std::move(sink), std::move(script)});
+  const auto now = Clock::now();
+  const auto due = now + script.first_delay;
+  live_.emplace(id, Live{std::move(request), std::move(sink), std::move(script), now});
   due_.emplace(due, id);
   lock.unlock();
   changed_.notify_all();
@@ -96,6 +97,8 @@ EngineEvent FakeEngine::NextEvent(Live& live, bool* finished) {
   EngineEvent event;
   event.num_prompt_tokens = static_cast<int64_t>(live.request.prompt_ids.size());
   event.time = Clock::now();
+  event.arrival_time = live.arrival;
+  event.scheduled_time = live.arrival + live.script.queued;
   *finished = false;
   if (live.is_aborted) {
     event.finish = FinishReason::kAbort;

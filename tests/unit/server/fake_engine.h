@@ -23,6 +23,7 @@ struct FakeScript {
   int tokens_per_event = 1;
   std::chrono::milliseconds first_delay{0};    // before the first event
   std::chrono::milliseconds delay{0};          // between events
+  std::chrono::milliseconds queued{0};         // reported waiting before being scheduled
   FinishReason end = FinishReason::kLength;    // when the tokens run out
   std::optional<size_t> error_after;           // emit kError after this many tokens
   Status submit_status;                        // not ok: Submit fails with it
@@ -58,6 +59,7 @@ class FakeEngine final : public EngineClient {
     EngineRequest request;
     EventSink sink;
     FakeScript script;
+    std::chrono::steady_clock::time_point arrival;
     size_t next = 0;
     bool is_aborted = false;
   };
