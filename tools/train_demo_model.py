@@ -4,8 +4,8 @@ layer, on the Python standard library's sources, with the real 129,280-token tok
 
 Every V4 layer kind is present: window-only, CSA (ratio 4, lightning indexer) and HCA (ratio
 128), a hash-routed MoE layer first and learned-routing MoE after it (aux-loss-free balance
-bias), mHC with 4 streams, and an MTP block (window-only, learned routing) trained on the
-next-next token. The size is set by the release format's budget (tools/convert_to_official.py:
+bias and the sequence-wise balance loss), mHC with 4 streams, and an MTP block (window-only,
+learned routing) trained on the next-next token. The size is set by the release format's budget (tools/convert_to_official.py:
 FP8 dense, MXFP4 experts, BF16 embed/head): the converted directory must stay under
 --max-official-bytes; tools/train_demo_model.NOTES.md has the sizing table.
 
@@ -86,12 +86,14 @@ def parse_args():
     ap.add_argument("--warmup-steps", type=int, default=100)
     ap.add_argument("--weight-decay", type=float, default=0.1)
     ap.add_argument("--mtp-weight", type=float, default=0.3, help="weight of the t+2 loss")
-    ap.add_argument("--bias-update", type=float, default=1e-3,
+    ap.add_argument("--bias-update", type=float, default=1e-2,
                     help="aux-loss-free balance: gate bias step per update (0: off)")
+    ap.add_argument("--balance-loss", type=float, default=1e-2,
+                    help="alpha of the sequence-wise balance loss (0: off)")
     ap.add_argument("--eval-seqs", type=int, default=128, help="held-out rows of seq-len tokens")
     ap.add_argument("--eval-batch", type=int, default=8)
     ap.add_argument("--max-files", type=int, help="use only the first N corpus files")
-    ap.add_argument("--max-train-seconds", type=float, default=540.0,
+    ap.add_argument("--max-train-seconds", type=float, default=420.0,
                     help="stop training early past this (recorded in results.json)")
     ap.add_argument("--experts-impl", default="eager", choices=["eager", "batched_mm", "grouped_mm"])
     ap.add_argument("--log-every", type=int, default=50)
@@ -170,22 +172,40 @@ class StreamTap:
         self.streams = args[0]
 
 
-class BalanceBias:
-    """Aux-loss-free load balancing (DeepSeek-V3/V4 `noaux_tc`): after each step every learned
-    router's selection bias moves by `rate` toward the mean load, bias += rate * sign(mean - load)."""
+class Balance:
+    """Expert load balancing as DeepSeek-V3/V4 train it, for the learned routers:
+    - aux-loss-free (`noaux_tc`): after each step every router's selection bias moves toward the
+      mean load, bias += rate * sign(mean - load);
+    - the complementary sequence-wise balance loss, alpha * sum_i f_i * P_i per sequence, with
+      f_i = E / (K T) * (tokens routed to expert i) and P_i the mean over the sequence of the
+      expert's score normalised over all experts (`loss()` collects it each step)."""
 
-    def __init__(self, routers, rate):
-        self.routers, self.rate = routers, rate
+    def __init__(self, routers, rate, alpha):
+        self.routers, self.rate, self.alpha = routers, rate, alpha
         self.loads = {id(r): None for r in routers}
-        self.last = []
+        self.terms, self.last = [], []
         for r in routers:
             r.register_forward_hook(self._count)
 
     def _count(self, router, inputs, outputs):
-        if router.training:
-            load = torch.bincount(outputs[2].reshape(-1), minlength=router.num_experts).float()
-            prev = self.loads[id(router)]
-            self.loads[id(router)] = load if prev is None else prev + load
+        if not router.training:
+            return
+        logits, _, indices = outputs
+        load = torch.bincount(indices.reshape(-1), minlength=router.num_experts).float()
+        prev = self.loads[id(router)]
+        self.loads[id(router)] = load if prev is None else prev + load
+        if self.alpha > 0:
+            b, t = inputs[0].shape[:2]
+            e, k = router.num_experts, router.top_k
+            scores = router.score_fn(logits.float()).view(b, t, e)
+            p = (scores / scores.sum(-1, keepdim=True)).mean(1)  # [B, E]
+            picked = F.one_hot(indices.view(b, t * k), e).sum(1).float()  # [B, E]
+            f = picked * (e / (k * t))
+            self.terms.append((f * p).sum(-1).mean())
+
+    def loss(self):
+        terms, self.terms = self.terms, []
+        return self.alpha * torch.stack(terms).sum() if terms else 0.0
 
     @torch.no_grad()
     def update(self):
@@ -223,7 +243,7 @@ def losses(model, mtp, tap, rows):
 
 def train(args, model, mtp, stream, device):
     tap = StreamTap(model)
-    balance = BalanceBias(learned_routers(model, mtp), args.bias_update)
+    balance = Balance(learned_routers(model, mtp), args.bias_update, args.balance_loss)
     named = list(model.named_parameters()) + [("mtp." + n, p) for n, p in mtp.named_parameters()]
     decay = [p for n, p in named if p.dim() >= 2 and "embed_tokens" not in n]
     other = [p for n, p in named if not (p.dim() >= 2 and "embed_tokens" not in n)]
@@ -261,7 +281,7 @@ def train(args, model, mtp, stream, device):
         rows = tokens[starts[picks].unsqueeze(1) + offsets].to(device, non_blocking=True)
         with autocast:
             main, nxt, _, _ = losses(model, mtp, tap, rows)
-            loss = main + args.mtp_weight * nxt
+            loss = main + args.mtp_weight * nxt + balance.loss()
         main, nxt = main.detach(), nxt.detach()
         loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(params, 1.0)
