@@ -55,6 +55,9 @@ def test_official_within_budget(run):
     total = sum(os.path.getsize(out / "official" / f) for f in os.listdir(out / "official"))
     assert total == results["official_sizes"]["total_bytes"]
     assert total <= 20_000_000 and results["within_budget"]
+    with open(out / "official" / "model.safetensors.index.json") as f:
+        weight_map = json.load(f)["weight_map"]
+    assert weight_map["embed.weight"] != weight_map["head.weight"]  # 8.3 MB each, apart
 
 
 def test_official_layout(run):
