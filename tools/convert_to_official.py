@@ -78,7 +78,9 @@ def official_name(name):
                "hc_head.hc_scale": "hc_head_scale"}
     if name in renames:
         return renames[name]
-    return re.sub(r"^(layers\.\d+\.attn)\.norm\.weight$", r"\1.kv_norm.weight", name)
+    # HF saves the attention's kv_norm as `attn.norm`; an MTP block (`mtp.N.*`, written
+    # beside the HF checkpoint in the same dialect) does too.
+    return re.sub(r"^((?:layers|mtp)\.\d+\.attn)\.norm\.weight$", r"\1.kv_norm.weight", name)
 
 
 # ---- number formats -------------------------------------------------------------------------
