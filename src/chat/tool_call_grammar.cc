@@ -6,7 +6,8 @@ namespace peregrine::chat {
 
 using Json = nlohmann::ordered_json;
 
-Result<std::string> DsmlToolCallStructuralTag(const std::vector<GrammarTool>& tools, bool parallel) {
+Result<std::string> DsmlToolCallStructuralTag(const std::vector<GrammarTool>& tools, bool parallel,
+                                              int max_whitespace) {
   if (tools.empty()) return InvalidArgument("a forced tool call needs at least one tool");
   const std::string dsml(v4::kDsml);
   Json tags = Json::array();
@@ -17,9 +18,11 @@ Result<std::string> DsmlToolCallStructuralTag(const std::vector<GrammarTool>& to
     Json schema = tool.parameters;
     if (schema.is_null()) schema = Json{{"type", "object"}};
     if (!schema.is_object()) return InvalidArgument("tool '" + tool.name + "': parameters must be a JSON schema object");
+    Json content = {{"type", "json_schema"}, {"json_schema", schema}, {"style", "deepseek_xml"}};
+    if (max_whitespace >= 0) content["max_whitespace_cnt"] = max_whitespace;
     tags.push_back(Json{{"type", "tag"},
                         {"begin", "<" + dsml + "invoke name=\"" + tool.name + "\">\n"},
-                        {"content", Json{{"type", "json_schema"}, {"json_schema", schema}, {"style", "deepseek_xml"}}},
+                        {"content", std::move(content)},
                         {"end", "\n</" + dsml + "invoke>"}});
   }
   const Json format = {

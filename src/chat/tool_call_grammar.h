@@ -22,6 +22,9 @@ struct GrammarTool {
   nlohmann::ordered_json parameters;  // the tool's JSON schema; null: any object
 };
 
-Result<std::string> DsmlToolCallStructuralTag(const std::vector<GrammarTool>& tools, bool parallel);
+// `max_whitespace` bounds whitespace runs inside the arguments (as JSON grammars bound theirs;
+// < 0: unbounded).
+Result<std::string> DsmlToolCallStructuralTag(const std::vector<GrammarTool>& tools, bool parallel,
+                                              int max_whitespace = -1);
 
 }  // namespace peregrine::chat

@@ -293,7 +293,8 @@ std::optional<ApiError> ApplyToolChoice(const ToolChoice& choice, const Json& to
   if (grammar_tools.empty()) {
     return InvalidRequest("'tool_choice' names a function that is not in 'tools'.", "tool_choice", "invalid_value");
   }
-  Result<std::string> tag = chat::DsmlToolCallStructuralTag(grammar_tools, choice.parallel);
+  Result<std::string> tag =
+      chat::DsmlToolCallStructuralTag(grammar_tools, choice.parallel, structured::kMaxJsonWhitespace);
   if (!tag.ok()) {
     return InvalidRequest("The tools cannot be forced: names must be free of quotes, angle brackets and newlines, "
                           "and parameters must be JSON schema objects.",

@@ -45,8 +45,8 @@ const std::vector<GrammarTool> kTools = {
 };
 
 std::shared_ptr<const structured::CompiledGrammar> Compile(GrammarEngine& e, const std::vector<GrammarTool>& tools,
-                                                           bool parallel) {
-  auto tag = DsmlToolCallStructuralTag(tools, parallel);
+                                                           bool parallel, int max_whitespace = -1) {
+  auto tag = DsmlToolCallStructuralTag(tools, parallel, max_whitespace);
   EXPECT_TRUE(tag.ok()) << tag.status().ToString();
   GrammarSpec spec;
   spec.kind = GrammarKind::kStructuralTag;
@@ -71,11 +71,22 @@ TEST(ToolCallGrammarTest, AcceptsWhatTheEncoderWrites) {
       {{"", "ping", Json::object()}},
       {{"", "get_weather", Json{{"city", "Oslo"}, {"days", 1}}}, {"", "ping", Json::object()}},
   };
+  auto bounded = Compile(*engine, kTools, /*parallel=*/true, /*max_whitespace=*/33);
   for (const auto& calls : cases) {
     const std::string text = Block(calls);
     GrammarMatcher m(g);
     EXPECT_EQ(Accepted(m, text, true), text.size() + 1) << text;
+    GrammarMatcher b(bounded);
+    EXPECT_EQ(Accepted(b, text, true), text.size() + 1) << "bounded whitespace: " << text;
   }
+  // A run of 40 blanks between two parameters: refused once whitespace is bounded.
+  std::string padded = Block(cases[0]);
+  const std::string close = "</" + std::string(v4::kDsml) + "parameter>";
+  const size_t at = padded.find(close);
+  ASSERT_NE(at, std::string::npos);
+  padded.insert(at + close.size(), std::string(40, ' '));
+  GrammarMatcher b(bounded);
+  EXPECT_LT(Accepted(b, padded, true), padded.size());
 }
 
 TEST(ToolCallGrammarTest, RefusesOtherToolsTypesAndMissingArguments) {

@@ -75,7 +75,7 @@ TEST_F(RobustnessTest, ErrorCodesAreStableStrings) {
       {"{\"messages\":\"\xff\"}", "invalid_encoding"},
       {ChatWith(R"("max_tokens":"abc")"), "invalid_type"},
       {ChatWith(R"("temperature":9)"), "invalid_value"},
-      {ChatWith(R"("min_tokens":5)"), "unsupported_parameter"},
+      {ChatWith(R"("use_beam_search":true)"), "unsupported_parameter"},
       {ChatWith(R"("stop_token_ids":[-1])"), "invalid_token_id"},
       {ChatWith(R"("max_tokens":100000)"), "context_length_exceeded"},
       {ChatWith(R"("model":"gpt-9")"), "model_not_found"},
