@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <memory>
 
 #include "base/log.h"
+#include "cli/demo_model.h"
 #include "base/progress.h"
 #include "model/deepseek_v4/demo_model.h"
 #include "model/deepseek_v4/model.h"
@@ -80,10 +82,20 @@ Result<std::unique_ptr<ModelRunner>> MakeRunner(const EngineOptions& o, ModelSou
 
 Result<ModelSource> OpenModel(const EngineOptions& o) {
   ModelSource source;
-  if (o.model_path.empty()) {
+  std::filesystem::path dir = o.model_path;
+  if (dir.empty() && !o.synthetic_weights) {
+    // The embedded trained demo model; --synthetic-weights keeps the random-weights one.
+    Result<std::filesystem::path> demo = DemoModelDir();
+    if (demo.ok()) {
+      dir = *demo;
+    } else if (demo.status().code() != StatusCode::kNotFound) {
+      return demo.status();
+    }
+  }
+  if (dir.empty()) {
     source.config = deepseek_v4::DemoModelConfig();
   } else {
-    PG_ASSIGN_OR_RETURN(source.config, LoadModelConfig(o.model_path));
+    PG_ASSIGN_OR_RETURN(source.config, LoadModelConfig(dir));
   }
   if (o.num_layers > 0 && o.num_layers < source.config.num_layers) {
     source.config.num_layers = o.num_layers;
@@ -91,10 +103,10 @@ Result<ModelSource> OpenModel(const EngineOptions& o) {
     source.config.mlp_layer_types.resize(static_cast<size_t>(o.num_layers));
   }
   PG_RETURN_IF_ERROR(ValidateModelConfig(source.config));
-  if (o.model_path.empty() || o.synthetic_weights) {
+  if (dir.empty() || o.synthetic_weights) {
     source.checkpoint = MakeSyntheticCheckpoint(source.config, kSyntheticSeed);
   } else {
-    PG_ASSIGN_OR_RETURN(source.checkpoint, Checkpoint::Open(o.model_path));
+    PG_ASSIGN_OR_RETURN(source.checkpoint, Checkpoint::Open(dir));
   }
   return source;
 }

@@ -13,7 +13,7 @@
 namespace peregrine::cli {
 
 struct EngineOptions {
-  std::string model_path;                 // empty: the embedded demo model
+  std::string model_path;                 // empty: the embedded demo model (trained; random with synthetic_weights)
   int threads = 2;                        // CPU backend threads
   int64_t max_num_seqs = 256;             // running sequences per step
   int64_t max_num_batched_tokens = 2048;  // token budget per step
@@ -27,7 +27,7 @@ struct EngineOptions {
   double gpu_memory_utilization = 0.9;    // CUDA: fraction of the device the process may use
   // Backend and model shape.
   std::string device = "cpu";             // "cpu" or "cuda"
-  bool synthetic_weights = false;         // random weights for the model_path's config.json
+  bool synthetic_weights = false;         // random weights for the model_path's config.json (or the random demo config)
   int64_t num_layers = 0;                 // > 0: keep only the first num_layers layers
   int64_t max_model_len = 0;              // > 0: context per sequence (CUDA state size)
   std::string expert_format = "bf16";     // CUDA routed experts: "bf16" or "mxfp4"

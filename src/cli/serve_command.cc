@@ -220,7 +220,8 @@ void AddServeCommand(CLI::App& app, EngineFactory factory) {
   cmd->add_option("--device", options->device, "Backend: cpu or cuda")
       ->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
   cmd->add_flag("--synthetic-weights", options->synthetic_weights,
-                "Random weights for --model-path's config.json (generated on the device with cuda)");
+                "Random weights for --model-path's config.json (generated on the device with cuda); "
+                "without --model-path, the random-weights demo model (for speed runs) instead of the trained one");
   cmd->add_option("--num-layers", options->num_layers, "Keep only the first N layers (0: all)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 16));
   cmd->add_option("--max-model-len", options->max_model_len,
