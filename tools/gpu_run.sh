@@ -179,14 +179,29 @@ FLASH4="--model-path $FLASH --synthetic-weights --num-layers 4 --expert-format m
 
 if [ "$PHASE" = "structured" ]; then
   for t in ${TESTS:-$(gpu_tests)}; do run_test "$t" 240; done
-  # Records of bounded fields in an unbounded array: the masks change state every few tokens.
-  # (No spaces: serve_bench splits its bench arguments on them.)
-  SCHEMA='{"response_format":{"type":"json_schema","json_schema":{"name":"rows","schema":{"type":"object","properties":{"rows":{"type":"array","items":{"type":"object","properties":{"id":{"type":"integer"},"name":{"type":"string","maxLength":16},"kind":{"enum":["a","b","c"]},"ok":{"type":"boolean"}},"required":["id","name","kind","ok"],"additionalProperties":false}}},"required":["rows"],"additionalProperties":false}}}}'
+  # Records of bounded fields in an array of at least 100: the masks change state every few
+  # tokens, and no request can complete its grammar within 256 tokens, so both runs decode
+  # the same lengths in the same batches (an early finish would mix prefills into decode
+  # steps). (No spaces: serve_bench splits its bench arguments on them.)
+  SCHEMA='{"response_format":{"type":"json_schema","json_schema":{"name":"rows","schema":{"type":"object","properties":{"rows":{"type":"array","items":{"type":"object","properties":{"id":{"type":"integer"},"name":{"type":"string","maxLength":16},"kind":{"enum":["a","b","c"]},"ok":{"type":"boolean"}},"required":["id","name","kind","ok"],"additionalProperties":false},"minItems":100}},"required":["rows"],"additionalProperties":false}}}}'
   BENCH_ARGS="--endpoint /v1/chat/completions --num-prompts 64 --input-len 256 --output-len 256 --warmup 4"
   for round in 1 2; do
     serve_bench "flash_free_$round" 8125 "16" "$BENCH_ARGS" -- $FLASH4 --max-num-seqs 64 --max-model-len 4096
     serve_bench "flash_schema_$round" 8126 "16" "$BENCH_ARGS --extra-body $SCHEMA" -- $FLASH4 --max-num-seqs 64 --max-model-len 4096
   done
+  # The trained demo model on the GPU: greedy text, a JSON schema and a forced tool call.
+  start_server demo_trained 8127 "$PEREGRINE" --model-path "$ROOT/models/deepseek-v4-demo" --max-model-len 4096
+  api="http://127.0.0.1:8127/v1"
+  curl -s "$api/completions" -H 'Content-Type: application/json' \
+    -d '{"prompt":"def fibonacci(n):\n","max_tokens":48,"temperature":0}' >"$OUT/demo_cuda_completion.json"
+  curl -s "$api/chat/completions" -H 'Content-Type: application/json' \
+    -d '{"messages":[{"role":"user","content":"Give me a user record."}],"max_tokens":200,"temperature":1.0,"seed":3,"response_format":{"type":"json_schema","json_schema":{"name":"user","schema":{"type":"object","properties":{"name":{"type":"string","maxLength":20},"id":{"type":"integer"},"admin":{"type":"boolean"}},"required":["name","id","admin"],"additionalProperties":false}}}}' \
+    >"$OUT/demo_cuda_schema.json"
+  curl -s "$api/chat/completions" -H 'Content-Type: application/json' \
+    -d '{"messages":[{"role":"user","content":"Add 2 and 3."}],"max_tokens":200,"temperature":1.0,"seed":4,"tool_choice":"required","tools":[{"type":"function","function":{"name":"add","parameters":{"type":"object","properties":{"a":{"type":"integer"},"b":{"type":"integer"}},"required":["a","b"],"additionalProperties":false}}}]}' \
+    >"$OUT/demo_cuda_tools.json"
+  for f in completion schema tools; do echo "== demo_cuda_$f"; head -c 1500 "$OUT/demo_cuda_$f.json"; echo; done
+  stop_server
   exit $status
 fi
 
