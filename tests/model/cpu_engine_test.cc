@@ -14,7 +14,7 @@
 #include "model/checkpoint.h"
 #include "model/deepseek_v4/model.h"
 #include "runtime/cpu_model_runner.h"
-#include "structured/grammar_engine.h"
+#include "letter_grammar.h"
 
 namespace peregrine {
 namespace {
@@ -242,25 +242,12 @@ TEST_P(CpuEngineTest, GrammarStepsMatchTheRegexOverlappedOrNot) {
   auto config = LoadModelConfig(GetParam() / "model");
   ASSERT_TRUE(config.ok());
   const int64_t vocab = config->vocab_size;
-  auto letter = [](int64_t id) { return std::string(1, static_cast<char>('a' + id % 26)); };
-  structured::GrammarVocabulary v;
-  for (int64_t id = 0; id < vocab; ++id) v.token_bytes.push_back(letter(id));
-  for (int64_t id : config->eos_token_ids) {
-    v.token_bytes[static_cast<size_t>(id)].clear();
-    v.stop_token_ids.push_back(static_cast<int32_t>(id));
-  }
-  ASSERT_FALSE(v.stop_token_ids.empty());
-  auto engine = structured::GrammarEngine::Create(std::move(v));
-  ASSERT_TRUE(engine.ok()) << engine.status().ToString();
-  structured::GrammarSpec spec;
-  spec.kind = structured::GrammarKind::kRegex;
-  spec.source = "[a-h]{3,6}(xy|z)";
-  auto grammar = (*engine)->Compile(spec);
+  auto grammar = testing::CompileLetterRegex(*config, "[a-h]{3,6}(xy|z)");
   ASSERT_TRUE(grammar.ok()) << grammar.status().ToString();
 
   std::vector<EngineRequest> requests = Requests(vocab, 0, 6);
   for (EngineRequest& r : requests) {
-    r.grammar = *grammar;
+    r.grammar = grammar->grammar;
     r.ignore_eos = false;
     r.max_tokens = 30;
   }
@@ -273,8 +260,7 @@ TEST_P(CpuEngineTest, GrammarStepsMatchTheRegexOverlappedOrNot) {
     EXPECT_EQ(got.out[i].tokens, want.out[i].tokens) << i;
     EXPECT_EQ(got.out[i].logprobs, want.out[i].logprobs) << i;
     ASSERT_EQ(got.out[i].finish, FinishReason::kStop) << i;
-    std::string text;
-    for (size_t t = 0; t + 1 < got.out[i].tokens.size(); ++t) text += letter(got.out[i].tokens[t]);
+    const std::string text = testing::LetterText(got.out[i].tokens);
     EXPECT_TRUE(std::regex_match(text, std::regex("[a-h]{3,6}(xy|z)"))) << i << ": " << text;
   }
 }

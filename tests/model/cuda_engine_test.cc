@@ -24,7 +24,7 @@
 #include "model/deepseek_v4/cuda/cuda_model.h"
 #include "runtime/cuda_model_runner.h"
 #include "runtime/device_executor.h"
-#include "structured/grammar_engine.h"
+#include "letter_grammar.h"
 
 namespace peregrine {
 namespace {
@@ -183,23 +183,11 @@ TEST_P(CudaEngineTest, OverlappedStepsGiveTheSynchronousTokens) {
 TEST_P(CudaEngineTest, GrammarMasksDeferredOrNotGiveTheSameConformingTokens) {
   auto config = LoadModelConfig(GetParam() / "model");
   ASSERT_TRUE(config.ok());
-  auto letter = [](int64_t id) { return std::string(1, static_cast<char>('a' + id % 26)); };
-  structured::GrammarVocabulary v;
-  for (int64_t id = 0; id < vocab_; ++id) v.token_bytes.push_back(letter(id));
-  for (int64_t id : config->eos_token_ids) {
-    v.token_bytes[static_cast<size_t>(id)].clear();
-    v.stop_token_ids.push_back(static_cast<int32_t>(id));
-  }
-  auto grammars = structured::GrammarEngine::Create(std::move(v));
-  ASSERT_TRUE(grammars.ok()) << grammars.status().ToString();
-  structured::GrammarSpec spec;
-  spec.kind = structured::GrammarKind::kRegex;
-  spec.source = "[a-h]{4}[p-t]{8}";
-  auto grammar = (*grammars)->Compile(spec);
+  auto grammar = testing::CompileLetterRegex(*config, "[a-h]{4}[p-t]{8}");
   ASSERT_TRUE(grammar.ok()) << grammar.status().ToString();
   std::vector<EngineRequest> requests = Requests(vocab_);
   for (EngineRequest& r : requests) {
-    r.grammar = *grammar;
+    r.grammar = grammar->grammar;
     r.max_tokens = 13;
   }
   RunOptions sync_options;
@@ -213,8 +201,7 @@ TEST_P(CudaEngineTest, GrammarMasksDeferredOrNotGiveTheSameConformingTokens) {
     EXPECT_EQ(overlap.out[i].logprobs, sync.out[i].logprobs) << "request " << i;
     ASSERT_EQ(overlap.out[i].finish, FinishReason::kStop) << i << " " << overlap.out[i].error;
     ASSERT_EQ(overlap.out[i].tokens.size(), 13u) << i;
-    std::string text;
-    for (size_t t = 0; t + 1 < overlap.out[i].tokens.size(); ++t) text += letter(overlap.out[i].tokens[t]);
+    const std::string text = testing::LetterText(overlap.out[i].tokens);
     EXPECT_TRUE(std::regex_match(text, std::regex("[a-h]{4}[p-t]{8}"))) << i << ": " << text;
   }
 }
