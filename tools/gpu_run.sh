@@ -30,7 +30,7 @@
 #                                   shapes and the demo model); PARTS="tests" or "serve" for one half,
 #                                   TESTS / BENCHES / SERVE_RUNS / PROFILE=0 to narrow it
 #   bash tools/gpu_run.sh structured every gpu-labelled test (TESTS narrows it), then serve + bench at
-#                                   V4-Flash shapes with 16 streams, unconstrained and under a
+#                                   V4-Flash shapes with 16 and 64 streams, unconstrained and under a
 #                                   JSON schema (--extra-body), for the decode-throughput ratio
 # Results go to $OUT (default ./gpu-out).
 set -uo pipefail
@@ -186,8 +186,8 @@ if [ "$PHASE" = "structured" ]; then
   SCHEMA='{"response_format":{"type":"json_schema","json_schema":{"name":"rows","schema":{"type":"object","properties":{"rows":{"type":"array","items":{"type":"object","properties":{"id":{"type":"integer"},"name":{"type":"string","maxLength":16},"kind":{"enum":["a","b","c"]},"ok":{"type":"boolean"}},"required":["id","name","kind","ok"],"additionalProperties":false},"minItems":100}},"required":["rows"],"additionalProperties":false}}}}'
   BENCH_ARGS="--endpoint /v1/chat/completions --num-prompts 64 --input-len 256 --output-len 256 --warmup 4"
   for round in 1 2; do
-    serve_bench "flash_free_$round" 8125 "16" "$BENCH_ARGS" -- $FLASH4 --max-num-seqs 64 --max-model-len 4096
-    serve_bench "flash_schema_$round" 8126 "16" "$BENCH_ARGS --extra-body $SCHEMA" -- $FLASH4 --max-num-seqs 64 --max-model-len 4096
+    serve_bench "flash_free_$round" 8125 "16 64" "$BENCH_ARGS" -- $FLASH4 --max-num-seqs 64 --max-model-len 4096
+    serve_bench "flash_schema_$round" 8126 "16 64" "$BENCH_ARGS --extra-body $SCHEMA" -- $FLASH4 --max-num-seqs 64 --max-model-len 4096
   done
   # The trained demo model on the GPU: greedy text, a JSON schema and a forced tool call.
   start_server demo_trained 8127 "$PEREGRINE" --model-path "$ROOT/models/deepseek-v4-demo" --max-model-len 4096

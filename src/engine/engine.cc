@@ -1,6 +1,7 @@
 #include "engine/engine.h"
 
 #include <algorithm>
+#include <thread>
 
 #include "base/check.h"
 #include "runtime/kv_sizing.h"
@@ -41,7 +42,8 @@ Engine::Engine(const EngineConfig& config, std::unique_ptr<ModelRunner> runner)
       eos_ids_(runner_->eos_token_ids()),
       depth_(static_cast<size_t>(std::max(runner_->max_in_flight(), 1))),
       kv_(KvConfigOf(runner_->kv_capacity())),
-      scheduler_(config.scheduler, kv_) {
+      scheduler_(config.scheduler, kv_),
+      mask_batch_(std::clamp(static_cast<int>(std::thread::hardware_concurrency()) / 4, 1, 8)) {
   stats_.kv_capacity_tokens = kv_.capacity_tokens();
   stats_.kv_num_blocks = kv_.config().num_blocks;
   stats_.kv_block_tokens = kv_.block_tokens();
@@ -315,17 +317,17 @@ void Engine::SupplyMasks(LaunchedStep& step) {
   if (step.deferred.empty()) return;
   const auto words = static_cast<size_t>(TokenMaskWords(vocab_size_));
   if (mask_words_.size() < step.deferred.size() * words) mask_words_.resize(step.deferred.size() * words);
-  std::vector<const uint32_t*> masks;
-  masks.reserve(step.deferred.size());
+  std::vector<const uint32_t*> masks(step.deferred.size(), nullptr);
+  std::vector<structured::GrammarMatcher*> matchers;
+  std::vector<int32_t> rows;
   for (size_t k = 0; k < step.deferred.size(); ++k) {
     const LaunchedRow& r = step.rows[step.deferred[k]];
-    const uint32_t* mask = nullptr;
-    if (!r.seq->finished && !r.discard && r.seq->grammar_active) {
-      uint32_t* w = mask_words_.data() + k * words;
-      if (r.seq->matcher->FillMask(w)) mask = w;
-    }
-    masks.push_back(mask);
+    if (r.seq->finished || r.discard || !r.seq->grammar_active) continue;
+    matchers.push_back(r.seq->matcher.get());
+    rows.push_back(static_cast<int32_t>(k));
+    masks[k] = mask_words_.data() + k * words;
   }
+  mask_batch_.Fill(matchers, rows, static_cast<int64_t>(step.deferred.size()), mask_words_.data());
   step.deferred.clear();
   if (Status s = runner_->SupplyMasks(masks); !s.ok()) FailStep(step.plan, s);
 }

@@ -125,6 +125,7 @@ class Engine final : public EngineClient {
   std::deque<LaunchedStep> launched_;  // oldest first
   std::vector<std::unique_ptr<Sequence>> graveyard_;  // finished with no launched step left; freed per Step
   std::vector<uint32_t> mask_words_;  // grammar masks being handed to the runner
+  structured::MaskBatch mask_batch_;  // deferred masks of a step, on a few threads
   StepTokenCounts step_tokens_;
 
   // Shared with submitting threads.

@@ -2,6 +2,7 @@
 
 #include <xgrammar/xgrammar.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <deque>
 #include <exception>
@@ -12,6 +13,7 @@
 #include <string>
 #include <thread>
 #include <utility>
+#include <vector>
 
 namespace peregrine::structured {
 
@@ -68,6 +70,47 @@ bool GrammarMatcher::FillMask(uint32_t* words) {
 }
 
 bool GrammarMatcher::is_terminated() const { return impl_->matcher.IsTerminated(); }
+
+struct MaskBatch::Impl {
+  explicit Impl(int threads) : batch(static_cast<int32_t>(threads)) {}
+  xgrammar::BatchGrammarMatcher batch;
+  std::vector<xgrammar::GrammarMatcher> matchers;
+  std::vector<int32_t> rows;
+};
+
+MaskBatch::MaskBatch(int threads) : threads_(std::max(threads, 1)), impl_(std::make_unique<Impl>(threads_)) {}
+MaskBatch::~MaskBatch() = default;
+
+void MaskBatch::Fill(std::span<GrammarMatcher* const> matchers, std::span<const int32_t> rows, int64_t num_rows,
+                     uint32_t* words) {
+  if (matchers.empty()) return;
+  const int64_t n = MaskWords(matchers[0]->impl_->vocab_size);
+  impl_->matchers.clear();
+  impl_->rows.clear();
+  for (size_t j = 0; j < matchers.size(); ++j) {
+    GrammarMatcher& m = *matchers[j];
+    uint32_t* row = words + static_cast<int64_t>(rows[j]) * n;
+    // Terminated matchers, and batches too small to gain from threads, go one by one.
+    if (threads_ == 1 || matchers.size() < 8 || m.is_terminated()) {
+      if (!m.FillMask(row)) std::fill(row, row + n, ~0u);
+      continue;
+    }
+    impl_->matchers.push_back(m.impl_->matcher);  // a handle on the same state
+    impl_->rows.push_back(rows[j]);
+  }
+  if (impl_->matchers.empty()) return;
+  int64_t shape[2] = {num_rows, n};
+  DLTensor t{};
+  t.data = words;
+  t.device = DLDevice{kDLCPU, 0};
+  t.ndim = 2;
+  t.dtype = DLDataType{kDLInt, 32, 1};
+  t.shape = shape;
+  t.strides = nullptr;
+  t.byte_offset = 0;
+  impl_->batch.BatchFillNextTokenBitmask(&impl_->matchers, &t, impl_->rows);
+  impl_->matchers.clear();
+}
 
 void GrammarMatcher::Rollback(int n) { impl_->matcher.Rollback(n); }
 

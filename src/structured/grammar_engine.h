@@ -16,6 +16,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -62,7 +63,26 @@ class GrammarMatcher {
   void Rollback(int n);
 
  private:
+  friend class MaskBatch;
   struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// The masks of several matchers at once, on up to `threads` threads (xgrammar's batch
+// matcher), for a batch's rows: matcher j writes its MaskWords(vocab) words at
+// words + rows[j] * MaskWords(vocab), all ones where its grammar allows everything.
+// Used by one thread at a time.
+class MaskBatch {
+ public:
+  explicit MaskBatch(int threads);
+  ~MaskBatch();
+  int threads() const { return threads_; }
+  void Fill(std::span<GrammarMatcher* const> matchers, std::span<const int32_t> rows, int64_t num_rows,
+            uint32_t* words);
+
+ private:
+  struct Impl;
+  int threads_;
   std::unique_ptr<Impl> impl_;
 };
 

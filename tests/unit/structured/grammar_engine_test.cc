@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <random>
 #include <string>
@@ -235,6 +236,52 @@ TEST(GrammarEngineTest, JsonWhitespaceRunsAreBoundedUnlessCompact) {
   ASSERT_TRUE(g.ok());
   GrammarMatcher m(*g);
   EXPECT_EQ(AcceptBytes(m, "{ "), 1u);
+}
+
+// The batch fill writes, on its threads, exactly what each matcher's own FillMask writes, at
+// the rows it is given; an all-allowed row comes out all ones, a terminated one as its stop.
+TEST(GrammarEngineTest, MaskBatchEqualsOneByOneAtTheGivenRows) {
+  TestVocab v = MakeVocab(200);
+  auto engine = MakeEngine(v);
+  auto schema = engine->Compile(Schema(kPerson));
+  GrammarSpec regex{GrammarKind::kRegex, "[a-z]{2,9}x", {}, true};
+  auto re = engine->Compile(regex);
+  ASSERT_TRUE(schema.ok() && re.ok());
+  std::vector<GrammarMatcher> matchers;
+  const std::vector<std::string> prefixes = {"", "{", "{\"name\": \"A", "{\"name\": \"Al\", \"age\": 4", "{\"na"};
+  for (int i = 0; i < 12; ++i) {
+    matchers.emplace_back(i % 3 == 2 ? *re : *schema);
+    if (i % 3 == 2) {
+      AcceptBytes(matchers.back(), std::string(static_cast<size_t>(i / 3), 'q'));
+    } else {
+      AcceptBytes(matchers.back(), prefixes[static_cast<size_t>(i) % prefixes.size()]);
+    }
+  }
+  // One completed and terminated matcher.
+  matchers.emplace_back(*re);
+  ASSERT_EQ(AcceptBytes(matchers.back(), "abx"), 3u);
+  ASSERT_TRUE(matchers.back().Accept(v.stop));
+  const int64_t words = MaskWords(static_cast<int64_t>(v.vocab.token_bytes.size()));
+  const int64_t num_rows = static_cast<int64_t>(matchers.size()) + 3;
+  std::vector<int32_t> rows;
+  std::vector<GrammarMatcher*> ptrs;
+  for (size_t j = 0; j < matchers.size(); ++j) {
+    ptrs.push_back(&matchers[j]);
+    rows.push_back(static_cast<int32_t>(num_rows - 1 - static_cast<int64_t>(j)));  // reversed, gaps at 0..2
+  }
+  for (int threads : {1, 4}) {
+    std::vector<uint32_t> got(static_cast<size_t>(num_rows * words), 0xdeadbeefu);
+    MaskBatch batch(threads);
+    batch.Fill(ptrs, rows, num_rows, got.data());
+    for (size_t j = 0; j < matchers.size(); ++j) {
+      std::vector<uint32_t> want(static_cast<size_t>(words));
+      if (!matchers[j].FillMask(want.data())) std::fill(want.begin(), want.end(), ~0u);
+      const uint32_t* row = got.data() + static_cast<size_t>(rows[j]) * static_cast<size_t>(words);
+      EXPECT_TRUE(std::equal(want.begin(), want.end(), row)) << "threads " << threads << " matcher " << j;
+    }
+    for (int64_t r = 0; r < 3; ++r)
+      EXPECT_EQ(got[static_cast<size_t>(r * words)], 0xdeadbeefu) << "rows not given stay untouched";
+  }
 }
 
 TEST(GrammarEngineTest, ChoicesToEbnfEscapes) {
