@@ -184,7 +184,9 @@ if [ "$PHASE" = "structured" ]; then
   # the same lengths in the same batches (an early finish would mix prefills into decode
   # steps). (No spaces: serve_bench splits its bench arguments on them.)
   SCHEMA='{"response_format":{"type":"json_schema","json_schema":{"name":"rows","schema":{"type":"object","properties":{"rows":{"type":"array","items":{"type":"object","properties":{"id":{"type":"integer"},"name":{"type":"string","maxLength":16},"kind":{"enum":["a","b","c"]},"ok":{"type":"boolean"}},"required":["id","name","kind","ok"],"additionalProperties":false},"minItems":100}},"required":["rows"],"additionalProperties":false}}}}'
-  BENCH_ARGS="--endpoint /v1/chat/completions --num-prompts 64 --input-len 256 --output-len 256 --warmup 4"
+  # ENDPOINT=/v1/completions: the same prompts in both runs (chat also shows the schema to the
+  # model, so its prompts are longer under the schema).
+  BENCH_ARGS="--endpoint ${ENDPOINT:-/v1/chat/completions} --num-prompts 64 --input-len 256 --output-len 256 --warmup 4"
   for round in 1 2; do
     serve_bench "flash_free_$round" 8125 "16 64" "$BENCH_ARGS" -- $FLASH4 --max-num-seqs 64 --max-model-len 4096
     serve_bench "flash_schema_$round" 8126 "16 64" "$BENCH_ARGS --extra-body $SCHEMA" -- $FLASH4 --max-num-seqs 64 --max-model-len 4096
