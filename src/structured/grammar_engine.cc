@@ -26,6 +26,23 @@ class CompiledGrammar {
 // ---------------------------------------------------------------------------------------
 // GrammarMatcher
 
+namespace {
+
+// Host int32 bitmask rows as xgrammar reads them: `shape` is [n] or [rows, n] words.
+DLTensor BitmaskTensor(uint32_t* words, int64_t* shape, int ndim) {
+  DLTensor t{};
+  t.data = words;
+  t.device = DLDevice{kDLCPU, 0};
+  t.ndim = ndim;
+  t.dtype = DLDataType{kDLInt, 32, 1};
+  t.shape = shape;
+  t.strides = nullptr;
+  t.byte_offset = 0;
+  return t;
+}
+
+}  // namespace
+
 struct GrammarMatcher::Impl {
   explicit Impl(std::shared_ptr<const CompiledGrammar> g)
       : grammar(std::move(g)), matcher(grammar->grammar), vocab_size(grammar->grammar.GetTokenizerInfo().GetVocabSize()) {}
@@ -58,14 +75,7 @@ bool GrammarMatcher::FillMask(uint32_t* words) {
     return true;
   }
   int64_t shape[1] = {n};
-  DLTensor t{};
-  t.data = words;
-  t.device = DLDevice{kDLCPU, 0};
-  t.ndim = 1;
-  t.dtype = DLDataType{kDLInt, 32, 1};
-  t.shape = shape;
-  t.strides = nullptr;
-  t.byte_offset = 0;
+  DLTensor t = BitmaskTensor(words, shape, 1);
   return impl_->matcher.FillNextTokenBitmask(&t, 0);
 }
 
@@ -100,14 +110,7 @@ void MaskBatch::Fill(std::span<GrammarMatcher* const> matchers, std::span<const 
   }
   if (impl_->matchers.empty()) return;
   int64_t shape[2] = {num_rows, n};
-  DLTensor t{};
-  t.data = words;
-  t.device = DLDevice{kDLCPU, 0};
-  t.ndim = 2;
-  t.dtype = DLDataType{kDLInt, 32, 1};
-  t.shape = shape;
-  t.strides = nullptr;
-  t.byte_offset = 0;
+  DLTensor t = BitmaskTensor(words, shape, 2);
   impl_->batch.BatchFillNextTokenBitmask(&impl_->matchers, &t, impl_->rows);
   impl_->matchers.clear();
 }
