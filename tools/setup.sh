@@ -13,6 +13,7 @@ DEBS=(
   libpcre2-dev libgtest-dev libgmock-dev libbenchmark-dev libssl-dev
   systemd  # systemd-analyze verify checks deploy/systemd (no running systemd needed)
   prometheus  # the dashboard test runs the binary on a temporary config, never the service
+  curl  # the systemd units' readiness wait (ExecStartPost) runs it
 )
 missing=()
 for p in "${DEBS[@]}"; do
