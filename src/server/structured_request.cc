@@ -1,5 +1,6 @@
 #include "server/structured_request.h"
 
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -136,6 +137,31 @@ std::optional<ApiError> SetStructuralTag(const Json& tag, const char* param, con
   return Set(std::move(spec), param, limits, out);
 }
 
+// A field that holds one constraint directly: its key, the name errors give, its kind.
+enum class Kind { kSchema, kRegex, kChoice, kEbnf };
+struct Spelling {
+  const char* key;
+  const char* param;
+  Kind kind;
+};
+
+std::optional<ApiError> ReadSpellings(const Json& object, std::span<const Spelling> spellings, bool any_whitespace,
+                                      const ServerLimits& limits, StructuredRequest* out) {
+  for (const Spelling& f : spellings) {
+    const Json* v = FindField(object, f.key);
+    if (v == nullptr) continue;
+    std::optional<ApiError> e;
+    switch (f.kind) {
+      case Kind::kSchema: e = SetSchema(*v, f.param, any_whitespace, limits, out); break;
+      case Kind::kRegex: e = SetString(*v, f.param, GrammarKind::kRegex, limits, out); break;
+      case Kind::kChoice: e = SetChoice(*v, f.param, limits, out); break;
+      case Kind::kEbnf: e = SetString(*v, f.param, GrammarKind::kEbnf, limits, out); break;
+    }
+    if (e) return e;
+  }
+  return std::nullopt;
+}
+
 std::optional<ApiError> ReadResponseFormat(const Json& format, bool is_chat, const ServerLimits& limits,
                                            StructuredRequest* out) {
   const char* param = "response_format";
@@ -180,18 +206,11 @@ std::optional<ApiError> ReadStructuredOutputs(const Json& so, const ServerLimits
                           "unsupported_parameter");
   }
   const bool any_ws = !disable_any_whitespace;
-  if (const Json* v = FindField(so, "json")) {
-    if (auto e = SetSchema(*v, "structured_outputs.json", any_ws, limits, out)) return e;
-  }
-  if (const Json* v = FindField(so, "regex")) {
-    if (auto e = SetString(*v, "structured_outputs.regex", GrammarKind::kRegex, limits, out)) return e;
-  }
-  if (const Json* v = FindField(so, "choice")) {
-    if (auto e = SetChoice(*v, "structured_outputs.choice", limits, out)) return e;
-  }
-  if (const Json* v = FindField(so, "grammar")) {
-    if (auto e = SetString(*v, "structured_outputs.grammar", GrammarKind::kEbnf, limits, out)) return e;
-  }
+  static constexpr Spelling kFields[] = {{"json", "structured_outputs.json", Kind::kSchema},
+                                         {"regex", "structured_outputs.regex", Kind::kRegex},
+                                         {"choice", "structured_outputs.choice", Kind::kChoice},
+                                         {"grammar", "structured_outputs.grammar", Kind::kEbnf}};
+  if (auto e = ReadSpellings(so, kFields, any_ws, limits, out)) return e;
   if (const Json* v = FindField(so, "json_object")) {
     if (!v->is_boolean()) return Invalid("structured_outputs.json_object", "must be a boolean.");
     if (v->get<bool>()) {
@@ -222,28 +241,16 @@ std::optional<ApiError> ParseStructuredOutputs(const Json& body, const ServerLim
   if (const Json* backend = FindField(body, "guided_decoding_backend"); backend != nullptr && !backend->is_string()) {
     return Invalid("guided_decoding_backend", "must be a string.");
   }
-  if (const Json* v = FindField(body, "guided_json")) {
-    if (auto e = SetSchema(*v, "guided_json", true, limits, out)) return e;
-  }
-  if (const Json* v = FindField(body, "guided_regex")) {
-    if (auto e = SetString(*v, "guided_regex", GrammarKind::kRegex, limits, out)) return e;
-  }
-  if (const Json* v = FindField(body, "guided_choice")) {
-    if (auto e = SetChoice(*v, "guided_choice", limits, out)) return e;
-  }
-  if (const Json* v = FindField(body, "guided_grammar")) {
-    if (auto e = SetString(*v, "guided_grammar", GrammarKind::kEbnf, limits, out)) return e;
-  }
+  static constexpr Spelling kGuided[] = {{"guided_json", "guided_json", Kind::kSchema},
+                                         {"guided_regex", "guided_regex", Kind::kRegex},
+                                         {"guided_choice", "guided_choice", Kind::kChoice},
+                                         {"guided_grammar", "guided_grammar", Kind::kEbnf}};
+  if (auto e = ReadSpellings(body, kGuided, true, limits, out)) return e;
   // SGLang's.
-  if (const Json* v = FindField(body, "json_schema")) {
-    if (auto e = SetSchema(*v, "json_schema", true, limits, out)) return e;
-  }
-  if (const Json* v = FindField(body, "regex")) {
-    if (auto e = SetString(*v, "regex", GrammarKind::kRegex, limits, out)) return e;
-  }
-  if (const Json* v = FindField(body, "ebnf")) {
-    if (auto e = SetString(*v, "ebnf", GrammarKind::kEbnf, limits, out)) return e;
-  }
+  static constexpr Spelling kSglang[] = {{"json_schema", "json_schema", Kind::kSchema},
+                                         {"regex", "regex", Kind::kRegex},
+                                         {"ebnf", "ebnf", Kind::kEbnf}};
+  if (auto e = ReadSpellings(body, kSglang, true, limits, out)) return e;
   return std::nullopt;
 }
 
