@@ -240,12 +240,8 @@ bool Engine::Launch(SchedulerOutput plan) {
   std::vector<RunnerChunk> chunks;
   std::vector<RunnerSampling> sampling;
   std::vector<size_t> deferred;
+  std::vector<Sequence*> ready;  // per sampling row: its grammar's mask is known now
   chunks.reserve(plan.chunks.size());
-  const auto words = static_cast<size_t>(TokenMaskWords(vocab_size_));
-  size_t constrained = 0;
-  for (const ScheduledChunk& c : plan.chunks) constrained += c.samples && c.seq->matcher != nullptr;
-  if (mask_words_.size() < constrained * words) mask_words_.resize(constrained * words);
-  size_t next_mask = 0;
   const auto now = std::chrono::steady_clock::now();
   int64_t num_tokens = 0;
   for (const ScheduledChunk& c : plan.chunks) {
@@ -273,20 +269,19 @@ bool Engine::Launch(SchedulerOutput plan) {
     chunks.push_back(rc);
     if (!c.samples) continue;
     RunnerSampling rs{&seq->request.sampling, seq->sampling.get()};
-    if (seq->matcher != nullptr) {
-      if (v.feeds_last) {
-        // Its grammar state waits for the token the launched step is sampling.
-        rs.mask = RowMask::kDeferred;
-        deferred.push_back(sampling.size());
-      } else if (seq->grammar_active) {
-        uint32_t* w = mask_words_.data() + next_mask++ * words;
-        if (seq->matcher->FillMask(w)) {
-          rs.mask = RowMask::kReady;
-          rs.mask_words = w;
-        }
-      }
+    // A row fed the token the launched step is sampling waits for it to know its grammar state.
+    if (seq->matcher != nullptr && v.feeds_last) {
+      rs.mask = RowMask::kDeferred;
+      deferred.push_back(sampling.size());
     }
+    ready.push_back(seq->matcher != nullptr && !v.feeds_last && seq->grammar_active ? seq : nullptr);
     sampling.push_back(rs);
+  }
+  const std::vector<const uint32_t*> masks = FillMasks(ready);
+  for (size_t i = 0; i < sampling.size(); ++i) {
+    if (masks[i] == nullptr) continue;
+    sampling[i].mask = RowMask::kReady;
+    sampling[i].mask_words = masks[i];
   }
   if (Status s = runner_->Launch(chunks, sampling); !s.ok()) {
     FailStep(plan, s);
@@ -313,22 +308,31 @@ bool Engine::Launch(SchedulerOutput plan) {
   return true;
 }
 
-void Engine::SupplyMasks(LaunchedStep& step) {
-  if (step.deferred.empty()) return;
+std::vector<const uint32_t*> Engine::FillMasks(std::span<Sequence* const> seqs) {
   const auto words = static_cast<size_t>(TokenMaskWords(vocab_size_));
-  if (mask_words_.size() < step.deferred.size() * words) mask_words_.resize(step.deferred.size() * words);
-  std::vector<const uint32_t*> masks(step.deferred.size(), nullptr);
+  if (mask_words_.size() < seqs.size() * words) mask_words_.resize(seqs.size() * words);
+  std::vector<const uint32_t*> masks(seqs.size(), nullptr);
   std::vector<structured::GrammarMatcher*> matchers;
   std::vector<int32_t> rows;
-  for (size_t k = 0; k < step.deferred.size(); ++k) {
-    const LaunchedRow& r = step.rows[step.deferred[k]];
-    if (r.seq->finished || r.discard || !r.seq->grammar_active) continue;
-    matchers.push_back(r.seq->matcher.get());
+  for (size_t k = 0; k < seqs.size(); ++k) {
+    if (seqs[k] == nullptr) continue;
+    matchers.push_back(seqs[k]->matcher.get());
     rows.push_back(static_cast<int32_t>(k));
     masks[k] = mask_words_.data() + k * words;
   }
-  mask_batch_.Fill(matchers, rows, static_cast<int64_t>(step.deferred.size()), mask_words_.data());
+  mask_batch_.Fill(matchers, rows, static_cast<int64_t>(seqs.size()), mask_words_.data());
+  return masks;
+}
+
+void Engine::SupplyMasks(LaunchedStep& step) {
+  if (step.deferred.empty()) return;
+  std::vector<Sequence*> seqs;  // null: finished, restarting, or still before its grammar
+  for (size_t row : step.deferred) {
+    const LaunchedRow& r = step.rows[row];
+    seqs.push_back(r.seq->finished || r.discard || !r.seq->grammar_active ? nullptr : r.seq);
+  }
   step.deferred.clear();
+  const std::vector<const uint32_t*> masks = FillMasks(seqs);
   if (Status s = runner_->SupplyMasks(masks); !s.ok()) FailStep(step.plan, s);
 }
 

@@ -28,6 +28,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -99,6 +100,8 @@ class Engine final : public EngineClient {
   bool Launch(SchedulerOutput plan);
   // Collects the oldest launched step and post-processes its samples.
   void CollectOldest();
+  // The grammar masks of `seqs` (null entries: none), in mask_words_, on the mask threads.
+  std::vector<const uint32_t*> FillMasks(std::span<Sequence* const> seqs);
   // Computes and hands over the step's deferred masks (its older step has been collected).
   void SupplyMasks(LaunchedStep& step);
   // Feeds a collected token to the sequence's grammar; false when the grammar refuses it.
@@ -125,7 +128,7 @@ class Engine final : public EngineClient {
   std::deque<LaunchedStep> launched_;  // oldest first
   std::vector<std::unique_ptr<Sequence>> graveyard_;  // finished with no launched step left; freed per Step
   std::vector<uint32_t> mask_words_;  // grammar masks being handed to the runner
-  structured::MaskBatch mask_batch_;  // deferred masks of a step, on a few threads
+  structured::MaskBatch mask_batch_;  // a step's masks, on a few threads
   StepTokenCounts step_tokens_;
 
   // Shared with submitting threads.
