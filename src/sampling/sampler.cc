@@ -2,6 +2,9 @@
 // distribution, then raw logprobs. See sampler.h for the contract.
 #include "sampling/sampler.h"
 
+#include <algorithm>
+#include <cmath>
+#include <limits>
 #include <utility>
 #include <vector>
 
@@ -57,6 +60,22 @@ SampleResult Sample(std::span<float> logits, const SamplingParams& params, Seque
     result.top_logprobs = std::move(raw.top);
   }
   state.Append(result.token);
+  return result;
+}
+
+SampleResult ScoreToken(std::span<const float> logits, int32_t token, int32_t num_top) {
+  PG_CHECK(!logits.empty(), "ScoreToken() needs at least one logit");
+  PG_CHECK(token >= 0 && static_cast<size_t>(token) < logits.size(), "ScoreToken(): token outside the logits");
+  RawLogprobs raw = ComputeRawLogprobs(logits, std::max(num_top, 0));
+  SampleResult result;
+  result.token = token;
+  result.logprob = RawLogprob(logits[static_cast<size_t>(token)], raw);
+  result.top_logprobs = std::move(raw.top);
+  const float x = logits[static_cast<size_t>(token)];
+  const float own = std::isnan(x) ? -std::numeric_limits<float>::infinity() : x;
+  int64_t above = 0;
+  for (float v : logits) above += v > own;
+  result.rank = above + 1;
   return result;
 }
 

@@ -50,6 +50,9 @@ struct SampleResult {
   // processor); 0 when params.logprobs is -1.
   float logprob = 0.0f;
   std::vector<TokenLogprob> top_logprobs;   // params.logprobs entries, most likely first
+  // Prompt logprobs only (ScoreToken): 1 + the number of tokens with a larger raw logit
+  // (vLLM's rank: tied tokens share one); 0 where it was not computed.
+  int64_t rank = 0;
 };
 
 // Samples one token from `logits` [vocab] and records it in `state` (Append).
@@ -71,5 +74,11 @@ struct SampleResult {
 // Token ids in `state` or params.logit_bias outside [0, vocab) are ignored (validated upstream).
 // Cannot fail; `logits` must not be empty (checked).
 SampleResult Sample(std::span<float> logits, const SamplingParams& params, SequenceSamplingState& state);
+
+// A known token under `logits` (prompt logprobs): its raw logprob, its rank and the num_top
+// most likely tokens, as Sample() reports logprobs. NaN logits count as -inf (so a NaN token
+// ranks after every finite one). Cannot fail; `logits` must not be empty and `token` must be
+// in range (checked).
+SampleResult ScoreToken(std::span<const float> logits, int32_t token, int32_t num_top);
 
 }  // namespace peregrine

@@ -117,5 +117,36 @@ TEST(SampleLogprobsTest, NoneRequestedNoneReturned) {
   EXPECT_NEAR(r0.logprob, std::log(0.5), 1e-7);
 }
 
+TEST(ScoreTokenTest, ReportsTheTokensLogprobRankAndAlternatives) {
+  const std::vector<float> logits = RandomLogits(5000, 17);
+  const std::vector<double> reference = ReferenceLogSoftmax(logits);
+  for (const int32_t token : {0, 1234, 4999}) {
+    const SampleResult s = ScoreToken(logits, token, 5);
+    EXPECT_EQ(s.token, token);
+    EXPECT_NEAR(s.logprob, reference[static_cast<size_t>(token)], 1e-5);
+    int64_t above = 0;
+    for (const float l : logits) above += l > logits[static_cast<size_t>(token)];
+    EXPECT_EQ(s.rank, above + 1);
+    ASSERT_EQ(s.top_logprobs.size(), 5u);
+    for (const TokenLogprob& t : s.top_logprobs)
+      EXPECT_NEAR(t.logprob, reference[static_cast<size_t>(t.token)], 1e-5);
+    for (size_t i = 1; i < s.top_logprobs.size(); ++i)
+      EXPECT_GE(s.top_logprobs[i - 1].logprob, s.top_logprobs[i].logprob);
+  }
+}
+
+TEST(ScoreTokenTest, TiesShareARankAndNanRanksLast) {
+  const std::vector<float> logits = {1.0f, 3.0f, 3.0f, kNan, -kInf, 2.0f};
+  EXPECT_EQ(ScoreToken(logits, 1, 0).rank, 1);
+  EXPECT_EQ(ScoreToken(logits, 2, 0).rank, 1);
+  EXPECT_EQ(ScoreToken(logits, 5, 0).rank, 3);
+  EXPECT_EQ(ScoreToken(logits, 0, 0).rank, 4);
+  // NaN counts as -inf: every finite logit is above it, the -inf one is not.
+  EXPECT_EQ(ScoreToken(logits, 3, 0).rank, 5);
+  EXPECT_EQ(ScoreToken(logits, 3, 0).logprob, -kInf);
+  EXPECT_EQ(ScoreToken(logits, 4, 0).logprob, -kInf);
+  EXPECT_TRUE(ScoreToken(logits, 1, 0).top_logprobs.empty());
+}
+
 }  // namespace
 }  // namespace peregrine
