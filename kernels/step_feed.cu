@@ -29,7 +29,40 @@ __global__ void __launch_bounds__(kCopyThreads) CopyFlaggedRowsKernel(const Copy
   for (int64_t c = begin + threadIdx.x; c < end; c += kCopyThreads) dst[c] = src[c];
 }
 
+constexpr int kCountThreads = 256;
+
+__global__ void __launch_bounds__(kCountThreads) CountLogitsAboveKernel(const CountLogitsAboveParams p) {
+  const int64_t i = blockIdx.x;
+  const int32_t row = p.rows[i];
+  const int32_t token = p.tokens[i];
+  if (row < 0 || row >= p.num_rows || token < 0 || token >= p.width) {
+    if (threadIdx.x == 0) p.counts[i] = -1;
+    return;
+  }
+  const float* x = p.logits + static_cast<int64_t>(row) * p.width;
+  float own = x[token];
+  if (isnan(own)) own = -INFINITY;
+  int count = 0;
+  for (int64_t c = threadIdx.x; c < p.width; c += kCountThreads) count += x[c] > own ? 1 : 0;
+  for (int offset = 16; offset > 0; offset /= 2) count += __shfl_down_sync(0xffffffffu, count, offset);
+  __shared__ int warp_counts[kCountThreads / 32];
+  if (threadIdx.x % 32 == 0) warp_counts[threadIdx.x / 32] = count;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int total = 0;
+    for (int w = 0; w < kCountThreads / 32; ++w) total += warp_counts[w];
+    p.counts[i] = total;
+  }
+}
+
 }  // namespace
+
+cudaError_t LaunchCountLogitsAbove(const CountLogitsAboveParams& p, cudaStream_t stream) {
+  if (p.n <= 0) return cudaSuccess;
+  if (p.n > INT32_MAX || p.width > INT32_MAX) return cudaErrorInvalidValue;
+  CountLogitsAboveKernel<<<static_cast<unsigned>(p.n), kCountThreads, 0, stream>>>(p);
+  return cudaGetLastError();
+}
 
 cudaError_t LaunchFeedTokens(const FeedTokensParams& p, cudaStream_t stream) {
   if (p.n <= 0) return cudaSuccess;

@@ -3,6 +3,7 @@
 //   step's token ids, so the host can launch step n+1 before it has read step n's tokens.
 // - CopyFlaggedRows saves the rows of a buffer whose flag is set (the sampled rows the device
 //   gave up on), so the host can finish them after the next step has overwritten the buffer.
+// - CountLogitsAbove ranks known tokens in their logits rows (prompt logprobs' rank).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -33,5 +34,20 @@ struct CopyFlaggedRowsParams {
 };
 
 cudaError_t LaunchCopyFlaggedRows(const CopyFlaggedRowsParams& p, cudaStream_t stream);
+
+struct CountLogitsAboveParams {
+  const float* logits = nullptr;   // [num_rows, width]
+  const int32_t* rows = nullptr;   // [n] row of each item
+  const int32_t* tokens = nullptr; // [n] the item's token, in [0, width)
+  int32_t* counts = nullptr;       // [n] out
+  int64_t n = 0;
+  int64_t num_rows = 0;
+  int64_t width = 0;
+};
+
+// counts[i] = the number of logits in row rows[i] strictly above that row's logit of
+// tokens[i], a NaN logit counting as -inf (never above, and below every other value when it
+// is the token's). Items out of range get -1. One CTA per item.
+cudaError_t LaunchCountLogitsAbove(const CountLogitsAboveParams& p, cudaStream_t stream);
 
 }  // namespace peregrine::kernels

@@ -37,6 +37,7 @@ Result<std::unique_ptr<ModelRunner>> MakeRunner(const EngineOptions& o, ModelSou
     ro.prefix_caching = o.enable_prefix_caching;
     ro.snapshot_fraction = o.kv_snapshot_fraction;
     ro.max_context = o.max_model_len;
+    ro.max_scored_rows = o.max_scored_rows;
     auto runner = std::make_unique<CpuModelRunner>(std::move(model), ro);
     LogLines(LogLevel::kInfo, DescribeKvCapacity(runner->kv_capacity(), runner->max_context()));
     return std::unique_ptr<ModelRunner>(std::move(runner));
@@ -50,6 +51,7 @@ Result<std::unique_ptr<ModelRunner>> MakeRunner(const EngineOptions& o, ModelSou
   eo.device = o.cuda_device;
   eo.num_slots = o.max_num_seqs;
   eo.max_tokens = o.max_num_batched_tokens;
+  eo.max_logit_rows = o.max_num_seqs + o.max_scored_rows;
   eo.max_context = o.max_model_len > 0 ? o.max_model_len : source.config.max_position_embeddings;
   eo.block_tokens = o.block_size;
   eo.kv_tokens = o.kv_cache_tokens;

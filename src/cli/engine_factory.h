@@ -16,6 +16,7 @@ struct EngineOptions {
   std::string model_path;                 // empty: the embedded demo model (trained; random with synthetic_weights)
   int threads = 2;                        // CPU backend threads
   int64_t max_num_seqs = 256;             // running sequences per step
+  int64_t max_scored_rows = 256;          // prompt-logprob rows per step (a [vocab] logits row each)
   int64_t max_num_batched_tokens = 2048;  // token budget per step
   int64_t max_num_waiting = 4096;         // bounded waiting queue
   int64_t long_prefill_token_threshold = 0;  // > 0: prefill chunks capped while requests wait

@@ -32,6 +32,11 @@ EngineEvent EventOf(const Sequence& seq, std::chrono::steady_clock::time_point n
   return ev;
 }
 
+SchedulerConfig WithScoredRows(SchedulerConfig config, const ModelRunner& runner) {
+  config.max_scored_rows = runner.max_scored_rows();
+  return config;
+}
+
 }  // namespace
 
 Engine::Engine(const EngineConfig& config, std::unique_ptr<ModelRunner> runner)
@@ -42,7 +47,7 @@ Engine::Engine(const EngineConfig& config, std::unique_ptr<ModelRunner> runner)
       eos_ids_(runner_->eos_token_ids()),
       depth_(static_cast<size_t>(std::max(runner_->max_in_flight(), 1))),
       kv_(KvConfigOf(runner_->kv_capacity())),
-      scheduler_(config.scheduler, kv_),
+      scheduler_(WithScoredRows(config.scheduler, *runner_), kv_),
       mask_batch_(std::clamp(static_cast<int>(std::thread::hardware_concurrency()) / 4, 1, 8)) {
   stats_.kv_capacity_tokens = kv_.capacity_tokens();
   stats_.kv_num_blocks = kv_.config().num_blocks;
@@ -80,7 +85,12 @@ Status Engine::Submit(EngineRequest request, EventSink sink) {
   if (prompt == 0) return InvalidArgument("the prompt is empty");
   for (int32_t id : request.prompt_ids)
     if (id < 0 || id >= vocab_size_) return InvalidArgument("the prompt holds a token id outside the vocabulary");
-  if (request.max_tokens < 1) return InvalidArgument("max_tokens must be at least 1");
+  if (request.prompt_logprobs > kMaxScoreAlternatives)
+    return InvalidArgument("prompt_logprobs must be at most " + std::to_string(kMaxScoreAlternatives));
+  if (request.prompt_logprobs >= 0 && runner_->max_scored_rows() <= 0)
+    return InvalidArgument("this backend does not compute prompt logprobs");
+  if (request.max_tokens < (request.prompt_logprobs >= 0 ? 0 : 1))
+    return InvalidArgument("max_tokens must be at least 1");
   if (prompt >= max_context_) return InvalidArgument("the prompt does not fit the context length");
   const int64_t total = std::min(prompt + request.max_tokens, max_context_);
   if (!kv_.fits_when_empty(total)) return InvalidArgument("the request needs more KV cache than the whole pool");
@@ -157,10 +167,23 @@ void Engine::TakeInbox() {
   }
 }
 
+void Engine::AttachPromptScores(Sequence* seq, EngineEvent* ev) {
+  if (seq->request.prompt_logprobs < 0 || seq->prompt_scores_sent) return;
+  seq->prompt_scores_sent = true;
+  ev->prompt_logprobs = std::move(seq->prompt_scores);
+}
+
+void Engine::AddPromptScores(Sequence* seq, int64_t first, ChunkScores scores) {
+  for (size_t i = 0; i < scores.size(); ++i)
+    if (first + static_cast<int64_t>(i) == static_cast<int64_t>(seq->prompt_scores.size()))
+      seq->prompt_scores.push_back(std::move(scores[i]));
+}
+
 void Engine::Finish(Sequence* seq, FinishReason reason, const std::string& error) {
   EngineEvent ev = EventOf(*seq, std::chrono::steady_clock::now());
   ev.finish = reason;
   ev.error = error;
+  if (reason == FinishReason::kLength || reason == FinishReason::kStop) AttachPromptScores(seq, &ev);
   seq->sink(ev);
   Close(seq);
 }
@@ -198,6 +221,7 @@ void Engine::Emit(Sequence* seq, SampleResult sample, std::chrono::steady_clock:
   ev.token_ids = {sample.token};
   ev.samples = {std::move(sample)};
   ev.finish = finish;
+  AttachPromptScores(seq, &ev);
   seq->sink(ev);
   if (finish) Close(seq);
 }
@@ -241,6 +265,7 @@ bool Engine::Launch(SchedulerOutput plan) {
   std::vector<RunnerSampling> sampling;
   std::vector<size_t> deferred;
   std::vector<Sequence*> ready;  // per sampling row: its grammar's mask is known now
+  std::vector<ScoredChunk> scored;
   chunks.reserve(plan.chunks.size());
   const auto now = std::chrono::steady_clock::now();
   int64_t num_tokens = 0;
@@ -266,6 +291,16 @@ bool Engine::Launch(SchedulerOutput plan) {
     v.snapshots = c.snapshots;
     v.restore = c.restore;
     v.needs_logits = c.samples;
+    if (seq->scores_from(c.first)) {
+      // Row i scores the token after position first + i, up to the last prompt token.
+      const int64_t end = std::min(c.first + c.num_tokens, seq->num_prompt_scores());
+      v.all_logits = true;
+      rc.scoring.targets = std::span<const int32_t>(seq->tokens).subspan(static_cast<size_t>(c.first + 1),
+                                                                         static_cast<size_t>(end - c.first));
+      rc.scoring.num_top = seq->request.prompt_logprobs;
+      seq->num_scored_launched = std::max(seq->num_scored_launched, end);
+      scored.push_back({seq, c.first});
+    }
     chunks.push_back(rc);
     if (!c.samples) continue;
     RunnerSampling rs{&seq->request.sampling, seq->sampling.get()};
@@ -292,6 +327,11 @@ bool Engine::Launch(SchedulerOutput plan) {
   CountStepTokens(num_tokens);
   LaunchedStep step;
   for (const ScheduledChunk& c : plan.chunks) {
+    // A request that generates nothing ends once its prompt's scores are collected.
+    if (c.seq->request.max_tokens == 0 && c.first + c.num_tokens == c.seq->num_tokens()) {
+      step.finishing.push_back(c.seq);
+      scheduler_.remove(c.seq);
+    }
     if (!c.samples) continue;
     Sequence* seq = c.seq;
     ++seq->num_pending;
@@ -302,6 +342,7 @@ bool Engine::Launch(SchedulerOutput plan) {
   }
   step.plan = std::move(plan);
   step.deferred = std::move(deferred);
+  step.scored = std::move(scored);
   launched_.push_back(std::move(step));
   // Nothing older is in flight: the masks can be computed now.
   if (launched_.size() == 1) SupplyMasks(launched_.back());
@@ -352,11 +393,20 @@ void Engine::CollectOldest() {
   for (size_t i = 0; i < step.rows.size(); ++i) skip[i] = step.rows[i].seq->finished || step.rows[i].discard;
   std::vector<SampleResult> samples;
   std::vector<uint8_t> refeed_failed;
-  if (Status s = runner_->Collect(skip, &samples, &refeed_failed); !s.ok()) {
-    FailStep(step.plan, s);
+  std::vector<ChunkScores> scores;
+  Status collected = runner_->Collect(skip, &samples, &refeed_failed, &scores);
+  if (collected.ok() && scores.size() != step.scored.size())
+    collected = Internal("the runner returned " + std::to_string(scores.size()) + " scored chunks, " +
+                         std::to_string(step.scored.size()) + " expected");
+  if (!collected.ok()) {
+    FailStep(step.plan, collected);
     if (!launched_.empty()) SupplyMasks(launched_.front());
     return;
   }
+  for (size_t k = 0; k < scores.size(); ++k)
+    if (!step.scored[k].seq->finished) AddPromptScores(step.scored[k].seq, step.scored[k].first, std::move(scores[k]));
+  for (Sequence* seq : step.finishing)
+    if (!seq->finished) Finish(seq, FinishReason::kLength);
   const auto now = std::chrono::steady_clock::now();
   for (size_t i = 0; i < step.rows.size(); ++i) {                       // post-process, emit
     if (skip[i]) continue;

@@ -78,9 +78,16 @@ class Engine final : public EngineClient {
     Sequence* seq = nullptr;
     bool discard = false;  // the sequence restarted: drop this row's sample
   };
+  // A launched chunk that scores prompt tokens (its rows start at prompt position `first`).
+  struct ScoredChunk {
+    Sequence* seq = nullptr;
+    int64_t first = 0;
+  };
   struct LaunchedStep {
     SchedulerOutput plan;
     std::vector<LaunchedRow> rows;
+    std::vector<ScoredChunk> scored;  // in chunk order, as the runner returns their scores
+    std::vector<Sequence*> finishing;  // requests that generate nothing, done with this step
     std::vector<size_t> deferred;  // rows whose grammar masks are still to be supplied
     // Sequences that finished while this step (or an older one) still named them; they are
     // destroyed with it, after it has been collected.
@@ -89,6 +96,10 @@ class Engine final : public EngineClient {
 
   void TakeInbox();
   void Finish(Sequence* seq, FinishReason reason, const std::string& error = {});
+  // Moves the collected prompt scores into the request's first event that can carry them.
+  static void AttachPromptScores(Sequence* seq, EngineEvent* ev);
+  // Appends a collected chunk's scores (dropping rows an earlier launch already scored).
+  static void AddPromptScores(Sequence* seq, int64_t first, ChunkScores scores);
   // Takes a finished sequence out of the schedule and the live set; it is destroyed once no
   // launched step names it.
   void Close(Sequence* seq);

@@ -21,8 +21,9 @@ struct ChunkView {
   // to write the state at L into, or -1.
   std::span<const int32_t> snapshots;
   int32_t restore = -1;                 // >= 0: start the slot from this snapshot (taken at first_position)
-  bool needs_logits = false;            // the last token's logits are wanted
-  bool all_logits = false;              // every token's logits are wanted (tests, scoring)
+  bool needs_logits = false;            // the last token's logits are wanted (it is sampled)
+  // Every token's logits are wanted (T rows; scoring, tests), whatever needs_logits says.
+  bool all_logits = false;
 };
 
 }  // namespace peregrine

@@ -60,16 +60,36 @@ Status CpuModelRunner::Launch(std::span<const RunnerChunk> chunks, std::span<con
   PG_RETURN_IF_ERROR(s);
 
   const int64_t vocab = model_->config().vocab_size;
-  if (logits.size() != sampling.size() * static_cast<size_t>(vocab))
-    return Internal("one sampling entry per logits row expected");
+  size_t num_rows = 0;
+  for (const ChunkView& v : views)
+    num_rows += v.all_logits ? static_cast<size_t>(v.num_tokens) : (v.needs_logits ? 1 : 0);
+  if (logits.size() != num_rows * static_cast<size_t>(vocab)) return Internal("unexpected logits rows from the model");
+  auto logits_row = [&](size_t r) {
+    return std::span<float>(logits.data() + r * static_cast<size_t>(vocab), static_cast<size_t>(vocab));
+  };
   Launched step;
-  size_t row = 0;
-  for (const ChunkView& v : views) {
+  size_t row = 0, first_row = 0;
+  for (size_t c = 0; c < views.size(); ++c) {
+    const ChunkView& v = views[c];
+    const RunnerScoring& scoring = chunks[c].scoring;
+    const size_t chunk_rows = v.all_logits ? static_cast<size_t>(v.num_tokens) : (v.needs_logits ? 1 : 0);
+    if (!scoring.targets.empty()) {
+      if (!v.all_logits || scoring.targets.size() > chunk_rows - (v.needs_logits ? 1 : 0))
+        return Internal("scoring targets without a logits row each");
+      ChunkScores& scores = step.scores.emplace_back();
+      for (size_t i = 0; i < scoring.targets.size(); ++i) {
+        const int32_t target = scoring.targets[i];
+        if (target < 0 || target >= vocab) return Internal("a scoring target outside the vocabulary");
+        scores.push_back(ScoreToken(logits_row(first_row + i), target, scoring.num_top));
+      }
+    }
+    first_row += chunk_rows;
     if (!v.needs_logits) continue;
+    if (row >= sampling.size()) return Internal("one sampling entry per sampled chunk expected");
     const RunnerSampling& smp = sampling[row];
     step.rng_before.push_back(smp.state->rng());
     step.states.push_back(smp.state);
-    std::span<float> row_logits(logits.data() + row * static_cast<size_t>(vocab), static_cast<size_t>(vocab));
+    std::span<float> row_logits = logits_row(first_row - 1);
     if (smp.mask == RowMask::kDeferred) {
       step.deferred.push_back(row);
       step.deferred_slots.push_back(v.slot);
@@ -86,6 +106,7 @@ Status CpuModelRunner::Launch(std::span<const RunnerChunk> chunks, std::span<con
     slot_tokens_[static_cast<size_t>(v.slot)] = step.results.back().token;
     ++row;
   }
+  if (row != sampling.size()) return Internal("one sampling entry per sampled chunk expected");
   launched_.push_back(std::move(step));
   return Status::Ok();
 }
@@ -109,7 +130,7 @@ Status CpuModelRunner::SupplyMasks(std::span<const uint32_t* const> masks) {
 }
 
 Status CpuModelRunner::Collect(std::span<const uint8_t> skip, std::vector<SampleResult>* results,
-                               std::vector<uint8_t>* refeed_failed) {
+                               std::vector<uint8_t>* refeed_failed, std::vector<ChunkScores>* scores) {
   if (launched_.empty()) return Internal("no launched step to collect");
   Launched step = std::move(launched_.front());
   launched_.pop_front();
@@ -124,6 +145,7 @@ Status CpuModelRunner::Collect(std::span<const uint8_t> skip, std::vector<Sample
     }
     (*results)[i] = std::move(step.results[i]);
   }
+  *scores = std::move(step.scores);
   return Status::Ok();
 }
 

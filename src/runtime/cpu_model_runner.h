@@ -25,6 +25,8 @@ struct CpuRunnerOptions {
   // Let two launched steps wait (the engine then plans a step before collecting the last);
   // steps still complete inside Launch, so this only exercises the overlapped engine path.
   bool overlap = false;
+  // Prompt-logprob rows per step (each holds a [vocab] row of logits on the host).
+  int64_t max_scored_rows = 512;
 };
 
 class CpuModelRunner final : public ModelRunner {
@@ -34,11 +36,12 @@ class CpuModelRunner final : public ModelRunner {
   int max_in_flight() const override { return options_.overlap ? 2 : 1; }
   Status Launch(std::span<const RunnerChunk> chunks, std::span<const RunnerSampling> sampling) override;
   Status Collect(std::span<const uint8_t> skip, std::vector<SampleResult>* results,
-                 std::vector<uint8_t>* refeed_failed) override;
+                 std::vector<uint8_t>* refeed_failed, std::vector<ChunkScores>* scores) override;
   // Deferred rows keep their logits until their mask arrives, then sample.
   Status SupplyMasks(std::span<const uint32_t* const> masks) override;
   bool defers_masks() const override { return true; }
   KvCapacity kv_capacity() const override { return capacity_; }
+  int64_t max_scored_rows() const override { return options_.max_scored_rows; }
   int64_t vocab_size() const override { return model_->config().vocab_size; }
   int64_t max_context() const override { return max_context_; }
   std::vector<int32_t> eos_token_ids() const override;
@@ -55,6 +58,7 @@ class CpuModelRunner final : public ModelRunner {
     std::vector<int32_t> deferred_slots;
     std::vector<const SamplingParams*> deferred_params;
     std::vector<float> deferred_logits;
+    std::vector<ChunkScores> scores;  // per scored chunk
   };
 
   std::unique_ptr<HostModel> model_;

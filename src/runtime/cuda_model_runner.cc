@@ -235,14 +235,75 @@ Status CudaModelRunner::EnqueueSampling(LaunchSlot& slot, const Tensor& logits, 
   return slot.done.Record(stream);
 }
 
-Status CudaModelRunner::LaunchHostSampled(LaunchSlot& slot, std::span<const RunnerSampling> sampling) {
+Status CudaModelRunner::PlanRows(LaunchSlot& slot, std::span<const RunnerChunk> chunks, size_t num_sampling) {
+  slot.sample_rows.clear();
+  slot.scorer.Clear();
+  slot.compacts = false;
+  int64_t row = 0;
+  for (const RunnerChunk& chunk : chunks) {
+    const ChunkView& v = chunk.view;
+    const int64_t rows = v.all_logits ? v.num_tokens : (v.needs_logits ? 1 : 0);
+    if (!chunk.scoring.targets.empty()) {
+      if (!v.all_logits ||
+          static_cast<int64_t>(chunk.scoring.targets.size()) > rows - (v.needs_logits ? 1 : 0))
+        return Internal("scoring targets without a logits row each");
+      slot.scorer.AddChunk(row, chunk.scoring);
+    }
+    row += rows;
+    if (!v.needs_logits) continue;
+    slot.compacts = slot.compacts || row - 1 != static_cast<int64_t>(slot.sample_rows.size());
+    slot.sample_rows.push_back(static_cast<int32_t>(row - 1));
+  }
+  if (slot.sample_rows.size() != num_sampling) return Internal("one sampling entry per sampled chunk expected");
+  return Status::Ok();
+}
+
+Status CudaModelRunner::EnqueueScoring(LaunchSlot& slot, const Tensor& logits, cudaStream_t stream, Tensor* sampled) {
+  *sampled = logits;
+  if (slot.scorer.empty() && !slot.compacts) return Status::Ok();
+  PG_RETURN_IF_ERROR(slot.scorer.Enqueue(logits, stream, executor_->allocator()));
+  // Sampling row i moves to row i, in increasing order: its source (row >= i) is never a
+  // row an earlier move wrote, and a later move reads only rows above what it writes.
+  const size_t width = static_cast<size_t>(logits.shape[1]);
+  float* base = logits.as<float>();
+  for (size_t i = 0; i < slot.sample_rows.size(); ++i) {
+    const auto from = static_cast<size_t>(slot.sample_rows[i]);
+    if (from == i) continue;
+    PG_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(base + i * width, base + from * width, width * 4,
+                                            cudaMemcpyDeviceToDevice, stream));
+  }
+  *sampled = Tensor::Contiguous(base, DType::kF32, {static_cast<int64_t>(slot.sample_rows.size()),
+                                                    static_cast<int64_t>(width)}, Device::kCuda);
+  return Status::Ok();
+}
+
+Status CudaModelRunner::LaunchHostSampled(LaunchSlot& slot, std::span<const RunnerChunk> chunks,
+                                          std::span<const RunnerSampling> sampling) {
   std::vector<float> logits;
   PG_RETURN_IF_ERROR(executor_->Forward(step_, &logits));
   const auto vocab = static_cast<size_t>(executor_->config().vocab_size);
-  if (logits.size() != sampling.size() * vocab) return Internal("one sampling entry per logits row expected");
+  PG_RETURN_IF_ERROR(PlanRows(slot, chunks, sampling.size()));
+  slot.host_scores.clear();
+  int64_t first_row = 0;
+  for (const RunnerChunk& chunk : chunks) {
+    const ChunkView& v = chunk.view;
+    if (!chunk.scoring.targets.empty()) {
+      ChunkScores& scores = slot.host_scores.emplace_back();
+      for (size_t i = 0; i < chunk.scoring.targets.size(); ++i) {
+        const size_t at = static_cast<size_t>(first_row) + i;
+        if (at * vocab + vocab > logits.size()) return Internal("a scored row outside the step's logits");
+        const int32_t target = chunk.scoring.targets[i];
+        if (target < 0 || static_cast<size_t>(target) >= vocab) return Internal("a scoring target outside the vocabulary");
+        scores.push_back(ScoreToken(std::span<const float>(logits.data() + at * vocab, vocab), target,
+                                    chunk.scoring.num_top));
+      }
+    }
+    first_row += v.all_logits ? v.num_tokens : (v.needs_logits ? 1 : 0);
+  }
+  if (static_cast<size_t>(first_row) * vocab != logits.size()) return Internal("unexpected logits rows from the step");
   slot.host_results.clear();
   for (size_t i = 0; i < sampling.size(); ++i) {
-    std::span<float> row(logits.data() + i * vocab, vocab);
+    std::span<float> row(logits.data() + static_cast<size_t>(slot.sample_rows[i]) * vocab, vocab);
     if (sampling[i].mask == RowMask::kDeferred) return Internal("host sampling takes no deferred masks");
     if (sampling[i].mask == RowMask::kReady)
       ApplyTokenBitmask(row, std::span(sampling[i].mask_words, static_cast<size_t>(TokenMaskWords(static_cast<int64_t>(vocab)))));
@@ -262,7 +323,7 @@ Status CudaModelRunner::Launch(std::span<const RunnerChunk> chunks, std::span<co
   for (const RunnerChunk& chunk : chunks) slot.slots.push_back(chunk.view.slot);
   slot.sampling.assign(sampling.begin(), sampling.end());
   if (!device_sampling_) {
-    const Status s = LaunchHostSampled(slot, sampling);
+    const Status s = LaunchHostSampled(slot, chunks, sampling);
     Advance(chunks, s);
     PG_RETURN_IF_ERROR(s);
     slot.rows = sampling.size();
@@ -272,6 +333,7 @@ Status CudaModelRunner::Launch(std::span<const RunnerChunk> chunks, std::span<co
   }
 
   const int64_t vocab = executor_->config().vocab_size;
+  PG_RETURN_IF_ERROR(PlanRows(slot, chunks, sampling.size()));
   slot.batch.Clear();
   slot.rng_before.resize(sampling.size());
   for (size_t i = 0; i < sampling.size(); ++i)
@@ -287,7 +349,11 @@ Status CudaModelRunner::Launch(std::span<const RunnerChunk> chunks, std::span<co
   }
   PG_RETURN_IF_ERROR(step_start_[slot.timing].Record(executor_->stream()));
 
-  auto hook = [&](const Tensor& logits, cudaStream_t stream) { return EnqueueSampling(slot, logits, stream); };
+  auto hook = [&](const Tensor& logits, cudaStream_t stream) {
+    Tensor sampled;
+    PG_RETURN_IF_ERROR(EnqueueScoring(slot, logits, stream, &sampled));
+    return EnqueueSampling(slot, sampled, stream);
+  };
   const Status s = executor_->Launch(step_, hook);
   Advance(chunks, s);
   if (!s.ok()) {
@@ -303,7 +369,7 @@ Status CudaModelRunner::Launch(std::span<const RunnerChunk> chunks, std::span<co
 }
 
 Status CudaModelRunner::Collect(std::span<const uint8_t> skip, std::vector<SampleResult>* results,
-                                std::vector<uint8_t>* refeed_failed) {
+                                std::vector<uint8_t>* refeed_failed, std::vector<ChunkScores>* scores) {
   if (launched_.empty()) return Internal("no launched step to collect");
   const int index = launched_.front();
   launched_.pop_front();
@@ -322,6 +388,7 @@ Status CudaModelRunner::Collect(std::span<const uint8_t> skip, std::vector<Sampl
     refeed_failed->assign(slot.host_results.size(), 0);
     for (size_t i = 0; i < skip.size(); ++i)
       if (!skip[i]) (*results)[i] = std::move(slot.host_results[i]);
+    *scores = std::move(slot.host_scores);
     return Status::Ok();
   }
   if (Status s = slot.done.Synchronize(); !s.ok()) {
@@ -342,6 +409,7 @@ Status CudaModelRunner::Collect(std::span<const uint8_t> skip, std::vector<Sampl
 
   const size_t r = slot.rows;
   if (skip.size() != r) return Internal("collect: one skip flag per sampling row expected");
+  PG_ASSIGN_OR_RETURN(*scores, slot.scorer.Read());
   const int32_t* tokens = slot.out_tokens.as<int32_t>();
   const float* logprobs = slot.out_logprobs.as<float>();
   const int32_t* status = slot.out_status.as<int32_t>();

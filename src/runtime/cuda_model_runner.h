@@ -9,6 +9,7 @@
 // and read step n's sampled tokens on the device, before the host has collected step n.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <deque>
 #include <memory>
@@ -21,6 +22,7 @@
 #include "sampling/device_rows.h"
 
 #include "runtime/device_executor.h"
+#include "runtime/device_scorer.h"
 #include "runtime/model_runner.h"
 
 namespace peregrine {
@@ -38,12 +40,16 @@ class CudaModelRunner final : public ModelRunner {
   // state stands: the engine and the device state disagree.
   Status Launch(std::span<const RunnerChunk> chunks, std::span<const RunnerSampling> sampling) override;
   Status Collect(std::span<const uint8_t> skip, std::vector<SampleResult>* results,
-                 std::vector<uint8_t>* refeed_failed) override;
+                 std::vector<uint8_t>* refeed_failed, std::vector<ChunkScores>* scores) override;
   // Writes the deferred masks into the newest step's staging and opens its gate: that step's
   // sampling waits on the device behind its forward until then.
   Status SupplyMasks(std::span<const uint32_t* const> masks) override;
   bool defers_masks() const override { return device_sampling_; }
   KvCapacity kv_capacity() const override { return executor_->kv_capacity(); }
+  // The executor's logits rows beyond one per slot.
+  int64_t max_scored_rows() const override {
+    return std::max<int64_t>(executor_->options().max_logit_rows - executor_->options().num_slots, 0);
+  }
   DeviceTime device_time() const override { return device_time_; }
   void NoteIdle() override { idle_since_collect_ = true; }
   int64_t vocab_size() const override { return executor_->config().vocab_size; }
@@ -61,6 +67,12 @@ class CudaModelRunner final : public ModelRunner {
     std::vector<RunnerSampling> sampling;
     std::vector<int32_t> slots;  // the chunks' state slots (marked unusable if the step fails)
     std::vector<SampleResult> host_results;  // host sampling: the step's results
+    std::vector<ChunkScores> host_scores;    // host sampling: the step's prompt scores
+    // Prompt logprobs: the logits row of each sampling row (the scored chunks' rows come
+    // first in their chunks), and the device scoring of the step's scored rows.
+    std::vector<int32_t> sample_rows;
+    bool compacts = false;  // some sampling row is not at its own index
+    DeviceScorer scorer;
     size_t rows = 0, edits = 0;
     size_t row_capacity = 0, edit_capacity = 0;
     peregrine::cuda::PinnedHostBuffer in_rows, in_offsets, in_edits;
@@ -93,7 +105,12 @@ class CudaModelRunner final : public ModelRunner {
   // The step's sampling, enqueued behind its logits.
   Status EnqueueSampling(LaunchSlot& slot, const Tensor& logits, cudaStream_t stream);
   // Host sampling: the step runs to completion, its logits sampled by Sample().
-  Status LaunchHostSampled(LaunchSlot& slot, std::span<const RunnerSampling> sampling);
+  Status LaunchHostSampled(LaunchSlot& slot, std::span<const RunnerChunk> chunks,
+                           std::span<const RunnerSampling> sampling);
+  // The step's logits rows per chunk: its sampling rows and its scored chunks (`slot.scorer`).
+  Status PlanRows(LaunchSlot& slot, std::span<const RunnerChunk> chunks, size_t num_sampling);
+  // Scores the step's rows and moves the sampling rows to the front of `logits`.
+  Status EnqueueScoring(LaunchSlot& slot, const Tensor& logits, cudaStream_t stream, Tensor* sampled);
 
   std::unique_ptr<DeviceExecutor> executor_;
   bool device_sampling_ = false;

@@ -264,20 +264,19 @@ Status DeviceExecutor::Prepare(std::span<const ChunkView> chunks, bool allow_gra
   }
   const auto n_delta = static_cast<int64_t>(delta_at.size());
   const int64_t pairs = meta.Place(2 * n_delta), values = meta.Place(n_delta);
-  // Fed tokens (row, slot) and the sampled rows' slots (slot, logits row).
+  // Fed tokens (row, slot) and the sampled chunks' slots (slot, sampling row).
   std::vector<int32_t> feeds, stores;
-  int64_t row = 0, logit_row = 0;
+  int64_t row = 0, sample_row = 0;
   for (const ChunkView& c : chunks) {
     row += c.num_tokens;
     if (c.feeds_last) {
       feeds.push_back(static_cast<int32_t>(row - 1));
       feeds.push_back(c.slot);
     }
-    if (c.needs_logits && !c.all_logits) {
+    if (c.needs_logits) {
       stores.push_back(c.slot);
-      stores.push_back(static_cast<int32_t>(logit_row));
+      stores.push_back(static_cast<int32_t>(sample_row++));
     }
-    logit_row += c.all_logits ? c.num_tokens : (c.needs_logits ? 1 : 0);
   }
   const int64_t feed_at = meta.Place(static_cast<int64_t>(feeds.size()));
   store_pairs_ = meta.Place(static_cast<int64_t>(stores.size()));

@@ -84,13 +84,15 @@ class DeviceExecutor {
   // replay a captured graph per power-of-two bucket; 0 launches every step op by op.
   Status EnableGraphs(int64_t max_batch);
   // Enqueues a step and returns without waiting; `hook` gets the step's device logits
-  // [R, vocab] (R = the chunks wanting logits, in order) and enqueues what reads them. A
+  // [R, vocab] (per chunk in order: every token's row with all_logits, else the last
+  // token's when it needs logits) and enqueues what reads them. A
   // chunk with feeds_last reads its last token from its slot's entry of the token buffer.
   // Checks fail before anything is enqueued (InvalidArgument); a device failure leaves the
   // touched slots' state unusable.
   Status Launch(std::span<const ChunkView> chunks, const LogitsHook& hook);
-  // Called by the hook after sampling: the step's sampled tokens [R] (device) go to their
-  // slots' entries of the token buffer (what the next step's fed chunks read).
+  // Called by the hook after sampling: the step's sampled tokens (device; one per chunk that
+  // needs logits, in chunk order) go to their slots' entries of the token buffer (what the
+  // next step's fed chunks read).
   Status StoreSampledTokens(const int32_t* tokens, int64_t num_tokens);
   // Runs a step and copies its logits [R, vocab] to the host.
   Status Forward(std::span<const ChunkView> chunks, std::vector<float>* logits);

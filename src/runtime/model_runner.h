@@ -22,11 +22,24 @@
 
 namespace peregrine {
 
+// Prompt logprobs (vLLM's prompt_logprobs): row i of the chunk scores targets[i], the token
+// that follows the chunk's i-th token, for i < targets.size() <= num_tokens (a chunk that
+// also samples scores at most num_tokens - 1 rows). The chunk's view has all_logits set.
+inline constexpr int32_t kMaxScoreAlternatives = 20;
+struct RunnerScoring {
+  std::span<const int32_t> targets;
+  int32_t num_top = 0;  // alternatives per row, 0..kMaxScoreAlternatives
+};
+
 // One sequence's part of a step.
 struct RunnerChunk {
   int64_t seq_id = 0;  // for messages
   ChunkView view;
+  RunnerScoring scoring;  // empty targets: nothing scored
 };
+
+// A scored chunk's rows, as ScoreToken (sampling/sampler.h) computes them.
+using ChunkScores = std::vector<SampleResult>;
 
 // Device time of the steps a runner has completed (runners that time their device; zero
 // otherwise). idle_s counts the device's waits between consecutive steps while the engine
@@ -65,7 +78,8 @@ class ModelRunner {
   // Launched steps that may wait to be collected (1 or 2).
   virtual int max_in_flight() const = 0;
   // Runs or enqueues a step and samples one token per entry of `sampling` (one per chunk
-  // with needs_logits, in chunk order) exactly as Sample() would. Sampling states stay alive
+  // with needs_logits, in chunk order) exactly as Sample() would; scores the chunks' scoring
+  // targets (at most max_scored_rows() rows per step). Sampling states stay alive
   // until the step is collected. A failure launches nothing and leaves the chunks' slots
   // unusable (the engine errors those requests out).
   virtual Status Launch(std::span<const RunnerChunk> chunks, std::span<const RunnerSampling> sampling) = 0;
@@ -74,9 +88,10 @@ class ModelRunner {
   // sampling state is left untouched and their result is empty. refeed_failed[i] is set when
   // row i's token was not in the token buffer when the next step read it (the device gave
   // the row up and it was finished on the host), so a chunk fed from it computed on a wrong
-  // token and its sequence must restart. A failure leaves the step's slots unusable.
+  // token and its sequence must restart. `scores` gets one entry per chunk with scoring
+  // targets, in chunk order. A failure leaves the step's slots unusable.
   virtual Status Collect(std::span<const uint8_t> skip, std::vector<SampleResult>* results,
-                         std::vector<uint8_t>* refeed_failed) = 0;
+                         std::vector<uint8_t>* refeed_failed, std::vector<ChunkScores>* scores) = 0;
   // The newest launched step's kDeferred masks, one per deferred row in row order (nullptr:
   // the row turned out unconstrained), read during the call. Every step with deferred rows
   // gets exactly one call before it is collected; the device's sampling of that step waits
@@ -87,6 +102,8 @@ class ModelRunner {
   }
   virtual bool defers_masks() const { return false; }
   virtual KvCapacity kv_capacity() const = 0;
+  // Scored rows a step may hold besides one sampled row per slot (0: no prompt logprobs).
+  virtual int64_t max_scored_rows() const = 0;
   virtual DeviceTime device_time() const { return {}; }
   // The engine has run out of work and waits for requests: the wait before the next step is
   // not idle time of a busy device.

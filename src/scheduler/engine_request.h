@@ -23,7 +23,7 @@ struct EngineRequest {
   std::string id;                      // unique among live requests
   std::vector<int32_t> prompt_ids;     // non-empty, every id < vocab size
   SamplingParams sampling;             // already validated
-  int64_t max_tokens = 16;             // >= 1 new tokens at most
+  int64_t max_tokens = 16;             // new tokens at most: >= 1, or 0 with prompt_logprobs (score only)
   std::vector<int32_t> stop_token_ids; // finish with kStop when generated (token is emitted)
   bool ignore_eos = false;             // when false, the model's EOS ids also finish with kStop
   std::string cache_salt;              // prefix-cache namespace: only requests with the same salt share blocks
@@ -33,6 +33,10 @@ struct EngineRequest {
   // free until </think>), and the token itself is not part of it.
   std::shared_ptr<const structured::CompiledGrammar> grammar;
   int32_t grammar_after = -1;
+  // Prompt logprobs (vLLM's prompt_logprobs, completions' echo with logprobs): >= 0 scores
+  // every prompt token after the first with that many alternatives (at most 20). Such a
+  // request computes its whole prompt (no prefix-cache reuse before it is scored).
+  int32_t prompt_logprobs = -1;
 };
 
 enum class FinishReason : uint8_t {
@@ -46,6 +50,9 @@ enum class FinishReason : uint8_t {
 struct EngineEvent {
   std::vector<int32_t> token_ids;           // new tokens, usually one
   std::vector<SampleResult> samples;        // parallel to token_ids (logprobs when requested)
+  // Prompt logprobs, once, on the first event with a token (or the finish when nothing was
+  // generated): entry i scores prompt token i + 1 (ScoreToken, with rank).
+  std::vector<SampleResult> prompt_logprobs;
   std::optional<FinishReason> finish;       // set on the last event of the request
   std::string error;                        // when finish == kError
   int64_t num_prompt_tokens = 0;

@@ -34,6 +34,7 @@ void Scheduler::preempt(Sequence* seq, SchedulerOutput& out) {
 
 int64_t Scheduler::ChunkLength(const Sequence& seq, int64_t budget) const {
   const int64_t p0 = seq.num_computed;
+  if (seq.scores_from(p0)) budget = std::min(budget, scored_rows_left_);
   const int64_t end = seq.num_tokens();
   int64_t e = p0 + std::min(end - p0, budget);
   const int64_t b = kv_.block_tokens();
@@ -52,7 +53,8 @@ void Scheduler::Plan(Sequence* seq, int64_t n, SchedulerOutput& out) {
   c.seq = seq;
   c.first = seq->num_computed;
   c.num_tokens = n;
-  c.samples = seq->num_computed + n == seq->num_tokens();
+  c.samples = seq->num_computed + n == seq->num_tokens() && seq->request.max_tokens > 0;
+  if (seq->scores_from(c.first)) scored_rows_left_ -= n;
   kv_.append(seq->id, n, &c.snapshots);
   c.restore = kv_.take_restore(seq->id);
   out.chunks.push_back(std::move(c));
@@ -61,6 +63,7 @@ void Scheduler::Plan(Sequence* seq, int64_t n, SchedulerOutput& out) {
 SchedulerOutput Scheduler::schedule() {
   SchedulerOutput out;
   int64_t budget = config_.max_num_batched_tokens;
+  scored_rows_left_ = config_.max_scored_rows;
 
   // Running sequences first, oldest first, decodes before prefill chunks (a long prompt in
   // prefill never stalls the running decodes); make room by preempting the newest.
@@ -96,7 +99,11 @@ SchedulerOutput Scheduler::schedule() {
          kv_.can_admit()) {
     Sequence* seq = waiting_.front();
     if (seq->num_pending > 0) break;
-    const int64_t hit = kv_.admit(seq->id, seq->tokens, seq->request.cache_salt);
+    // A prompt still to be scored is computed whole: no prefix lookup (its blocks are still
+    // committed for others to reuse).
+    const bool scores = seq->scores_from(0);
+    const int64_t hit = kv_.admit(seq->id, scores ? std::span<const int32_t>{} : std::span<const int32_t>(seq->tokens),
+                                  seq->request.cache_salt);
     seq->num_computed = hit;
     const int64_t n = ChunkLength(*seq, budget);
     if (n <= 0 || !kv_.can_append(seq->id, n)) {
@@ -105,7 +112,7 @@ SchedulerOutput Scheduler::schedule() {
       break;  // keep arrival order: no smaller request jumps the queue
     }
     if (seq->num_cached_tokens < 0) seq->num_cached_tokens = std::min(hit, seq->num_prompt_tokens);
-    if (kv_.prefix_caching()) {
+    if (kv_.prefix_caching() && !scores) {
       num_prefix_queries_ += static_cast<int64_t>(seq->tokens.size());
       num_prefix_hits_ += hit;
     }

@@ -32,13 +32,16 @@ struct SchedulerConfig {
   // > 0: a prefill chunk takes at most this many tokens while requests wait, so a long prompt
   // leaves budget to admit them (vLLM's long_prefill_token_threshold); 0: no cap.
   int64_t long_prefill_token_threshold = 0;
+  // Rows of prompt-logprob chunks per step (ModelRunner::max_scored_rows); a scoring chunk
+  // takes one per token.
+  int64_t max_scored_rows = 0;
 };
 
 struct ScheduledChunk {
   Sequence* seq = nullptr;
   int64_t first = 0;        // == seq->num_computed when scheduled
   int64_t num_tokens = 0;
-  bool samples = false;     // the chunk reaches the end of the sequence's tokens
+  bool samples = false;     // the chunk reaches the end of the sequence's tokens (and it generates)
   int32_t restore = -1;     // the slot starts from this snapshot (first chunk after a prefix hit)
   std::vector<int32_t> snapshots;  // per block boundary the chunk reaches: snapshot to write, or -1
 };
@@ -75,7 +78,8 @@ class Scheduler {
 
  private:
   void preempt(Sequence* seq, SchedulerOutput& out);
-  // Tokens of the sequence's next chunk within `budget` (block-aligned with prefix caching).
+  // Tokens of the sequence's next chunk within `budget` (block-aligned with prefix caching),
+  // and within the step's scored rows left when it scores.
   int64_t ChunkLength(const Sequence& seq, int64_t budget) const;
   void Plan(Sequence* seq, int64_t n, SchedulerOutput& out);
 
@@ -86,6 +90,7 @@ class Scheduler {
   int64_t num_preemptions_ = 0;
   int64_t num_prefix_queries_ = 0;
   int64_t num_prefix_hits_ = 0;
+  int64_t scored_rows_left_ = 0;  // in the step being planned
 };
 
 }  // namespace peregrine

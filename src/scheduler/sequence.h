@@ -34,9 +34,21 @@ struct Sequence {
   int64_t num_pending = 0;
   // The last event went out, but a launched step may still name the sequence.
   bool finished = false;
+  // Prompt logprobs (request.prompt_logprobs >= 0): the prompt positions a launched step has
+  // scored (position p scores token p + 1), and the scores collected so far, in order, until
+  // the request's first event carries them.
+  int64_t num_scored_launched = 0;
+  std::vector<SampleResult> prompt_scores;
+  bool prompt_scores_sent = false;
 
   int64_t num_tokens() const { return static_cast<int64_t>(tokens.size()) + num_pending; }
   int64_t num_uncomputed() const { return num_tokens() - num_computed; }
+  // Prompt positions whose successor is scored: all but the last (0 without prompt logprobs).
+  int64_t num_prompt_scores() const { return request.prompt_logprobs >= 0 ? num_prompt_tokens - 1 : 0; }
+  // A chunk starting at `first` scores rows (its positions below num_prompt_scores()).
+  bool scores_from(int64_t first) const {
+    return num_scored_launched < num_prompt_scores() && first < num_prompt_scores();
+  }
 };
 
 }  // namespace peregrine

@@ -34,11 +34,12 @@ Json ToolCallDeltaJson(const chat::ToolCallDelta& d) {
 
 class ChatFormatter final : public ResponseFormatter {
  public:
+  // `prompt_logprobs` >= 0: vLLM's prompt_logprobs, top-level, from the first choice.
   ChatFormatter(const tokenizer::Tokenizer& tokenizer, std::string id, std::string model,
-                size_t num_choices, int top_logprobs, bool include_usage)
+                size_t num_choices, int top_logprobs, int prompt_logprobs, bool include_usage)
       : tokenizer_(tokenizer), id_(std::move(id)), model_(std::move(model)),
         created_(UnixSeconds()), num_choices_(num_choices), top_logprobs_(top_logprobs),
-        include_usage_(include_usage) {}
+        prompt_logprobs_(prompt_logprobs), include_usage_(include_usage) {}
 
   void StreamStart(std::string* out) override {
     for (size_t i = 0; i < num_choices_; ++i) {
@@ -61,11 +62,18 @@ class ChatFormatter final : public ResponseFormatter {
       delta["tool_calls"] = std::move(calls);
     }
     const bool has_logprobs = top_logprobs_ >= 0 && !update.samples.empty();
-    if (delta.empty() && !has_logprobs && !update.finish_reason) return;
+    // The first choice's first update carries the prompt's scores.
+    const bool has_prompt = index == 0 && prompt_logprobs_ >= 0 && !prompt_sent_;
+    if (delta.empty() && !has_logprobs && !update.finish_reason && !has_prompt) return;
     Json choice = {{"index", index}, {"delta", std::move(delta)}};
     choice["logprobs"] = has_logprobs ? Logprobs(update.samples) : Json(nullptr);
     choice["finish_reason"] = update.finish_reason ? Json(*update.finish_reason) : Json(nullptr);
-    AppendSseEvent(Chunk(std::move(choice)), out);
+    Json chunk = Chunk(std::move(choice));
+    if (has_prompt) {
+      prompt_sent_ = true;
+      chunk["prompt_logprobs"] = PromptLogprobsJson(tokenizer_, update.prompt_logprobs, prompt_logprobs_);
+    }
+    AppendSseEvent(chunk, out);
   }
 
   Json UsageChunk(const Usage& usage) override {
@@ -101,6 +109,8 @@ class ChatFormatter final : public ResponseFormatter {
       list.push_back(std::move(choice));
     }
     body["choices"] = std::move(list);
+    if (prompt_logprobs_ >= 0 && !choices.empty())
+      body["prompt_logprobs"] = PromptLogprobsJson(tokenizer_, choices.front().prompt_logprobs, prompt_logprobs_);
     body["usage"] = UsageJson(usage);
     return body;
   }
@@ -124,7 +134,9 @@ class ChatFormatter final : public ResponseFormatter {
   int64_t created_;
   size_t num_choices_;
   int top_logprobs_;  // -1: no logprobs
+  int prompt_logprobs_;
   bool include_usage_;
+  bool prompt_sent_ = false;
 };
 
 PreparedJob PrepareChat(std::string body, ServingContext& context) {
@@ -169,6 +181,7 @@ PreparedJob PrepareChat(std::string body, ServingContext& context) {
                                        *options.max_tokens);
     choice.request.grammar = grammar;
     choice.request.grammar_after = grammar_after;
+    if (i > 0) choice.request.prompt_logprobs = -1;  // one choice scores the shared prompt
     choice.decoder.skip_special_tokens = options.skip_special_tokens;
     choice.decoder.stop = options.stop;
     choice.decoder.include_stop = options.include_stop_str_in_output;
@@ -185,7 +198,7 @@ PreparedJob PrepareChat(std::string body, ServingContext& context) {
   const int top = request.logprobs ? options.sampling.logprobs : -1;
   out.formatter = std::make_unique<ChatFormatter>(context.tokenizer, id, context.config.model_name,
                                                   static_cast<size_t>(options.n), top,
-                                                  options.include_usage);
+                                                  options.prompt_logprobs, options.include_usage);
   return out;
 }
 

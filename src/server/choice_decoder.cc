@@ -58,6 +58,7 @@ void ChoiceDecoder::Finish(std::string reason, ChoiceUpdate& update) {
 ChoiceUpdate ChoiceDecoder::OnEvent(const EngineEvent& event) {
   ChoiceUpdate update;
   if (is_finished_) return update;
+  update.prompt_logprobs = event.prompt_logprobs;
   const size_t num = event.token_ids.size();
   std::string piece;
   for (size_t i = 0; i < num; ++i) {

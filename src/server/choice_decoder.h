@@ -31,10 +31,11 @@ struct ChoiceUpdate {
   std::string text;                     // new text after stop handling
   chat::OutputDelta delta;              // chat: `text` split into reasoning / content / calls
   std::vector<SampleResult> samples;    // logprobs of the tokens this update covers
+  std::vector<SampleResult> prompt_logprobs;  // the prompt's scores (EngineEvent::prompt_logprobs)
   std::optional<std::string> finish_reason;  // "stop", "length", "tool_calls", "abort", "error"
   std::string error;                    // with finish_reason "error"
   bool is_empty() const {
-    return text.empty() && delta.is_empty() && samples.empty() && !finish_reason;
+    return text.empty() && delta.is_empty() && samples.empty() && prompt_logprobs.empty() && !finish_reason;
   }
 };
 

@@ -71,11 +71,8 @@ std::optional<ApiError> ParseCompletionRequest(Json body, const ParseContext& co
   std::optional<int64_t> logprobs;
   if (auto e = ReadInt(body, "logprobs", 0, kMaxTopLogprobs, &logprobs)) return e;
   if (logprobs) {
-    if (out->echo) {
-      return InvalidRequest("'echo' with 'logprobs' is not supported by this server.",
-                            "logprobs");
-    }
     options.sampling.logprobs = static_cast<int32_t>(*logprobs);
+    out->echo_logprobs = out->echo;
   }
   // Bound the prompt count before reading them: prompts x n choices are allocated later.
   const Json* prompt = FindField(body, "prompt");

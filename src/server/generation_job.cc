@@ -162,6 +162,7 @@ void GenerationJob::OnEvent(size_t index, const EngineEvent& event) {
         r.text += update.text;
         chat::AppendOutputDelta(update.delta, &r.message);
         for (SampleResult& s : update.samples) r.samples.push_back(std::move(s));
+        if (!update.prompt_logprobs.empty()) r.prompt_logprobs = std::move(update.prompt_logprobs);
       }
       if (update.finish_reason) slot.result.finish_reason = *update.finish_reason;
       CompleteIfDone();

@@ -40,6 +40,7 @@ struct ChoiceResult {
   std::string text;
   chat::ParsedOutput message;
   std::vector<SampleResult> samples;
+  std::vector<SampleResult> prompt_logprobs;  // entry i scores prompt token i + 1
   std::string finish_reason;
   size_t prompt_index = 0;
 };

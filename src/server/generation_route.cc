@@ -52,6 +52,7 @@ EngineRequest MakeEngineRequest(const std::string& response_id, size_t choice,
   r.stop_token_ids = options.stop_token_ids;
   r.ignore_eos = options.ignore_eos;
   r.cache_salt = options.cache_salt;
+  r.prompt_logprobs = options.prompt_logprobs;
   return r;
 }
 

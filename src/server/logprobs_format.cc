@@ -75,4 +75,38 @@ void AppendCompletionLogprobs(const tokenizer::Tokenizer& tokenizer,
   }
 }
 
+void AppendEchoLogprobs(const tokenizer::Tokenizer& tokenizer, int32_t first_token,
+                        std::span<const SampleResult> prompt_scores, int num_top,
+                        int64_t* text_offset, Json* logprobs) {
+  if (logprobs->is_null()) AppendCompletionLogprobs(tokenizer, {}, num_top, text_offset, logprobs);
+  std::string text = TokenText(tokenizer, first_token);
+  (*logprobs)["text_offset"].push_back(*text_offset);
+  *text_offset += CodePoints(text);
+  (*logprobs)["token_logprobs"].push_back(nullptr);
+  (*logprobs)["tokens"].push_back(std::move(text));
+  (*logprobs)["top_logprobs"].push_back(nullptr);
+  AppendCompletionLogprobs(tokenizer, prompt_scores, num_top, text_offset, logprobs);
+}
+
+Json PromptLogprobsJson(const tokenizer::Tokenizer& tokenizer,
+                        std::span<const SampleResult> prompt_scores, int num_top) {
+  Json list = Json::array();
+  list.push_back(nullptr);
+  for (const SampleResult& s : prompt_scores) {
+    Json entry = Json::object();
+    entry[std::to_string(s.token)] = Json{{"logprob", Finite(s.logprob)}, {"rank", s.rank},
+                                          {"decoded_token", TokenText(tokenizer, s.token)}};
+    const size_t k = std::min(s.top_logprobs.size(), static_cast<size_t>(std::max(num_top, 0)));
+    for (size_t i = 0; i < k; ++i) {
+      const TokenLogprob& t = s.top_logprobs[i];
+      const std::string key = std::to_string(t.token);
+      if (entry.contains(key)) continue;
+      entry[key] = Json{{"logprob", Finite(t.logprob)}, {"rank", static_cast<int64_t>(i) + 1},
+                        {"decoded_token", TokenText(tokenizer, t.token)}};
+    }
+    list.push_back(std::move(entry));
+  }
+  return list;
+}
+
 }  // namespace peregrine::server

@@ -24,4 +24,16 @@ void AppendCompletionLogprobs(const tokenizer::Tokenizer& tokenizer,
                               std::span<const SampleResult> samples, int num_top,
                               int64_t* text_offset, Json* logprobs);
 
+// Completions echo with logprobs: the prompt's tokens ahead of the generated ones, the first
+// (`first_token`) with null token_logprobs and top_logprobs, then one per prompt score.
+void AppendEchoLogprobs(const tokenizer::Tokenizer& tokenizer, int32_t first_token,
+                        std::span<const SampleResult> prompt_scores, int num_top,
+                        int64_t* text_offset, Json* logprobs);
+
+// vLLM's prompt_logprobs: null for the first prompt token, then per scored token an object
+// keyed by token id, {"<id>": {"logprob", "rank", "decoded_token"}}, for the token itself and
+// its num_top most likely alternatives.
+Json PromptLogprobsJson(const tokenizer::Tokenizer& tokenizer,
+                        std::span<const SampleResult> prompt_scores, int num_top);
+
 }  // namespace peregrine::server

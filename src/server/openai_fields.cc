@@ -113,7 +113,7 @@ std::optional<ApiError> ReadStop(const Json& body, const ServerLimits& limits,
 }
 
 std::optional<ApiError> RejectUnsupported(const Json& body) {
-  for (const char* key : {"prompt_logprobs", "allowed_token_ids", "bad_words", "logits_processors"}) {
+  for (const char* key : {"allowed_token_ids", "bad_words", "logits_processors"}) {
     if (FindField(body, key) != nullptr) return Unsupported(key);
   }
   bool beam = false;
@@ -256,6 +256,10 @@ std::optional<ApiError> ParseGenerationOptions(const Json& body, const ParseCont
   if (auto e = ReadInt(body, "seed", kInt64Min, kInt64Max, &seed)) return e;
   if (seed) s.seed = static_cast<uint64_t>(*seed);
   if (auto e = ReadLogitBias(body, context.vocab_size, &s)) return e;
+  // vLLM's prompt_logprobs (its -1, the whole vocabulary, is not offered).
+  std::optional<int64_t> prompt_logprobs;
+  if (auto e = ReadInt(body, "prompt_logprobs", 0, kMaxTopLogprobs, &prompt_logprobs)) return e;
+  out->prompt_logprobs = static_cast<int32_t>(prompt_logprobs.value_or(-1));
 
   if (auto e = ReadStop(body, limits, &out->stop)) return e;
   if (const Json* ids = FindField(body, "stop_token_ids")) {

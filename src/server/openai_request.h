@@ -37,6 +37,7 @@ struct GenerationOptions {
   bool include_usage = false;         // stream_options.include_usage
   std::string cache_salt;             // prefix-cache namespace (vLLM's cache_salt)
   StructuredRequest structured;       // the output's grammar, if any (structured_request.h)
+  int32_t prompt_logprobs = -1;       // vLLM's prompt_logprobs: alternatives per prompt token
 };
 
 struct ChatRequest {
@@ -65,6 +66,7 @@ struct CompletionRequest {
   GenerationOptions options;
   std::vector<CompletionPrompt> prompts;
   bool echo = false;
+  bool echo_logprobs = false;         // echo with logprobs: the prompt's tokens lead the logprobs
 };
 
 // Each returns nullopt and fills `out`, or the first error. Never throws. Large parts of the

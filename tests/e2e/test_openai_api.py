@@ -1,7 +1,7 @@
 """The real server on the embedded demo model, driven by the official `openai` client.
 
-The demo model has random (deterministic) weights, so its text is meaningless: the tests
-check the API's shapes, numbers and invariants, and reproducibility, not prose.
+The demo model is tiny, so its text is no benchmark of quality: the tests check the API's
+shapes, numbers and invariants, and reproducibility, not prose.
 """
 import asyncio
 import json
@@ -95,6 +95,39 @@ def test_logprobs_shapes(client):
         assert entry.top_logprobs[0].logprob == pytest.approx(entry.logprob, abs=1e-5)
     c = client.completions.create(model=model_id(client), prompt="x", max_tokens=4, temperature=0, logprobs=2)
     assert len(c.choices[0].logprobs.tokens) == len(c.choices[0].logprobs.token_logprobs)
+
+
+def test_prompt_logprobs_agree_with_generation(client, server):
+    """What lm-evaluation-harness asks (echo, logprobs, max_tokens 0) and vLLM's
+    prompt_logprobs score a prompt with the logits a generation samples from: at every cut of
+    the prompt, the greedy next token's logprob is the rank-1 entry there."""
+    m = model_id(client)
+    text = "def add(a, b):\n    return a + b\n"
+    req = urllib.request.Request(server.base_url + "/tokenize", data=json.dumps({"model": m, "prompt": text}).encode(),
+                                 headers={"Content-Type": "application/json", "Authorization": "Bearer e2e-secret-key"})
+    with urllib.request.urlopen(req) as r:
+        ids = json.loads(r.read())["tokens"]
+    assert len(ids) > 6
+    scored = client.completions.create(model=m, prompt=ids, max_tokens=0, echo=True, logprobs=1,
+                                       extra_body={"prompt_logprobs": 1}).model_dump()
+    choice = scored["choices"][0]
+    assert choice["finish_reason"] == "length"
+    assert scored["usage"]["completion_tokens"] == 0
+    echo = choice["logprobs"]
+    assert len(echo["token_logprobs"]) == len(ids)
+    assert echo["token_logprobs"][0] is None and echo["top_logprobs"][0] is None
+    vllm = choice["prompt_logprobs"]
+    assert len(vllm) == len(ids) and vllm[0] is None
+    for k in range(1, len(ids)):
+        own = vllm[k][str(ids[k])]
+        assert own["logprob"] == pytest.approx(echo["token_logprobs"][k], abs=1e-6)
+        assert own["rank"] >= 1
+        best = [e for e in vllm[k].values() if e["rank"] == 1]
+        assert best and best[0]["logprob"] >= own["logprob"] - 1e-6
+    for k in (1, len(ids) // 2, len(ids) - 1):
+        gen = client.completions.create(model=m, prompt=ids[:k], max_tokens=1, temperature=0, logprobs=1)
+        best = max(e["logprob"] for e in vllm[k].values())
+        assert gen.choices[0].logprobs.token_logprobs[0] == pytest.approx(best, abs=1e-4), k
 
 
 def test_stop_strings_end_the_text(client):

@@ -265,6 +265,72 @@ TEST_P(CpuEngineTest, GrammarStepsMatchTheRegexOverlappedOrNot) {
   }
 }
 
+// Prompt logprobs on the real model: scored in chunks under a small budget, shared with
+// other requests' steps, with prefix caching on; every entry exactly ScoreToken over the
+// logits of the prompt run alone (the CPU forward is batch-invariant).
+TEST_P(CpuEngineTest, PromptLogprobsAreThoseOfThePromptRunAlone) {
+  std::vector<EngineRequest> requests = Requests(Vocab(), 0, 4);
+  requests[1].prompt_logprobs = 4;
+  requests[2].prompt_logprobs = 0;
+  requests[2].max_tokens = 0;
+  auto config = LoadModelConfig(GetParam() / "model");
+  auto checkpoint = Checkpoint::Open(GetParam() / "model");
+  ASSERT_TRUE(config.ok() && checkpoint.ok());
+  auto model = deepseek_v4::Model::Create(*config, std::move(checkpoint).value(), 2);
+  ASSERT_TRUE(model.ok());
+  CpuRunnerOptions o;
+  o.num_slots = 4;
+  o.kv_tokens = 1 << 14;
+  o.block_tokens = 32;
+  o.prefix_caching = true;
+  o.max_scored_rows = 40;
+  EngineConfig ec;
+  ec.scheduler.max_num_batched_tokens = 48;
+  ec.scheduler.max_num_seqs = 4;
+  Engine engine(ec, std::make_unique<CpuModelRunner>(std::move(model).value(), o));
+  std::vector<std::vector<SampleResult>> prompt(requests.size());
+  std::vector<std::vector<int32_t>> tokens(requests.size());
+  std::vector<std::optional<FinishReason>> finish(requests.size());
+  for (size_t i = 0; i < requests.size(); ++i) {
+    ASSERT_TRUE(engine.Submit(requests[i], [&, i](const EngineEvent& ev) {
+      if (!ev.prompt_logprobs.empty()) prompt[i] = ev.prompt_logprobs;
+      tokens[i].insert(tokens[i].end(), ev.token_ids.begin(), ev.token_ids.end());
+      if (ev.finish) finish[i] = ev.finish;
+    }).ok());
+  }
+  for (int step = 0; step < 100000 && engine.Step(); ++step) {
+  }
+  auto alone = deepseek_v4::Model::Create(*config, std::move(Checkpoint::Open(GetParam() / "model")).value(), 2);
+  ASSERT_TRUE(alone.ok());
+  const auto vocab = static_cast<size_t>(config->vocab_size);
+  for (size_t i : {size_t{1}, size_t{2}}) {
+    SCOPED_TRACE("request " + std::to_string(i));
+    EXPECT_EQ(finish[i], FinishReason::kLength);
+    EXPECT_EQ(static_cast<int64_t>(tokens[i].size()), requests[i].max_tokens);
+    const std::vector<int32_t>& ids = requests[i].prompt_ids;
+    deepseek_v4::SequenceState state = (*alone)->NewSequence();
+    std::vector<float> logits;
+    ASSERT_TRUE((*alone)->Forward(state, ids, /*all_logits=*/true, &logits).ok());
+    ASSERT_EQ(prompt[i].size(), ids.size() - 1);
+    for (size_t p = 0; p + 1 < ids.size(); ++p) {
+      const SampleResult want =
+          ScoreToken(std::span<const float>(logits.data() + p * vocab, vocab), ids[p + 1], requests[i].prompt_logprobs);
+      const SampleResult& got = prompt[i][p];
+      ASSERT_EQ(got.token, want.token) << p;
+      EXPECT_EQ(got.logprob, want.logprob) << p;
+      EXPECT_EQ(got.rank, want.rank) << p;
+      ASSERT_EQ(got.top_logprobs.size(), want.top_logprobs.size()) << p;
+      for (size_t k = 0; k < want.top_logprobs.size(); ++k) {
+        EXPECT_EQ(got.top_logprobs[k].token, want.top_logprobs[k].token) << p;
+        EXPECT_EQ(got.top_logprobs[k].logprob, want.top_logprobs[k].logprob) << p;
+      }
+    }
+  }
+  EXPECT_TRUE(prompt[0].empty());
+  EXPECT_TRUE(prompt[3].empty());
+  EXPECT_DOUBLE_EQ(engine.Stats().kv_usage, 0.0);
+}
+
 INSTANTIATE_TEST_SUITE_P(Fixtures, CpuEngineTest, ::testing::ValuesIn(testing::FixtureDirs()),
                          [](const auto& info) { return info.param.filename().string(); });
 

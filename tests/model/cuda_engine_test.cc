@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <regex>
 #include <string>
 
@@ -34,6 +35,7 @@ struct Collected {
   std::vector<float> logprobs;
   std::optional<FinishReason> finish;
   std::string error;
+  std::vector<SampleResult> prompt;  // prompt logprobs
 };
 
 std::vector<EngineRequest> Requests(int64_t vocab) {
@@ -67,6 +69,7 @@ struct RunOptions {
   bool prefix_caching = false;
   int64_t kv_tokens = 8 * 256;  // every sequence's whole context by default
   int64_t block_tokens = 256;
+  bool device_sampling = true;
 };
 
 struct RunResult {
@@ -99,6 +102,7 @@ RunResult RunWaves(const std::filesystem::path& fixture, const std::vector<std::
   o.kv_tokens = ro.kv_tokens;
   o.prefix_caching = ro.prefix_caching;
   o.snapshot_fraction = 0.5;
+  o.max_logit_rows = kSeqs + 64;  // prompt logprobs: 64 scored rows per step
   auto executor = DeviceExecutor::Create(*config, **checkpoint, *factory, o);
   EXPECT_TRUE(executor.ok()) << executor.status().ToString();
   if (!executor.ok()) return result;
@@ -108,7 +112,7 @@ RunResult RunWaves(const std::filesystem::path& fixture, const std::vector<std::
   EngineConfig ec;
   ec.scheduler.max_num_batched_tokens = o.max_tokens;
   ec.scheduler.max_num_seqs = kSeqs;
-  Engine engine(ec, std::make_unique<CudaModelRunner>(std::move(executor).value(), /*device_sampling=*/true, ro.overlap));
+  Engine engine(ec, std::make_unique<CudaModelRunner>(std::move(executor).value(), ro.device_sampling, ro.overlap));
   size_t total = 0;
   for (const auto& wave : waves) total += wave.size();
   result.out.resize(total);
@@ -120,6 +124,7 @@ RunResult RunWaves(const std::filesystem::path& fixture, const std::vector<std::
         Collected& c = result.out[i];
         c.tokens.insert(c.tokens.end(), ev.token_ids.begin(), ev.token_ids.end());
         for (const SampleResult& x : ev.samples) c.logprobs.push_back(x.logprob);
+        if (!ev.prompt_logprobs.empty()) c.prompt = ev.prompt_logprobs;
         if (ev.finish) {
           c.finish = ev.finish;
           c.error = ev.error;
@@ -172,6 +177,56 @@ TEST_P(CudaEngineTest, OverlappedStepsGiveTheSynchronousTokens) {
       EXPECT_EQ(overlap[i].tokens, sync[i].tokens) << "request " << i;
       EXPECT_EQ(overlap[i].logprobs, sync[i].logprobs) << "request " << i;
       for (int32_t t : overlap[i].tokens) EXPECT_TRUE(t >= 0 && t < vocab_) << t;
+    }
+  }
+}
+
+// Prompt logprobs scored on the device (the sampler with each row's target forced, ranks
+// counted), in steps shared with other requests' prefill chunks and decodes (so the sampled
+// rows are moved to the front of the logits), against ScoreToken on the host over the same
+// steps' logits (host sampling, which is token for token the device's). One request only
+// scores (max_tokens 0). Overlapped steps give the synchronous scores exactly.
+TEST_P(CudaEngineTest, PromptLogprobsOnTheDeviceMatchTheHostScoring) {
+  std::vector<EngineRequest> requests = Requests(vocab_);
+  requests[1].prompt_logprobs = 3;
+  requests[4].prompt_logprobs = 0;
+  requests[4].max_tokens = 0;
+  requests[6].prompt_logprobs = 20;
+  RunOptions host, sync, overlap;
+  host.device_sampling = false;
+  host.overlap = sync.overlap = false;
+  const RunResult want = RunWaves(GetParam(), {requests}, host);
+  const RunResult got = RunWaves(GetParam(), {requests}, sync);
+  const RunResult ahead = RunWaves(GetParam(), {requests}, overlap);
+  ASSERT_EQ(want.out.size(), requests.size());
+  ASSERT_EQ(got.out.size(), requests.size());
+  ASSERT_EQ(ahead.out.size(), requests.size());
+  for (size_t i = 0; i < requests.size(); ++i) {
+    SCOPED_TRACE("request " + std::to_string(i));
+    EXPECT_EQ(got.out[i].finish, FinishReason::kLength) << got.out[i].error;
+    EXPECT_EQ(static_cast<int64_t>(got.out[i].tokens.size()), requests[i].max_tokens);
+    EXPECT_EQ(got.out[i].tokens, want.out[i].tokens);
+    EXPECT_EQ(ahead.out[i].tokens, got.out[i].tokens);
+    const size_t n = requests[i].prompt_logprobs >= 0 ? requests[i].prompt_ids.size() - 1 : 0;
+    ASSERT_EQ(want.out[i].prompt.size(), n);
+    ASSERT_EQ(got.out[i].prompt.size(), n);
+    ASSERT_EQ(ahead.out[i].prompt.size(), n);
+    for (size_t p = 0; p < n; ++p) {
+      const SampleResult& w = want.out[i].prompt[p];
+      const SampleResult& g = got.out[i].prompt[p];
+      const SampleResult& a = ahead.out[i].prompt[p];
+      EXPECT_EQ(g.token, requests[i].prompt_ids[p + 1]);
+      EXPECT_EQ(w.token, g.token);
+      EXPECT_NEAR(g.logprob, w.logprob, 1e-4 * std::max(1.0f, std::abs(w.logprob))) << p;
+      EXPECT_EQ(g.rank, w.rank) << p;
+      ASSERT_EQ(g.top_logprobs.size(), static_cast<size_t>(requests[i].prompt_logprobs)) << p;
+      ASSERT_EQ(w.top_logprobs.size(), g.top_logprobs.size()) << p;
+      for (size_t k = 0; k < g.top_logprobs.size(); ++k) {
+        EXPECT_EQ(g.top_logprobs[k].token, w.top_logprobs[k].token) << p << " " << k;
+        EXPECT_NEAR(g.top_logprobs[k].logprob, w.top_logprobs[k].logprob, 1e-4f) << p << " " << k;
+      }
+      EXPECT_EQ(a.logprob, g.logprob) << p;
+      EXPECT_EQ(a.rank, g.rank) << p;
     }
   }
 }

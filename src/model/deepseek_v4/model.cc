@@ -46,7 +46,7 @@ Status Model::Forward(std::span<const Chunk> batch, std::vector<float>* logits) 
     segments.push_back({chunk.state->kv.get(), 0, chunk.state->blocks, {}, chunk.state->num_tokens,
                         static_cast<int64_t>(ids.size()), n});
     ids.insert(ids.end(), chunk.tokens.begin(), chunk.tokens.end());
-    for (int64_t i = 0; i < n; ++i) wanted.push_back(chunk.needs_logits && (chunk.all_logits || i == n - 1));
+    for (int64_t i = 0; i < n; ++i) wanted.push_back(chunk.all_logits || (chunk.needs_logits && i == n - 1));
   }
   PG_RETURN_IF_ERROR(Run(segments, ids, wanted, logits));
   for (const Chunk& chunk : batch) chunk.state->num_tokens += static_cast<int64_t>(chunk.tokens.size());
@@ -80,7 +80,7 @@ Status Model::Forward(std::span<const ChunkView> chunks, CpuKvStore& kv, std::ve
     segments.push_back({&kv, chunk.slot, chunk.blocks, chunk.snapshots, chunk.first_position,
                         static_cast<int64_t>(ids.size()), n});
     ids.insert(ids.end(), chunk.tokens.begin(), chunk.tokens.end());
-    for (int64_t i = 0; i < n; ++i) wanted.push_back(chunk.needs_logits && (chunk.all_logits || i == n - 1));
+    for (int64_t i = 0; i < n; ++i) wanted.push_back(chunk.all_logits || (chunk.needs_logits && i == n - 1));
   }
   for (int32_t id : ids)
     if (id < 0 || id >= config_.vocab_size) return InvalidArgument("token id out of range: " + std::to_string(id));

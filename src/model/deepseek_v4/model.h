@@ -50,7 +50,7 @@ class Model final : public HostModel {
   struct Chunk {
     SequenceState* state = nullptr;
     std::span<const int32_t> tokens;  // at positions state->num_tokens, +1, ...
-    bool all_logits = false;          // logits for every token, else for the last only
+    bool all_logits = false;          // logits for every token (whatever needs_logits says)
     bool needs_logits = true;         // false: no logits for this chunk at all
   };
 

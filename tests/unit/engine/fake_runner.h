@@ -52,6 +52,7 @@ class FakeRunner final : public ModelRunner {
     if (fail_next) return Internal("injected runner failure");
     if (static_cast<int>(launched.size()) >= max_in_flight()) return Internal("fake runner: too many launched steps");
     Step step;
+    int64_t step_scored_rows = 0;
     std::vector<float> logits;
     for (const RunnerChunk& rc : chunks) {
       const ChunkView& c = rc.view;
@@ -74,11 +75,22 @@ class FakeRunner final : public ModelRunner {
         ++fed_chunks;
         fed_seqs.push_back(rc.seq_id);
       }
+      if (!rc.scoring.targets.empty()) {
+        // Row i holds the logits after the chunk's i-th token, at position first + i.
+        if (!c.all_logits || rc.scoring.targets.size() + (c.needs_logits ? 1 : 0) > static_cast<size_t>(c.num_tokens))
+          return Internal("fake runner: scoring targets without a logits row each");
+        ChunkScores& scores = step.scores.emplace_back();
+        for (size_t i = 0; i < rc.scoring.targets.size(); ++i) {
+          const std::vector<float> row = RowAfter(c.tokens[i], c.first_position + static_cast<int64_t>(i));
+          scores.push_back(ScoreToken(row, rc.scoring.targets[i], rc.scoring.num_top));
+        }
+        step_scored_rows += static_cast<int64_t>(c.num_tokens);
+        scored_chunks.push_back({rc.seq_id, c.first_position, static_cast<int64_t>(rc.scoring.targets.size())});
+      }
       pos += c.num_tokens;
       max_chunk = std::max<int64_t>(max_chunk, c.num_tokens);
       if (!c.needs_logits) continue;
-      std::vector<float> row(kVocab, 0.0f);
-      row[static_cast<size_t>(NextToken(last, pos - 1))] = 5.0f;
+      const std::vector<float> row = RowAfter(last, pos - 1);
       logits.insert(logits.end(), row.begin(), row.end());
     }
     if (logits.size() != sampling.size() * kVocab) return Internal("fake runner: one sampling entry per logits row");
@@ -111,6 +123,7 @@ class FakeRunner final : public ModelRunner {
       slot_tokens[static_cast<size_t>(rc.view.slot)] = fails ? 0 : step.results.back().token;
       ++row;
     }
+    if (step_scored_rows > scored_rows_per_step) return Internal("fake runner: more scored rows than it offers");
     launched.push_back(std::move(step));
     max_launched = std::max<int64_t>(max_launched, static_cast<int64_t>(launched.size()));
     return Status::Ok();
@@ -132,7 +145,7 @@ class FakeRunner final : public ModelRunner {
   }
   bool defers_masks() const override { return defers; }
   Status Collect(std::span<const uint8_t> skip, std::vector<SampleResult>* results,
-                 std::vector<uint8_t>* refeed_failed) override {
+                 std::vector<uint8_t>* refeed_failed, std::vector<ChunkScores>* scores) override {
     if (launched.empty()) return Internal("fake runner: nothing to collect");
     Step step = std::move(launched.front());
     launched.pop_front();
@@ -146,9 +159,18 @@ class FakeRunner final : public ModelRunner {
       if (step.refeed_failed[i]) step.states[i]->rng() = step.rng_after[i];
     }
     *refeed_failed = step.refeed_failed;
+    *scores = std::move(step.scores);
     return Status::Ok();
   }
   KvCapacity kv_capacity() const override { return capacity; }
+  int64_t max_scored_rows() const override { return scored_rows_per_step; }
+
+  // The "model's" logits after `token` at `position`.
+  static std::vector<float> RowAfter(int32_t token, int64_t position) {
+    std::vector<float> row(kVocab, 0.0f);
+    row[static_cast<size_t>(NextToken(token, position))] = 5.0f;
+    return row;
+  }
   int64_t vocab_size() const override { return kVocab; }
   int64_t max_context() const override { return 4096; }
   std::vector<int32_t> eos_token_ids() const override { return {kEos}; }
@@ -159,6 +181,11 @@ class FakeRunner final : public ModelRunner {
   int64_t max_chunk = 0;
   bool fail_next = false;
   int64_t restores = 0;
+  int64_t scored_rows_per_step = 24;
+  struct ScoredChunk {
+    int64_t seq_id, first, num_targets;
+  };
+  std::vector<ScoredChunk> scored_chunks;
   struct Deferred {
     size_t row;
     int32_t slot;
@@ -172,6 +199,7 @@ class FakeRunner final : public ModelRunner {
     std::vector<uint8_t> refeed_failed;
     std::vector<std::mt19937_64> rng_after;
     std::vector<SequenceSamplingState*> states;
+    std::vector<ChunkScores> scores;
   };
   bool overlap = false;
   bool defers = true;  // takes deferred grammar masks

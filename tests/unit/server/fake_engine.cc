@@ -93,6 +93,20 @@ bool FakeEngine::WaitFor(std::function<bool()> done, std::chrono::milliseconds t
   return true;
 }
 
+std::vector<SampleResult> FakePromptScores(const std::vector<int32_t>& prompt, int num_top, int64_t vocab_size) {
+  std::vector<SampleResult> out;
+  for (size_t i = 1; i < prompt.size(); ++i) {
+    SampleResult s;
+    s.token = prompt[i];
+    s.logprob = -0.5f * static_cast<float>(i);
+    s.rank = static_cast<int64_t>(i);
+    for (int k = 0; k < num_top; ++k)
+      s.top_logprobs.push_back({static_cast<int32_t>((prompt[i] + k + 1) % vocab_size), -0.1f - static_cast<float>(k)});
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
 EngineEvent FakeEngine::NextEvent(Live& live, bool* finished) {
   EngineEvent event;
   event.num_prompt_tokens = static_cast<int64_t>(live.request.prompt_ids.size());
@@ -113,6 +127,15 @@ EngineEvent FakeEngine::NextEvent(Live& live, bool* finished) {
     return event;
   }
   const EngineRequest& r = live.request;
+  if (r.prompt_logprobs >= 0 && !live.has_scored) {
+    live.has_scored = true;
+    event.prompt_logprobs = FakePromptScores(r.prompt_ids, r.prompt_logprobs, vocab_size_);
+  }
+  if (r.max_tokens == 0) {  // score only
+    event.finish = FinishReason::kLength;
+    *finished = true;
+    return event;
+  }
   for (int i = 0; i < s.tokens_per_event && live.next < s.tokens.size(); ++i) {
     const int32_t token = s.tokens[live.next++];
     event.token_ids.push_back(token);

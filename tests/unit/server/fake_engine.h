@@ -1,6 +1,7 @@
 // FakeEngine: a scriptable EngineClient for the server tests. For each submitted request a
 // script says which tokens to emit, how fast, and how it ends (or that Submit fails). Events
-// come from one emitter thread, like the real engine's step loop.
+// come from one emitter thread, like the real engine's step loop. Requests with
+// prompt_logprobs get FakePromptScores on their first event.
 #pragma once
 
 #include <chrono>
@@ -28,6 +29,10 @@ struct FakeScript {
   std::optional<size_t> error_after;           // emit kError after this many tokens
   Status submit_status;                        // not ok: Submit fails with it
 };
+
+// The fake prompt scores: entry i (prompt token i + 1) has logprob -0.5 (i + 1), rank i + 1
+// and `num_top` alternatives (token + k + 1) % vocab with logprob -0.1 - k.
+std::vector<SampleResult> FakePromptScores(const std::vector<int32_t>& prompt, int num_top, int64_t vocab_size);
 
 class FakeEngine final : public EngineClient {
  public:
@@ -62,6 +67,7 @@ class FakeEngine final : public EngineClient {
     std::chrono::steady_clock::time_point arrival;
     size_t next = 0;
     bool is_aborted = false;
+    bool has_scored = false;  // the prompt's scores went out
   };
   using Clock = std::chrono::steady_clock;
   using Due = std::pair<Clock::time_point, std::string>;

@@ -41,4 +41,23 @@ Status CopyFlaggedRows(const CopyFlaggedRowsArgs& a, cudaStream_t stream) {
   return Status::Ok();
 }
 
+Status CountLogitsAbove(const CountLogitsAboveArgs& a, cudaStream_t stream) {
+  TensorChecker check("count_logits_above");
+  Dim rows("R"), width("W"), n("n");
+  PG_RETURN_IF_ERROR(check.Check("logits", a.logits, DType::kF32, {&rows, &width}, Device::kCuda, 4));
+  PG_RETURN_IF_ERROR(check.Check("rows", a.rows, DType::kI32, {&n}, Device::kCuda, 4));
+  PG_RETURN_IF_ERROR(check.Check("tokens", a.tokens, DType::kI32, {&n}, Device::kCuda, 4));
+  PG_RETURN_IF_ERROR(check.Check("counts", a.counts, DType::kI32, {&n}, Device::kCuda, 4));
+  kernels::CountLogitsAboveParams p;
+  p.logits = a.logits.as<const float>();
+  p.rows = a.rows.as<const int32_t>();
+  p.tokens = a.tokens.as<const int32_t>();
+  p.counts = a.counts.as<int32_t>();
+  p.n = n.value();
+  p.num_rows = rows.value();
+  p.width = width.value();
+  PG_CUDA_RETURN_IF_ERROR(kernels::LaunchCountLogitsAbove(p, stream));
+  return Status::Ok();
+}
+
 }  // namespace peregrine::cuda

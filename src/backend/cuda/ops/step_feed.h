@@ -25,4 +25,14 @@ struct CopyFlaggedRowsArgs {
 
 Status CopyFlaggedRows(const CopyFlaggedRowsArgs& args, cudaStream_t stream);
 
+struct CountLogitsAboveArgs {
+  Tensor logits;  // [R, W] f32
+  Tensor rows;    // [n] i32: the row of each item
+  Tensor tokens;  // [n] i32: the item's token
+  Tensor counts;  // [n] i32 out: logits of the row strictly above the token's (NaN as -inf); -1 out of range
+};
+
+// A token's rank among its row's logits is counts + 1 (prompt logprobs).
+Status CountLogitsAbove(const CountLogitsAboveArgs& args, cudaStream_t stream);
+
 }  // namespace peregrine::cuda
