@@ -29,6 +29,11 @@
 #                                   serve + bench with overlapped steps on and off (V4-Flash
 #                                   shapes and the demo model); PARTS="tests" or "serve" for one half,
 #                                   TESTS / BENCHES / SERVE_RUNS / PROFILE=0 to narrow it
+#   bash tools/gpu_run.sh fidelity  every gpu-labelled test (TESTS narrows it, TESTS=" " none), then
+#                                   tools/demo_model_fidelity.py: the trained demo model's held-out
+#                                   perplexity, top-1 agreement and KL, Peregrine CPU / CUDA bf16 /
+#                                   CUDA FP8+MXFP4 against HF transformers fp32 and bf16 (TOKENIZER:
+#                                   the tokenizer directory, default build-demo/tokenizer)
 #   bash tools/gpu_run.sh structured every gpu-labelled test (TESTS narrows it), then serve + bench at
 #                                   V4-Flash shapes with 16 and 64 streams, unconstrained and under a
 #                                   JSON schema (--extra-body), for the decode-throughput ratio
@@ -99,6 +104,17 @@ if [ "$PHASE" = "all-tests" ]; then
       tail -25 "$OUT/$bench.log"
     fi
   done
+  exit $status
+fi
+
+if [ "$PHASE" = "fidelity" ]; then
+  for t in ${TESTS:-$(gpu_tests)}; do run_test "$t" 240; done
+  echo "== demo model fidelity against HF transformers"
+  PYTHONUNBUFFERED=1 timeout 420 python3 "$ROOT/tools/demo_model_fidelity.py" --peregrine "$PEREGRINE" \
+    --out "$OUT" --tokenizer "${TOKENIZER:-$ROOT/build-demo/tokenizer}" >"$OUT/fidelity.log" 2>&1
+  rc=$?
+  grep -vE "^ |^[{}]" "$OUT/fidelity.log" | tail -20
+  [ $rc -ne 0 ] && { echo "fidelity exit code $rc"; tail -30 "$OUT/fidelity.log"; status=1; }
   exit $status
 fi
 

@@ -6,6 +6,7 @@
 #include "cli/engine_factory.h"
 #include "cli/generate_command.h"
 #include "cli/profile_command.h"
+#include "cli/score_command.h"
 #include "cli/render_chat_command.h"
 #include "cli/serve_command.h"
 #include "cli/tokenize_command.h"
@@ -52,6 +53,7 @@ int main(int argc, char** argv) {
   peregrine::cli::AddRenderChatCommand(app);
   peregrine::cli::AddBenchCommand(app);
   peregrine::cli::AddProfileCommand(app);
+  peregrine::cli::AddScoreCommand(app);
   CLI11_PARSE(app, argc, argv);
   return 0;
 }

@@ -18,28 +18,31 @@ constexpr size_t kTop = kernels::kSamplingMaxTopLogprobs;
 // Added to a scored row's target: above any finite logit, so greedy picks the target.
 constexpr double kForceTarget = 1e30;
 
-// Byte offsets of the staging areas (4-byte fields; the 32- and 16-byte records first).
+// Byte offsets of the staging areas, each aligned for the ops' tensor checks.
+constexpr size_t kAlign = 256;
+size_t After(size_t offset, size_t bytes) { return (offset + bytes + kAlign - 1) / kAlign * kAlign; }
+
 struct InLayout {
   size_t rows, edits, offsets, items, targets, bytes;
   InLayout(size_t r, size_t n)
       : rows(0),
-        edits(r * sizeof(DeviceSamplingRow)),
-        offsets(edits + n * sizeof(DeviceLogitEdit)),
-        items(offsets + (r + 1) * 4),
-        targets(items + n * 4),
-        bytes(targets + n * 4) {}
+        edits(After(rows, r * sizeof(DeviceSamplingRow))),
+        offsets(After(edits, n * sizeof(DeviceLogitEdit))),
+        items(After(offsets, (r + 1) * 4)),
+        targets(After(items, n * 4)),
+        bytes(After(targets, n * 4)) {}
 };
 struct OutLayout {
   size_t tokens, logprobs, status, top_tokens, top_logprobs, counts, edit_raw, bytes;
   OutLayout(size_t r, size_t n)
       : tokens(0),
-        logprobs(r * 4),
-        status(2 * r * 4),
-        top_tokens(3 * r * 4),
-        top_logprobs(top_tokens + r * kTop * 4),
-        counts(top_logprobs + r * kTop * 4),
-        edit_raw(counts + n * 4),
-        bytes(edit_raw + n * 4) {}
+        logprobs(After(tokens, r * 4)),
+        status(After(logprobs, r * 4)),
+        top_tokens(After(status, r * 4)),
+        top_logprobs(After(top_tokens, r * kTop * 4)),
+        counts(After(top_logprobs, r * kTop * 4)),
+        edit_raw(After(counts, n * 4)),
+        bytes(After(edit_raw, n * 4)) {}
 };
 
 Tensor View(const cuda::DeviceBuffer& b, size_t offset, DType t, Shape s) {

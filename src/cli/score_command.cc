@@ -1,0 +1,197 @@
+#include "cli/score_command.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cli/engine_factory.h"
+#include "model/deepseek_v4/model.h"
+#include "model/host_model.h"
+#include "sampling/sampler.h"
+#ifdef PEREGRINE_WITH_CUDA
+#include "model/deepseek_v4/cuda/cuda_model.h"
+#include "runtime/device_executor.h"
+#endif
+
+namespace peregrine::cli {
+
+namespace {
+
+struct ScoreFlags {
+  EngineOptions engine;
+  std::string tokens;      // int32 little-endian, rows of seq_len tokens
+  int64_t seq_len = 512;
+  std::string out;         // per predicted token: int32 argmax, float32 target logprob
+  std::string logits_out;  // optional: float32 [rows * (seq_len - 1), vocab]
+};
+
+// One row's logits [T, vocab] (every position), on the chosen backend.
+class RowScorer {
+ public:
+  virtual ~RowScorer() = default;
+  virtual Status Forward(std::span<const int32_t> row, std::vector<float>* logits) = 0;
+};
+
+class CpuScorer final : public RowScorer {
+ public:
+  static Result<std::unique_ptr<RowScorer>> Create(ModelSource source, int64_t seq_len, int threads) {
+    HostModelRegistry registry;
+    deepseek_v4::RegisterHostModel(registry);
+    PG_ASSIGN_OR_RETURN(HostModelFactory factory, registry.Find(source.config.model_type));
+    auto s = std::make_unique<CpuScorer>();
+    PG_ASSIGN_OR_RETURN(s->model_, factory(source.config, std::move(source.checkpoint), threads));
+    const KvLayout layout = s->model_->kv_layout(256);
+    const auto blocks = static_cast<int32_t>(std::max<int64_t>(layout.BlocksFor(seq_len), 1));
+    s->kv_ = s->model_->CreateKvPools(layout.block_tokens, 1, blocks, 0);
+    for (int32_t b = 0; b < blocks; ++b) s->blocks_.push_back(b);
+    return std::unique_ptr<RowScorer>(std::move(s));
+  }
+  Status Forward(std::span<const int32_t> row, std::vector<float>* logits) override {
+    ChunkView v;
+    v.num_tokens = static_cast<int64_t>(row.size());
+    v.tokens = row;
+    v.blocks = blocks_;
+    v.all_logits = true;
+    const ChunkView views[] = {v};
+    return model_->Forward(views, *kv_, logits);
+  }
+
+ private:
+  std::unique_ptr<HostModel> model_;
+  std::unique_ptr<HostKvPools> kv_;
+  std::vector<int32_t> blocks_;
+};
+
+#ifdef PEREGRINE_WITH_CUDA
+class CudaScorer final : public RowScorer {
+ public:
+  static Result<std::unique_ptr<RowScorer>> Create(ModelSource source, const EngineOptions& e, int64_t seq_len) {
+    DeviceModelRegistry registry;
+    deepseek_v4::cuda::RegisterDeviceModel(registry);
+    PG_ASSIGN_OR_RETURN(DeviceModelFactory factory, registry.Find(source.config.model_type));
+    ExecutorOptions o;
+    o.device = e.cuda_device;
+    o.num_slots = 1;
+    o.max_tokens = seq_len;
+    o.max_logit_rows = seq_len;
+    o.max_context = seq_len + 1;
+    o.block_tokens = e.block_size;
+    o.prefix_caching = false;
+    o.weights.expert_format = e.expert_format;
+    o.weights.dense_format = e.dense_format;
+    {
+      const KvLayout layout = deepseek_v4::KvGeometry::For(source.config, o.block_tokens, {2, 2}).Layout();
+      o.kv_tokens = std::max<int64_t>(layout.BlocksFor(o.max_context), 1) * layout.block_tokens;
+    }
+    auto s = std::make_unique<CudaScorer>();
+    PG_ASSIGN_OR_RETURN(s->executor_, DeviceExecutor::Create(source.config, *source.checkpoint, factory, o));
+    const int64_t blocks = s->executor_->kv_capacity().layout.BlocksFor(o.max_context);
+    for (int64_t b = 0; b < blocks; ++b) s->blocks_.push_back(static_cast<int32_t>(b));
+    return std::unique_ptr<RowScorer>(std::move(s));
+  }
+  Status Forward(std::span<const int32_t> row, std::vector<float>* logits) override {
+    ChunkView v;
+    v.num_tokens = static_cast<int64_t>(row.size());
+    v.tokens = row;
+    v.blocks = blocks_;
+    v.all_logits = true;
+    const ChunkView views[] = {v};
+    return executor_->Forward(views, logits);
+  }
+
+ private:
+  std::unique_ptr<DeviceExecutor> executor_;
+  std::vector<int32_t> blocks_;
+};
+#endif
+
+int Fail(const Status& s) {
+  std::fprintf(stderr, "error: %s\n", s.ToString().c_str());
+  return 1;
+}
+
+int Run(const ScoreFlags& f) {
+  std::ifstream in(f.tokens, std::ios::binary);
+  if (!in) return Fail(InvalidArgument("cannot read " + f.tokens));
+  std::vector<int32_t> tokens((std::filesystem::file_size(f.tokens) + 3) / 4);
+  in.read(reinterpret_cast<char*>(tokens.data()), static_cast<std::streamsize>(tokens.size() * 4));
+  if (f.seq_len < 2 || tokens.empty() || tokens.size() % static_cast<size_t>(f.seq_len) != 0)
+    return Fail(InvalidArgument("the token file must hold whole rows of --seq-len (>= 2) int32 tokens"));
+  auto source = OpenModel(f.engine);
+  if (!source.ok()) return Fail(source.status());
+  const int64_t vocab = source->config.vocab_size;
+  for (int32_t t : tokens)
+    if (t < 0 || t >= vocab) return Fail(InvalidArgument("a token id outside the vocabulary"));
+  Result<std::unique_ptr<RowScorer>> scorer = InvalidArgument("unknown device '" + f.engine.device + "'");
+  if (f.engine.device == "cpu") {
+    scorer = CpuScorer::Create(std::move(source).value(), f.seq_len, f.engine.threads);
+  } else if (f.engine.device == "cuda") {
+#ifdef PEREGRINE_WITH_CUDA
+    scorer = CudaScorer::Create(std::move(source).value(), f.engine, f.seq_len);
+#else
+    scorer = Unimplemented("this build has no CUDA backend");
+#endif
+  }
+  if (!scorer.ok()) return Fail(scorer.status());
+
+  std::ofstream out(f.out, std::ios::binary);
+  std::ofstream logits_out;
+  if (!f.logits_out.empty()) logits_out.open(f.logits_out, std::ios::binary);
+  if (!out || (!f.logits_out.empty() && !logits_out)) return Fail(InvalidArgument("cannot write the outputs"));
+  const auto rows = static_cast<int64_t>(tokens.size()) / f.seq_len;
+  const auto v = static_cast<size_t>(vocab);
+  double nll = 0.0;
+  int64_t n = 0;
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<float> logits;
+  for (int64_t r = 0; r < rows; ++r) {
+    const std::span<const int32_t> row(tokens.data() + r * f.seq_len, static_cast<size_t>(f.seq_len));
+    if (Status s = (*scorer)->Forward(row, &logits); !s.ok()) return Fail(s);
+    if (logits.size() != row.size() * v) return Fail(Internal("unexpected logits rows"));
+    for (size_t i = 0; i + 1 < row.size(); ++i) {
+      const std::span<const float> x(logits.data() + i * v, v);
+      const SampleResult s = ScoreToken(x, row[i + 1], 1);
+      const int32_t argmax = s.top_logprobs.empty() ? -1 : s.top_logprobs.front().token;
+      out.write(reinterpret_cast<const char*>(&argmax), 4);
+      out.write(reinterpret_cast<const char*>(&s.logprob), 4);
+      nll -= s.logprob;
+      ++n;
+    }
+    if (logits_out)
+      logits_out.write(reinterpret_cast<const char*>(logits.data()),
+                       static_cast<std::streamsize>((row.size() - 1) * v * 4));
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::printf("{\"device\": \"%s\", \"rows\": %lld, \"tokens\": %lld, \"nll\": %.6f, \"ppl\": %.4f, \"seconds\": %.2f}\n",
+              f.engine.device.c_str(), static_cast<long long>(rows), static_cast<long long>(n), nll / static_cast<double>(n),
+              std::exp(nll / static_cast<double>(n)), seconds);
+  return out && (!logits_out.is_open() || logits_out) ? 0 : Fail(Internal("writing the outputs failed"));
+}
+
+}  // namespace
+
+void AddScoreCommand(CLI::App& app) {
+  auto f = std::make_shared<ScoreFlags>();
+  CLI::App* cmd = app.add_subcommand("score", "Teacher-forced scoring of token rows (logprobs, argmax, logits)");
+  cmd->add_option("--model-path", f->engine.model_path, "Model directory (config.json; default: the demo model)");
+  cmd->add_option("--device", f->engine.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
+  cmd->add_option("--threads", f->engine.threads, "CPU threads")->capture_default_str();
+  cmd->add_option("--expert-format", f->engine.expert_format, "CUDA routed experts: bf16 or mxfp4")
+      ->check(CLI::IsMember({"bf16", "mxfp4"}));
+  cmd->add_option("--dense-format", f->engine.dense_format, "CUDA dense projections: bf16 or fp8")
+      ->check(CLI::IsMember({"bf16", "fp8"}));
+  cmd->add_option("--tokens", f->tokens, "int32 little-endian token rows")->required();
+  cmd->add_option("--seq-len", f->seq_len, "Tokens per row")->capture_default_str();
+  cmd->add_option("--out", f->out, "Per predicted token: int32 argmax, float32 logprob of the next token")->required();
+  cmd->add_option("--logits-out", f->logits_out, "Every predicting row's float32 logits");
+  cmd->callback([f] {
+    if (const int rc = Run(*f); rc != 0) throw CLI::RuntimeError(rc);
+  });
+}
+
+}  // namespace peregrine::cli
