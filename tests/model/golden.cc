@@ -52,12 +52,16 @@ double RelativeL2(const float* a, const float* b, int64_t n) {
 
 int64_t ArgMax(const float* x, int64_t n) { return std::max_element(x, x + n) - x; }
 
-std::vector<std::filesystem::path> FixtureDirs() {
-  std::vector<std::filesystem::path> dirs;
+std::filesystem::path SourceRoot() {
   // A binary built elsewhere (the GPU machine runs prebuilt ones) finds the tree through
   // PEREGRINE_SOURCE_DIR in the environment.
   const char* env = std::getenv("PEREGRINE_SOURCE_DIR");
-  const std::filesystem::path root = env != nullptr && *env != '\0' ? env : PEREGRINE_SOURCE_DIR;
+  return env != nullptr && *env != '\0' ? env : PEREGRINE_SOURCE_DIR;
+}
+
+std::vector<std::filesystem::path> FixtureDirs() {
+  std::vector<std::filesystem::path> dirs;
+  const std::filesystem::path root = SourceRoot();
   for (const auto& e : std::filesystem::directory_iterator(root / "tests" / "fixtures"))
     if (e.is_directory() && std::filesystem::exists(e.path() / "golden.safetensors")) dirs.push_back(e.path());
   std::sort(dirs.begin(), dirs.end());

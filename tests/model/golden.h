@@ -23,6 +23,9 @@ Result<Golden> ReadGolden(const std::filesystem::path& file);
 double RelativeL2(const float* a, const float* b, int64_t n);
 int64_t ArgMax(const float* x, int64_t n);
 
+// The source tree (PEREGRINE_SOURCE_DIR from the environment, else the one built from).
+std::filesystem::path SourceRoot();
+
 // The fixture directories under tests/fixtures (each has model/ and golden.safetensors).
 std::vector<std::filesystem::path> FixtureDirs();
 // Those made with bf16 margins (meta.json "bf16_margins": true; docs/decisions/0002).
