@@ -10,7 +10,8 @@ split comes from that machine's Python standard library).
 Peregrine scores the same rows teacher-forced (`peregrine score`): on the CPU backend (fp32)
 and on CUDA with bf16 weights and with the checkpoint's FP8 dense / MXFP4 expert formats.
 Reported: held-out perplexity of each, top-1 agreement of each Peregrine run with HF bf16 and
-HF fp32, mean KL(HF || Peregrine) over the full vocabulary, and HF's MTP top-1 (t + 2).
+HF fp32, mean KL(HF || Peregrine) over the full vocabulary, and the MTP layer's top-1 (token
+t + 2) in HF and in Peregrine (CPU).
 
 Usage: demo_model_fidelity.py --peregrine BIN --out DIR [--rows 24] [--tokenizer DIR]
        [--backends cpu,cuda-bf16,cuda-fp8]
@@ -186,6 +187,8 @@ def main():
         pred, logits = os.path.join(work, f"{name}.pred"), os.path.join(work, f"{name}.logits")
         cmd = [args.peregrine, "score", "--model-path", MODEL, *BACKENDS[name], "--tokens", tokens_file,
                "--seq-len", "513", "--out", pred, "--logits-out", logits]
+        if name == "cpu":  # the MTP layer (token t + 2), on the CPU backend
+            cmd += ["--mtp-out", os.path.join(work, "cpu.mtp")]
         run = subprocess.run(cmd, capture_output=True, text=True)
         if run.returncode != 0:
             sys.exit(f"{name}: {' '.join(cmd)} failed:\n{run.stdout}\n{run.stderr}")
@@ -193,6 +196,9 @@ def main():
                          **compare(name, logits, pred, labels, refs, train.CONFIG["vocab_size"], device)}
         results[name]["ppl_rel_to_hf_fp32"] = results[name]["ppl"] / results["hf_fp32"]["ppl"] - 1
         results[name]["ppl_rel_to_hf_bf16"] = results[name]["ppl"] / results["hf_bf16"]["ppl"] - 1
+        if "mtp_top1" in results[name]["peregrine"]:
+            results[name]["mtp_top1_minus_hf_fp32"] = (results[name]["peregrine"]["mtp_top1"] -
+                                                       results["hf_fp32"]["mtp_top1_t_plus_2"])
         os.remove(logits)
     results["wall_seconds"] = round(time.time() - t0, 1)
     with open(os.path.join(args.out, "fidelity.json"), "w") as f:

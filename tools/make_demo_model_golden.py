@@ -8,6 +8,8 @@ cuda_demo_model_test.cc on the GPU).
   step's 32 largest logits (ids, values) and its log-sum-exp.
 - teacher: rows of this repository's own Python text, teacher-forced: per position HF's
   argmax and the raw logprob of the next token.
+- mtp: the MTP block (tools/demo_model_mtp.py) over the greedy sequence (prompt + greedy
+  tokens): per position its argmax, 8 largest logits and log-sum-exp (predicting t + 2).
 
 Runs on the CPU in a minute. Usage: make_demo_model_golden.py [--tokenizer DIR] [--out FILE]
 """
@@ -18,6 +20,7 @@ import sys
 import tempfile
 
 import torch
+from safetensors.torch import load_file
 from tokenizers import Tokenizer
 from transformers import DeepseekV4ForCausalLM
 
@@ -45,6 +48,10 @@ def main():
     hf_dir = os.path.join(work, "hf")
     fidelity.hf_checkpoint(fidelity.MODEL, hf_dir, tok_path)
     model = DeepseekV4ForCausalLM.from_pretrained(hf_dir, dtype=torch.float32, attn_implementation="eager").eval()
+    mtp = train.MtpBlock(model)
+    mtp.load_names(load_file(os.path.join(hf_dir, "mtp.safetensors")))
+    mtp = mtp.float().eval()
+    tap = train.StreamTap(model)
 
     prompt = [bos] + tokenizer.encode(PROMPT, add_special_tokens=False).ids
     ids, steps = list(prompt), []
@@ -68,10 +75,18 @@ def main():
         target = x[:, 1:]
         teacher = {"rows": rows, "argmax": lp.argmax(-1).tolist(),
                    "target_logprob": [[round(float(v), 7) for v in r] for r in lp.gather(-1, target[..., None])[..., 0]]}
+        seq = torch.tensor([ids])
+        model(input_ids=seq)
+        hidden = mtp(tap.streams[:, :-1], seq[:, 1:], model.model.embed_tokens, model.model.rotary_emb)
+        mtp_logits = model.lm_head(hidden)[0].double()
+        top = torch.topk(mtp_logits, 8)
+        mtp_doc = {"tokens": ids, "argmax": mtp_logits.argmax(-1).tolist(), "top_ids": top.indices.tolist(),
+                   "top_logits": [[round(float(v), 7) for v in r] for r in top.values],
+                   "lse": [round(float(v), 7) for v in torch.logsumexp(mtp_logits, -1)]}
     doc = {"source": "HF transformers deepseek_v4, float32, models/deepseek-v4-demo dequantised "
                      "(tools/make_demo_model_golden.py)",
            "prompt": PROMPT, "prompt_ids": prompt, "greedy": steps,
-           "teacher_source": TEACHER_SOURCE, "teacher": teacher}
+           "teacher_source": TEACHER_SOURCE, "teacher": teacher, "mtp": mtp_doc}
     with open(args.out, "w") as f:
         json.dump(doc, f, separators=(",", ":"))
     print(f"{args.out}: {os.path.getsize(args.out)} bytes; greedy {[s['token'] for s in steps][:16]}...")

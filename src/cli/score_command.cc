@@ -28,6 +28,7 @@ struct ScoreFlags {
   int64_t seq_len = 512;
   std::string out;         // per predicted token: int32 argmax, float32 target logprob
   std::string logits_out;  // optional: float32 [rows * (seq_len - 1), vocab]
+  std::string mtp_out;     // optional (CPU): per MTP prediction (token t + 2) int32 argmax, float32 logprob
 };
 
 // One row's logits [T, vocab] (every position), on the chosen backend.
@@ -35,6 +36,10 @@ class RowScorer {
  public:
   virtual ~RowScorer() = default;
   virtual Status Forward(std::span<const int32_t> row, std::vector<float>* logits) = 0;
+  // The checkpoint's first MTP layer over the row: [T - 1, vocab], row t predicting t + 2.
+  virtual Status MtpForward(std::span<const int32_t> /*row*/, std::vector<float>* /*logits*/) {
+    return Unimplemented("MTP scoring runs on the CPU backend");
+  }
 };
 
 class CpuScorer final : public RowScorer {
@@ -59,6 +64,11 @@ class CpuScorer final : public RowScorer {
     v.all_logits = true;
     const ChunkView views[] = {v};
     return model_->Forward(views, *kv_, logits);
+  }
+  Status MtpForward(std::span<const int32_t> row, std::vector<float>* logits) override {
+    auto* v4 = dynamic_cast<deepseek_v4::Model*>(model_.get());
+    if (v4 == nullptr) return Unimplemented("MTP scoring needs the DeepSeek-V4 CPU model");
+    return v4->MtpLogits(row, logits);
   }
 
  private:
@@ -140,13 +150,15 @@ int Run(const ScoreFlags& f) {
   if (!scorer.ok()) return Fail(scorer.status());
 
   std::ofstream out(f.out, std::ios::binary);
-  std::ofstream logits_out;
+  std::ofstream logits_out, mtp_out;
   if (!f.logits_out.empty()) logits_out.open(f.logits_out, std::ios::binary);
+  if (!f.mtp_out.empty()) mtp_out.open(f.mtp_out, std::ios::binary);
+  if (!f.mtp_out.empty() && !mtp_out) return Fail(InvalidArgument("cannot write " + f.mtp_out));
   if (!out || (!f.logits_out.empty() && !logits_out)) return Fail(InvalidArgument("cannot write the outputs"));
   const auto rows = static_cast<int64_t>(tokens.size()) / f.seq_len;
   const auto v = static_cast<size_t>(vocab);
-  double nll = 0.0;
-  int64_t n = 0;
+  double nll = 0.0, mtp_nll = 0.0;
+  int64_t n = 0, mtp_n = 0, mtp_top1 = 0;
   const auto start = std::chrono::steady_clock::now();
   std::vector<float> logits;
   for (int64_t r = 0; r < rows; ++r) {
@@ -165,12 +177,33 @@ int Run(const ScoreFlags& f) {
     if (logits_out)
       logits_out.write(reinterpret_cast<const char*>(logits.data()),
                        static_cast<std::streamsize>((row.size() - 1) * v * 4));
+    if (!mtp_out.is_open()) continue;
+    if (Status s = (*scorer)->MtpForward(row, &logits); !s.ok()) return Fail(s);
+    for (size_t t = 0; t + 2 < row.size(); ++t) {
+      const SampleResult s = ScoreToken(std::span<const float>(logits.data() + t * v, v), row[t + 2], 1);
+      const int32_t argmax = s.top_logprobs.front().token;
+      mtp_out.write(reinterpret_cast<const char*>(&argmax), 4);
+      mtp_out.write(reinterpret_cast<const char*>(&s.logprob), 4);
+      mtp_nll -= s.logprob;
+      mtp_top1 += argmax == row[t + 2];
+      ++mtp_n;
+    }
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::printf("{\"device\": \"%s\", \"rows\": %lld, \"tokens\": %lld, \"nll\": %.6f, \"ppl\": %.4f, \"seconds\": %.2f}\n",
+  std::string mtp;
+  if (mtp_n > 0) {
+    char buf[160];
+    std::snprintf(buf, sizeof buf, ", \"mtp_tokens\": %lld, \"mtp_nll\": %.6f, \"mtp_top1\": %.6f",
+                  static_cast<long long>(mtp_n), mtp_nll / static_cast<double>(mtp_n),
+                  static_cast<double>(mtp_top1) / static_cast<double>(mtp_n));
+    mtp = buf;
+  }
+  std::printf("{\"device\": \"%s\", \"rows\": %lld, \"tokens\": %lld, \"nll\": %.6f, \"ppl\": %.4f%s, \"seconds\": %.2f}\n",
               f.engine.device.c_str(), static_cast<long long>(rows), static_cast<long long>(n), nll / static_cast<double>(n),
-              std::exp(nll / static_cast<double>(n)), seconds);
-  return out && (!logits_out.is_open() || logits_out) ? 0 : Fail(Internal("writing the outputs failed"));
+              std::exp(nll / static_cast<double>(n)), mtp.c_str(), seconds);
+  return out && (!logits_out.is_open() || logits_out) && (!mtp_out.is_open() || mtp_out)
+             ? 0
+             : Fail(Internal("writing the outputs failed"));
 }
 
 }  // namespace
@@ -189,6 +222,8 @@ void AddScoreCommand(CLI::App& app) {
   cmd->add_option("--seq-len", f->seq_len, "Tokens per row")->capture_default_str();
   cmd->add_option("--out", f->out, "Per predicted token: int32 argmax, float32 logprob of the next token")->required();
   cmd->add_option("--logits-out", f->logits_out, "Every predicting row's float32 logits");
+  cmd->add_option("--mtp-out", f->mtp_out,
+                  "CPU: the checkpoint's MTP layer per row position (token t + 2): int32 argmax, float32 logprob");
   cmd->callback([f] {
     if (const int rc = Run(*f); rc != 0) throw CLI::RuntimeError(rc);
   });

@@ -26,6 +26,12 @@ Result<DemoGolden> ReadDemoGolden() {
   g.rows = t.at("rows").get<std::vector<std::vector<int32_t>>>();
   g.argmax = t.at("argmax").get<std::vector<std::vector<int32_t>>>();
   g.target_logprob = t.at("target_logprob").get<std::vector<std::vector<double>>>();
+  const auto& m = doc.at("mtp");
+  g.mtp_tokens = m.at("tokens").get<std::vector<int32_t>>();
+  g.mtp_argmax = m.at("argmax").get<std::vector<int32_t>>();
+  g.mtp_top_ids = m.at("top_ids").get<std::vector<std::vector<int32_t>>>();
+  g.mtp_top_logits = m.at("top_logits").get<std::vector<std::vector<double>>>();
+  g.mtp_lse = m.at("lse").get<std::vector<double>>();
   return g;
 }
 

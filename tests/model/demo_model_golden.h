@@ -24,6 +24,13 @@ struct DemoGolden {
   std::vector<std::vector<int32_t>> rows;
   std::vector<std::vector<int32_t>> argmax;
   std::vector<std::vector<double>> target_logprob;
+  // The MTP block over mtp_tokens: per position t (predicting t + 2) its argmax, 8 largest
+  // logits and log-sum-exp.
+  std::vector<int32_t> mtp_tokens;
+  std::vector<int32_t> mtp_argmax;
+  std::vector<std::vector<int32_t>> mtp_top_ids;
+  std::vector<std::vector<double>> mtp_top_logits;
+  std::vector<double> mtp_lse;
 };
 
 Result<DemoGolden> ReadDemoGolden();

@@ -2,7 +2,8 @@
 // the CPU backend against HF transformers' float32 run of the same checkpoint
 // (tests/model/demo_model_golden.json): 64 greedy tokens identical, each step's largest
 // logits and log-sum-exp within 1e-4 relative, and teacher-forced rows with the same argmax
-// and next-token logprobs at every position. Unlike the random fixtures, the trained router
+// and next-token logprobs at every position, and the MTP layer's logits (token t + 2) on the
+// greedy sequence. Unlike the random fixtures, the trained router
 // and indexer make real, well-separated choices here.
 #include <gtest/gtest.h>
 
@@ -88,6 +89,31 @@ TEST_F(DemoModelParityTest, TeacherForcedRowsMatchTransformers) {
     }
   }
   std::printf("demo model: %zu teacher-forced positions, same argmax, worst logprob error %.2e\n", positions, worst);
+}
+
+TEST_F(DemoModelParityTest, MtpLayerMatchesTheReferenceBlock) {
+  ASSERT_TRUE(model_->has_mtp());
+  std::vector<float> logits;
+  ASSERT_TRUE(model_->MtpLogits(golden_.mtp_tokens, &logits).ok());
+  const size_t n = golden_.mtp_tokens.size() - 1;
+  ASSERT_EQ(logits.size(), n * vocab_);
+  ASSERT_EQ(golden_.mtp_argmax.size(), n);
+  double worst = 0.0;
+  for (size_t t = 0; t < n; ++t) {
+    const std::span<const float> x(logits.data() + t * vocab_, vocab_);
+    EXPECT_EQ(std::max_element(x.begin(), x.end()) - x.begin(), golden_.mtp_argmax[t]) << "position " << t;
+    double scale = 0.0, err = 0.0;
+    for (size_t k = 0; k < golden_.mtp_top_ids[t].size(); ++k) {
+      scale = std::max(scale, std::abs(golden_.mtp_top_logits[t][k]));
+      err = std::max(err, std::abs(x[static_cast<size_t>(golden_.mtp_top_ids[t][k])] - golden_.mtp_top_logits[t][k]));
+    }
+    worst = std::max(worst, err / scale);
+    EXPECT_LE(err / scale, kTolerance) << "position " << t;
+    EXPECT_NEAR(LogSumExp(x), golden_.mtp_lse[t], kTolerance * std::abs(golden_.mtp_lse[t])) << "position " << t;
+  }
+  std::printf("demo model MTP layer: %zu positions, same argmax, worst top-8 logit error %.2e relative\n", n, worst);
+  const int32_t one[] = {5};
+  EXPECT_EQ(model_->MtpLogits(one, &logits).code(), StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -108,8 +108,29 @@ void RegisterHostModel(HostModelRegistry& registry) {
   });
 }
 
+void Model::RunLayer(const ModelConfig& c, const LayerWeights& lw, int64_t layer, std::span<const Segment> segments,
+                     std::span<const int32_t> ids, float* streams, int64_t t_n) {
+  const int64_t d = c.hidden_size;
+  const int64_t hc = c.hc_mult;
+  std::vector<float> x(static_cast<size_t>(t_n * d)), f(x.size());  // [N, D]
+  std::vector<float> post(static_cast<size_t>(t_n * hc)), comb(static_cast<size_t>(t_n * hc * hc));
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  const bool sliding = c.layer_types[static_cast<size_t>(layer)] == AttentionType::kSliding;
+  const AttentionContext ctx{c, sliding ? rope_main_ : rope_compress_, pool_};
+
+  HyperConnectionPre(c, lw.hc_attn, streams, t_n, x.data(), post.data(), comb.data());
+  cpu::RmsNorm(x.data(), lw.attn_norm.f32(), x.data(), t_n, d, eps);
+  Attention(ctx, lw.attn, layer, segments, x.data(), t_n, f.data());
+  HyperConnectionPost(c, streams, f.data(), post.data(), comb.data(), t_n);
+
+  HyperConnectionPre(c, lw.hc_ffn, streams, t_n, x.data(), post.data(), comb.data());
+  cpu::RmsNorm(x.data(), lw.ffn_norm.f32(), x.data(), t_n, d, eps);
+  Moe(c, pool_, lw.ffn, c.mlp_layer_types[static_cast<size_t>(layer)], ids, x.data(), f.data());
+  HyperConnectionPost(c, streams, f.data(), post.data(), comb.data(), t_n);
+}
+
 Status Model::Run(std::span<const Segment> segments, std::span<const int32_t> ids, std::span<const uint8_t> wanted,
-                  std::vector<float>* logits) {
+                  std::vector<float>* logits, std::vector<float>* final_streams) {
   const ModelConfig& c = config_;
   const auto t_n = static_cast<int64_t>(ids.size());
   for (int32_t id : ids)
@@ -123,25 +144,9 @@ Status Model::Run(std::span<const Segment> segments, std::span<const int32_t> id
     for (int64_t i = 0; i < hc; ++i)
       std::copy_n(weights_.embed.f32() + static_cast<int64_t>(ids[static_cast<size_t>(t)]) * d, d,
                   streams.data() + (t * hc + i) * d);
-
-  std::vector<float> x(static_cast<size_t>(t_n * d)), f(x.size());  // [N, D]
-  std::vector<float> post(static_cast<size_t>(t_n * hc)), comb(static_cast<size_t>(t_n * hc * hc));
-  const float eps = static_cast<float>(c.rms_norm_eps);
-  for (int64_t i = 0; i < c.num_layers; ++i) {
-    const LayerWeights& lw = weights_.layers[static_cast<size_t>(i)];
-    const bool sliding = c.layer_types[static_cast<size_t>(i)] == AttentionType::kSliding;
-    const AttentionContext ctx{c, sliding ? rope_main_ : rope_compress_, pool_};
-
-    HyperConnectionPre(c, lw.hc_attn, streams.data(), t_n, x.data(), post.data(), comb.data());
-    cpu::RmsNorm(x.data(), lw.attn_norm.f32(), x.data(), t_n, d, eps);
-    Attention(ctx, lw.attn, i, segments, x.data(), t_n, f.data());
-    HyperConnectionPost(c, streams.data(), f.data(), post.data(), comb.data(), t_n);
-
-    HyperConnectionPre(c, lw.hc_ffn, streams.data(), t_n, x.data(), post.data(), comb.data());
-    cpu::RmsNorm(x.data(), lw.ffn_norm.f32(), x.data(), t_n, d, eps);
-    Moe(c, pool_, lw.ffn, c.mlp_layer_types[static_cast<size_t>(i)], ids, x.data(), f.data());
-    HyperConnectionPost(c, streams.data(), f.data(), post.data(), comb.data(), t_n);
-  }
+  for (int64_t i = 0; i < c.num_layers; ++i)
+    RunLayer(c, weights_.layers[static_cast<size_t>(i)], i, segments, ids, streams.data(), t_n);
+  if (final_streams != nullptr) *final_streams = streams;
 
   // Gather the rows that need logits, then one head pass over all of them.
   std::vector<float> head_in;  // [R, hc, D]
@@ -151,9 +156,57 @@ Status Model::Run(std::span<const Segment> segments, std::span<const int32_t> id
   const int64_t rows = static_cast<int64_t>(head_in.size()) / (hc * d);
   logits->resize(static_cast<size_t>(rows * c.vocab_size));
   if (rows == 0) return Status::Ok();
+  std::vector<float> x(static_cast<size_t>(rows * d));
   HyperConnectionHead(c, weights_.hc_head, head_in.data(), rows, x.data());
-  cpu::RmsNorm(x.data(), weights_.norm.f32(), x.data(), rows, d, eps);
+  cpu::RmsNorm(x.data(), weights_.norm.f32(), x.data(), rows, d, static_cast<float>(c.rms_norm_eps));
   cpu::Linear(pool_, x.data(), weights_.head.f32(), logits->data(), rows, d, c.vocab_size);
+  return Status::Ok();
+}
+
+Status Model::MtpLogits(std::span<const int32_t> tokens, std::vector<float>* logits) {
+  if (weights_.mtp.empty()) return Unimplemented("the checkpoint has no MTP layer");
+  const auto t_n = static_cast<int64_t>(tokens.size());
+  if (t_n < 2) return InvalidArgument("MTP logits need at least 2 tokens");
+  if (t_n > config_.max_position_embeddings) return OutOfRange("sequence longer than max_position_embeddings");
+  const ModelConfig& c = config_;
+  const int64_t d = c.hidden_size;
+  const int64_t hc = c.hc_mult;
+  const float eps = static_cast<float>(c.rms_norm_eps);
+
+  // The main model over the whole sequence, keeping its final streams.
+  SequenceState main = NewSequence();
+  const Segment whole{main.kv.get(), 0, main.blocks, {}, 0, 0, t_n};
+  const std::vector<uint8_t> none(static_cast<size_t>(t_n), 0);
+  std::vector<float> streams, unused;
+  PG_RETURN_IF_ERROR(Run(std::span(&whole, 1), tokens, none, &unused, &streams));
+
+  // MTP position t: h_proj(hnorm(stream_j[t])) + e_proj(enorm(embed(tokens[t + 1]))).
+  const MtpWeights& m = weights_.mtp.front();
+  const int64_t n = t_n - 1;
+  const std::span<const int32_t> next = tokens.subspan(1);
+  std::vector<float> e(static_cast<size_t>(n * d)), en(e.size());
+  for (int64_t t = 0; t < n; ++t)
+    std::copy_n(weights_.embed.f32() + static_cast<int64_t>(next[static_cast<size_t>(t)]) * d, d, e.data() + t * d);
+  cpu::RmsNorm(e.data(), m.enorm.f32(), en.data(), n, d, eps);
+  cpu::Linear(pool_, en.data(), m.e_proj.f32(), e.data(), n, d, d);
+  std::vector<float> hs(static_cast<size_t>(n * hc * d)), x(hs.size());
+  cpu::RmsNorm(streams.data(), m.hnorm.f32(), hs.data(), n * hc, d, eps);
+  cpu::Linear(pool_, hs.data(), m.h_proj.f32(), x.data(), n * hc, d, d);
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t j = 0; j < hc; ++j)
+      for (int64_t k = 0; k < d; ++k) x[static_cast<size_t>((t * hc + j) * d + k)] += e[static_cast<size_t>(t * d + k)];
+
+  // Its decoder layer on a state of its own (one window-attention layer), then its head mixer
+  // and norm and the main model's head.
+  const ModelConfig mc = MtpLayerConfig(c);
+  SequenceState mtp = SequenceState::Create(mc);
+  const Segment seg{mtp.kv.get(), 0, mtp.blocks, {}, 0, 0, n};
+  RunLayer(mc, m.layer, 0, std::span(&seg, 1), next, x.data(), n);
+  std::vector<float> y(static_cast<size_t>(n * d));
+  HyperConnectionHead(c, m.hc_head, x.data(), n, y.data());
+  cpu::RmsNorm(y.data(), m.norm.f32(), y.data(), n, d, eps);
+  logits->resize(static_cast<size_t>(n * c.vocab_size));
+  cpu::Linear(pool_, y.data(), weights_.head.f32(), logits->data(), n, d, c.vocab_size);
   return Status::Ok();
 }
 

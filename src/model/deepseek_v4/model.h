@@ -63,11 +63,24 @@ class Model final : public HostModel {
   Status Forward(SequenceState& state, std::span<const int32_t> tokens, bool all_logits,
                  std::vector<float>* logits);
 
+  // Whether the checkpoint's MTP layers were loaded (ModelWeights::mtp).
+  bool has_mtp() const { return !weights_.mtp.empty(); }
+  // The first MTP layer over a whole sequence from position 0, recomputed from scratch (the
+  // reference for drafters): the main model runs over tokens[0, T), and MTP position t
+  // (t < T - 1) combines its state at t with the embedding of tokens[t + 1]. `logits` gets
+  // [T - 1, vocab], row t predicting the token at t + 2. Unimplemented without MTP
+  // weights; InvalidArgument for fewer than 2 tokens or ids outside the vocabulary.
+  Status MtpLogits(std::span<const int32_t> tokens, std::vector<float>* logits);
+
  private:
   Model(ModelConfig config, std::unique_ptr<Checkpoint> checkpoint, ModelWeights weights, int num_threads);
   // The forward over segments that name their own stores.
+  // `final_streams` (may be null) gets every token's streams before the head mixer [N, hc, D].
   Status Run(std::span<const Segment> segments, std::span<const int32_t> ids, std::span<const uint8_t> logit_rows,
-             std::vector<float>* logits);
+             std::vector<float>* logits, std::vector<float>* final_streams = nullptr);
+  // One decoder layer over `streams` [N, hc, D] in place.
+  void RunLayer(const ModelConfig& c, const LayerWeights& lw, int64_t layer, std::span<const Segment> segments,
+                std::span<const int32_t> ids, float* streams, int64_t num_rows);
 
   ModelConfig config_;
   std::unique_ptr<Checkpoint> checkpoint_;  // owns the mappings `weights_` may borrow

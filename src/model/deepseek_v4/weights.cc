@@ -55,8 +55,8 @@ Status LoadHc(Reader& rd, const std::string& prefix, int64_t mixes, int64_t flat
   return Status::Ok();
 }
 
-Status LoadLayer(Reader& rd, const ModelConfig& c, int64_t i, LayerWeights* l) {
-  const std::string p = "layers." + std::to_string(i) + ".";
+// Layer i of `c` under `p` ("layers.<i>." or an MTP layer's "mtp.<n>.").
+Status LoadLayer(Reader& rd, const ModelConfig& c, int64_t i, const std::string& p, LayerWeights* l) {
   const int64_t d = c.hidden_size;
   const int64_t hc = c.hc_mult;
   PG_RETURN_IF_ERROR(rd.F32(p + "attn_norm.weight", {d}, &l->attn_norm));
@@ -116,6 +116,14 @@ Status LoadLayer(Reader& rd, const ModelConfig& c, int64_t i, LayerWeights* l) {
 
 }  // namespace
 
+ModelConfig MtpLayerConfig(const ModelConfig& config) {
+  ModelConfig c = config;
+  c.num_layers = 1;
+  c.layer_types = {AttentionType::kSliding};
+  c.mlp_layer_types = {MoeType::kLearned};
+  return c;
+}
+
 Result<ModelWeights> LoadWeights(const ModelConfig& c, const Checkpoint& checkpoint) {
   Reader rd(checkpoint);
   ModelWeights w;
@@ -124,7 +132,24 @@ Result<ModelWeights> LoadWeights(const ModelConfig& c, const Checkpoint& checkpo
   PG_RETURN_IF_ERROR(rd.F32("norm.weight", {c.hidden_size}, &w.norm));
   PG_RETURN_IF_ERROR(LoadHc(rd, "hc_head_", c.hc_mult, c.hc_mult * c.hidden_size, 1, &w.hc_head));
   w.layers.resize(static_cast<size_t>(c.num_layers));
-  for (int64_t i = 0; i < c.num_layers; ++i) PG_RETURN_IF_ERROR(LoadLayer(rd, c, i, &w.layers[static_cast<size_t>(i)]));
+  for (int64_t i = 0; i < c.num_layers; ++i)
+    PG_RETURN_IF_ERROR(LoadLayer(rd, c, i, "layers." + std::to_string(i) + ".", &w.layers[static_cast<size_t>(i)]));
+  if (c.num_nextn_predict_layers > 0 && checkpoint.Has("mtp.0.e_proj.weight")) {
+    const ModelConfig mc = MtpLayerConfig(c);
+    const int64_t d = c.hidden_size;
+    w.mtp.resize(static_cast<size_t>(c.num_nextn_predict_layers));
+    for (int64_t n = 0; n < c.num_nextn_predict_layers; ++n) {
+      const std::string p = "mtp." + std::to_string(n) + ".";
+      MtpWeights& m = w.mtp[static_cast<size_t>(n)];
+      PG_RETURN_IF_ERROR(rd.F32(p + "enorm.weight", {d}, &m.enorm));
+      PG_RETURN_IF_ERROR(rd.F32(p + "hnorm.weight", {d}, &m.hnorm));
+      PG_RETURN_IF_ERROR(rd.F32(p + "norm.weight", {d}, &m.norm));
+      PG_RETURN_IF_ERROR(rd.F32(p + "e_proj.weight", {d, d}, &m.e_proj));
+      PG_RETURN_IF_ERROR(rd.F32(p + "h_proj.weight", {d, d}, &m.h_proj));
+      PG_RETURN_IF_ERROR(LoadHc(rd, p + "hc_head_", c.hc_mult, c.hc_mult * d, 1, &m.hc_head));
+      PG_RETURN_IF_ERROR(LoadLayer(rd, mc, 0, p, &m.layer));
+    }
+  }
   return w;
 }
 

@@ -68,13 +68,29 @@ struct LayerWeights {
   MoeWeights ffn;
 };
 
+// A multi-token-prediction layer (`mtp.N.*`): e = e_proj(enorm(embed(next token))), each of the
+// main model's streams h_proj(hnorm(stream)) + e, one window-attention decoder layer with
+// learned routing, its own head mixer and norm; the main model's embedding and head.
+struct MtpWeights {
+  HostTensor enorm, hnorm, norm;  // [D]
+  HostTensor e_proj, h_proj;      // [D, D]
+  HyperConnectionWeights hc_head;
+  LayerWeights layer;
+};
+
 struct ModelWeights {
   HostTensor embed;  // [vocab, D]
   HostTensor head;   // [vocab, D]
   HostTensor norm;   // [D]
   HyperConnectionWeights hc_head;
   std::vector<LayerWeights> layers;
+  // num_nextn_predict_layers of them when the checkpoint stores them (`mtp.0.e_proj.weight`),
+  // else none.
+  std::vector<MtpWeights> mtp;
 };
+
+// The config of an MTP layer seen as a one-layer model: window-only attention, learned routing.
+ModelConfig MtpLayerConfig(const ModelConfig& config);
 
 // Reads and shape-checks every tensor the config implies. Errors name the tensor.
 Result<ModelWeights> LoadWeights(const ModelConfig& config, const Checkpoint& checkpoint);
