@@ -111,6 +111,18 @@ def hf_logits(model, rows, batch, autocast):
     return torch.cat(out)
 
 
+def agreement_and_kl(ref, other, n, device):
+    """Top-1 agreement and mean KL(ref || other) over n rows; ref and other give the float32
+    logits of rows [a, b) on `device`."""
+    agree, kl = 0, 0.0
+    for a in range(0, n, 1024):
+        b = min(n, a + 1024)
+        p, q = ref(a, b).to(device).log_softmax(-1).double(), other(a, b).to(device).log_softmax(-1).double()
+        agree += int((p.argmax(-1) == q.argmax(-1)).sum())
+        kl += float((p.exp() * (p - q)).sum())
+    return agree / n, kl / n
+
+
 def compare(name, logits_file, pred_file, labels, refs, vocab, device):
     """Peregrine's run against the HF references."""
     raw = np.fromfile(pred_file, dtype=np.int32).reshape(-1, 2)
@@ -122,15 +134,9 @@ def compare(name, logits_file, pred_file, labels, refs, vocab, device):
            "top1_vs_labels": float((argmax == labels).double().mean())}
     mm = np.memmap(logits_file, dtype=np.float32, mode="r", shape=(n, vocab))
     for ref_name, ref in refs.items():
-        agree, kl = 0, 0.0
-        for a in range(0, n, 1024):
-            b = min(n, a + 1024)
-            pg = torch.from_numpy(np.array(mm[a:b])).to(device).log_softmax(-1).double()
-            hf = ref[a:b].log_softmax(-1).double()
-            agree += int((pg.argmax(-1) == hf.argmax(-1)).sum())
-            kl += float((hf.exp() * (hf - pg)).sum())
-        res[f"top1_agreement_vs_{ref_name}"] = agree / n
-        res[f"mean_kl_{ref_name}_to_peregrine"] = kl / n
+        agree, kl = agreement_and_kl(lambda a, b: ref[a:b], lambda a, b: torch.from_numpy(np.array(mm[a:b])), n, device)
+        res[f"top1_agreement_vs_{ref_name}"] = agree
+        res[f"mean_kl_{ref_name}_to_peregrine"] = kl
     print(name, json.dumps(res), flush=True)
     return res
 
@@ -175,12 +181,9 @@ def main():
         del model, mtp
 
     # The two references against each other: how far bf16 alone moves HF.
-    agree, kl = 0, 0.0
-    for a in range(0, len(labels), 1024):
-        f32, b16 = refs["hf_fp32"][a:a + 1024].log_softmax(-1).double(), refs["hf_bf16"][a:a + 1024].log_softmax(-1).double()
-        agree += int((f32.argmax(-1) == b16.argmax(-1)).sum())
-        kl += float((f32.exp() * (f32 - b16)).sum())
-    results["hf_bf16_vs_hf_fp32"] = {"top1_agreement": agree / len(labels), "mean_kl_hf_fp32_to_hf_bf16": kl / len(labels)}
+    agree, kl = agreement_and_kl(lambda a, b: refs["hf_fp32"][a:b], lambda a, b: refs["hf_bf16"][a:b],
+                                 len(labels), device)
+    results["hf_bf16_vs_hf_fp32"] = {"top1_agreement": agree, "mean_kl_hf_fp32_to_hf_bf16": kl}
     print("hf_bf16_vs_hf_fp32", json.dumps(results["hf_bf16_vs_hf_fp32"]), flush=True)
 
     for name in args.backends.split(","):

@@ -31,6 +31,16 @@ struct ScoreFlags {
   std::string mtp_out;     // optional (CPU): per MTP prediction (token t + 2) int32 argmax, float32 logprob
 };
 
+// A row from position 0 in slot 0, every position's logits wanted.
+ChunkView WholeRow(std::span<const int32_t> row, std::span<const int32_t> blocks) {
+  ChunkView v;
+  v.num_tokens = static_cast<int64_t>(row.size());
+  v.tokens = row;
+  v.blocks = blocks;
+  v.all_logits = true;
+  return v;
+}
+
 // One row's logits [T, vocab] (every position), on the chosen backend.
 class RowScorer {
  public:
@@ -57,12 +67,7 @@ class CpuScorer final : public RowScorer {
     return std::unique_ptr<RowScorer>(std::move(s));
   }
   Status Forward(std::span<const int32_t> row, std::vector<float>* logits) override {
-    ChunkView v;
-    v.num_tokens = static_cast<int64_t>(row.size());
-    v.tokens = row;
-    v.blocks = blocks_;
-    v.all_logits = true;
-    const ChunkView views[] = {v};
+    const ChunkView views[] = {WholeRow(row, blocks_)};
     return model_->Forward(views, *kv_, logits);
   }
   Status MtpForward(std::span<const int32_t> row, std::vector<float>* logits) override {
@@ -105,12 +110,7 @@ class CudaScorer final : public RowScorer {
     return std::unique_ptr<RowScorer>(std::move(s));
   }
   Status Forward(std::span<const int32_t> row, std::vector<float>* logits) override {
-    ChunkView v;
-    v.num_tokens = static_cast<int64_t>(row.size());
-    v.tokens = row;
-    v.blocks = blocks_;
-    v.all_logits = true;
-    const ChunkView views[] = {v};
+    const ChunkView views[] = {WholeRow(row, blocks_)};
     return executor_->Forward(views, logits);
   }
 

@@ -24,6 +24,10 @@ struct ChunkView {
   bool needs_logits = false;            // the last token's logits are wanted (it is sampled)
   // Every token's logits are wanted (T rows; scoring, tests), whatever needs_logits says.
   bool all_logits = false;
+
+  // The chunk's rows in a step's logits: every token's with all_logits, else the last one's
+  // when it needs logits (then that last row is the sampled one).
+  int64_t logit_rows() const { return all_logits ? num_tokens : (needs_logits ? 1 : 0); }
 };
 
 }  // namespace peregrine

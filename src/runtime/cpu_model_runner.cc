@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <string>
 
+#include "runtime/host_scoring.h"
 #include "sampling/token_bitmask.h"
 
 namespace peregrine {
@@ -60,30 +61,14 @@ Status CpuModelRunner::Launch(std::span<const RunnerChunk> chunks, std::span<con
   PG_RETURN_IF_ERROR(s);
 
   const int64_t vocab = model_->config().vocab_size;
-  size_t num_rows = 0;
-  for (const ChunkView& v : views)
-    num_rows += v.all_logits ? static_cast<size_t>(v.num_tokens) : (v.needs_logits ? 1 : 0);
-  if (logits.size() != num_rows * static_cast<size_t>(vocab)) return Internal("unexpected logits rows from the model");
+  Launched step;
+  PG_RETURN_IF_ERROR(ScoreOnHost(chunks, logits, vocab, &step.scores));
   auto logits_row = [&](size_t r) {
     return std::span<float>(logits.data() + r * static_cast<size_t>(vocab), static_cast<size_t>(vocab));
   };
-  Launched step;
   size_t row = 0, first_row = 0;
-  for (size_t c = 0; c < views.size(); ++c) {
-    const ChunkView& v = views[c];
-    const RunnerScoring& scoring = chunks[c].scoring;
-    const size_t chunk_rows = v.all_logits ? static_cast<size_t>(v.num_tokens) : (v.needs_logits ? 1 : 0);
-    if (!scoring.targets.empty()) {
-      if (!v.all_logits || scoring.targets.size() > chunk_rows - (v.needs_logits ? 1 : 0))
-        return Internal("scoring targets without a logits row each");
-      ChunkScores& scores = step.scores.emplace_back();
-      for (size_t i = 0; i < scoring.targets.size(); ++i) {
-        const int32_t target = scoring.targets[i];
-        if (target < 0 || target >= vocab) return Internal("a scoring target outside the vocabulary");
-        scores.push_back(ScoreToken(logits_row(first_row + i), target, scoring.num_top));
-      }
-    }
-    first_row += chunk_rows;
+  for (const ChunkView& v : views) {
+    first_row += static_cast<size_t>(v.logit_rows());
     if (!v.needs_logits) continue;
     if (row >= sampling.size()) return Internal("one sampling entry per sampled chunk expected");
     const RunnerSampling& smp = sampling[row];

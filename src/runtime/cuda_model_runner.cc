@@ -9,6 +9,7 @@
 #include "backend/cuda/ops/step_feed.h"
 #include "backend/cuda/ops/token_bitmask.h"
 #include "kernels/sampling.cuh"
+#include "runtime/host_scoring.h"
 #include "sampling/token_bitmask.h"
 
 namespace peregrine {
@@ -242,7 +243,7 @@ Status CudaModelRunner::PlanRows(LaunchSlot& slot, std::span<const RunnerChunk> 
   int64_t row = 0;
   for (const RunnerChunk& chunk : chunks) {
     const ChunkView& v = chunk.view;
-    const int64_t rows = v.all_logits ? v.num_tokens : (v.needs_logits ? 1 : 0);
+    const int64_t rows = v.logit_rows();
     if (!chunk.scoring.targets.empty()) {
       if (!v.all_logits ||
           static_cast<int64_t>(chunk.scoring.targets.size()) > rows - (v.needs_logits ? 1 : 0))
@@ -284,23 +285,7 @@ Status CudaModelRunner::LaunchHostSampled(LaunchSlot& slot, std::span<const Runn
   const auto vocab = static_cast<size_t>(executor_->config().vocab_size);
   PG_RETURN_IF_ERROR(PlanRows(slot, chunks, sampling.size()));
   slot.host_scores.clear();
-  int64_t first_row = 0;
-  for (const RunnerChunk& chunk : chunks) {
-    const ChunkView& v = chunk.view;
-    if (!chunk.scoring.targets.empty()) {
-      ChunkScores& scores = slot.host_scores.emplace_back();
-      for (size_t i = 0; i < chunk.scoring.targets.size(); ++i) {
-        const size_t at = static_cast<size_t>(first_row) + i;
-        if (at * vocab + vocab > logits.size()) return Internal("a scored row outside the step's logits");
-        const int32_t target = chunk.scoring.targets[i];
-        if (target < 0 || static_cast<size_t>(target) >= vocab) return Internal("a scoring target outside the vocabulary");
-        scores.push_back(ScoreToken(std::span<const float>(logits.data() + at * vocab, vocab), target,
-                                    chunk.scoring.num_top));
-      }
-    }
-    first_row += v.all_logits ? v.num_tokens : (v.needs_logits ? 1 : 0);
-  }
-  if (static_cast<size_t>(first_row) * vocab != logits.size()) return Internal("unexpected logits rows from the step");
+  PG_RETURN_IF_ERROR(ScoreOnHost(chunks, logits, executor_->config().vocab_size, &slot.host_scores));
   slot.host_results.clear();
   for (size_t i = 0; i < sampling.size(); ++i) {
     std::span<float> row(logits.data() + static_cast<size_t>(slot.sample_rows[i]) * vocab, vocab);

@@ -25,6 +25,16 @@ struct Worse {
   }
 };
 
+DraftTree RootOnly(int32_t root_token) {
+  DraftTree tree;
+  tree.tokens = {root_token};
+  tree.parents = {-1};
+  tree.depths = {0};
+  tree.ranks = {0};
+  tree.weights = {0.0};
+  return tree;
+}
+
 }  // namespace
 
 int32_t DraftTree::max_depth() const {
@@ -58,12 +68,7 @@ Result<DraftTree> BuildDraftTree(int32_t root_token, std::span<const DepthCandid
         return InvalidArgument("depth " + std::to_string(d + 1) + ": logprobs must be finite, most likely first");
     }
   }
-  DraftTree tree;
-  tree.tokens = {root_token};
-  tree.parents = {-1};
-  tree.depths = {0};
-  tree.ranks = {0};
-  tree.weights = {0.0};
+  DraftTree tree = RootOnly(root_token);
   if (candidates.empty() || node_budget == 0) return tree;
 
   std::priority_queue<Candidate, std::vector<Candidate>, Worse> frontier;
@@ -102,12 +107,7 @@ Result<DraftTree> BuildDraftTree(int32_t root_token, std::span<const DepthCandid
 }
 
 DraftTree ChainTree(int32_t root_token, std::span<const int32_t> draft_tokens) {
-  DraftTree tree;
-  tree.tokens = {root_token};
-  tree.parents = {-1};
-  tree.depths = {0};
-  tree.ranks = {0};
-  tree.weights = {0.0};
+  DraftTree tree = RootOnly(root_token);
   for (size_t i = 0; i < draft_tokens.size(); ++i) {
     tree.tokens.push_back(draft_tokens[i]);
     tree.parents.push_back(static_cast<int32_t>(i));
