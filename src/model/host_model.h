@@ -15,6 +15,7 @@
 #include "model/kv_layout.h"
 #include "model/model_registry.h"
 #include "model/step_view.h"
+#include "speculative/draft_tree.h"
 
 namespace peregrine {
 
@@ -23,6 +24,22 @@ class HostKvPools {
  public:
   virtual ~HostKvPools() = default;
   virtual uint64_t bytes() const = 0;
+};
+
+// A drafter's input for one slot after a step (HostModel::Draft): the step rows whose
+// final hidden states are now committed, at positions first_position + i, and the tokens at
+// those positions followed by the next one when it is known (tokens.size() is rows.size()
+// + 1, or rows.size() when the last row's successor is still unknown: the drafter keeps
+// that row until the slot's next call). num_steps > 0 asks for that many draft positions
+// after the last known token, top_k candidates each (needs the successor).
+struct DraftInput {
+  int32_t slot = 0;
+  int64_t first_position = 0;
+  std::span<const int32_t> rows;
+  std::span<const int32_t> tokens;
+  int32_t num_steps = 0;
+  int32_t top_k = 1;
+  bool restart = false;  // the slot holds a new sequence, or its sequence started over here
 };
 
 class HostModel {
@@ -36,6 +53,23 @@ class HostModel {
   // One step: `logits` gets one [vocab] row per wanted row, in chunk order. Fails before
   // touching any state on malformed chunks (ChunkView's contract, token ids, lengths).
   virtual Status Forward(std::span<const ChunkView> chunks, HostKvPools& kv, std::vector<float>* logits) = 0;
+
+  // Speculative decoding. CommitTree keeps one root path of the draft tree the last step
+  // verified in `slot` (path[0] = 0, each node the child of the one before): the slot's state
+  // becomes the state after those tokens, with the boundaries they reach snapshotted.
+  virtual Status CommitTree(HostKvPools& /*kv*/, int32_t /*slot*/, std::span<const int32_t> /*blocks*/,
+                            std::span<const int32_t> /*path*/) {
+    return Unimplemented("this model cannot verify draft trees");
+  }
+  // Whether Draft works (a drafter in the checkpoint, e.g. MTP layers).
+  virtual bool has_drafter() const { return false; }
+  // Extends each slot's drafter state over the rows of the last step (whose chunks had
+  // keep_hidden) and proposes candidates per draft position: out[i] gets inputs[i].num_steps
+  // entries. A slot's drafter state starts over with a chunk at first_position 0 or a restore.
+  virtual Status Draft(HostKvPools& /*kv*/, std::span<const DraftInput> /*inputs*/,
+                       std::vector<std::vector<speculative::DepthCandidates>>* /*out*/) {
+    return Unimplemented("this model has no drafter");
+  }
 };
 
 class Checkpoint;

@@ -32,7 +32,8 @@ CpuKvStore::CpuKvStore(const KvGeometry& g, int32_t num_slots, int32_t num_block
 
 uint64_t CpuKvStore::bytes() const {
   return 4 * (window_.size() + compressor_.size() + csa_entries_.size() + csa_keys_.size() + hca_entries_.size() +
-              snapshots_.size());
+              snapshots_.size()) +
+         (drafter_store_ != nullptr ? drafter_store_->bytes() : 0);
 }
 
 float* CpuKvStore::Window(int64_t layer, int32_t slot) {
@@ -132,6 +133,23 @@ void CpuKvStore::Restore(int32_t slot, int32_t snapshot, int64_t boundary) {
     tail += l.ratio * iw;
     std::copy_n(tail, l.ratio * iw, IndexerGate(i, slot) + row * iw);
   }
+}
+
+CpuKvStore::StagedTree& CpuKvStore::Staged(int32_t slot) {
+  PG_CHECK(slot >= 0 && slot < num_slots_, "slot outside the store");
+  if (staged_.empty()) staged_.resize(Sz(num_slots_));
+  return staged_[Sz(slot)];
+}
+
+CpuKvStore& CpuKvStore::DrafterStore(const KvGeometry& geometry) {
+  if (drafter_store_ == nullptr) drafter_store_ = std::make_unique<CpuKvStore>(geometry, num_slots_, 0, 0);
+  return *drafter_store_;
+}
+
+CpuKvStore::DrafterSlot& CpuKvStore::Drafter(int32_t slot) {
+  PG_CHECK(slot >= 0 && slot < num_slots_, "slot outside the store");
+  if (drafter_slots_.empty()) drafter_slots_.resize(Sz(num_slots_));
+  return drafter_slots_[Sz(slot)];
 }
 
 SequenceState SequenceState::Create(const ModelConfig& config) {

@@ -43,6 +43,32 @@ class CpuKvStore final : public HostKvPools {
   // Starts a slot from a snapshot taken at `boundary` (every layer).
   void Restore(int32_t slot, int32_t snapshot, int64_t boundary);
 
+  // A draft tree's verify forward (speculative decoding) writes nothing of the slot's state:
+  // each layer stages every node's inputs to the state here, and CommitTree replays one
+  // root path of them (model.h). Per layer, per node: its window row, its compressor and
+  // indexer projections, and the entry and index key it completes (when it completes one).
+  struct StagedLayer {
+    std::vector<float> kv, ckv, cgate, ikv, igate, entry, key;
+  };
+  struct StagedTree {
+    int64_t first_position = -1;          // the root's; -1: nothing staged
+    std::vector<int32_t> parents;         // [nodes], -1 for the root
+    std::vector<int32_t> snapshots;       // per block boundary the deepest node could reach
+    std::vector<StagedLayer> layers;
+  };
+  StagedTree& Staged(int32_t slot);
+
+  // The drafter's state (the checkpoint's MTP layer) per slot: window rings in a store of its
+  // own (created on first use with `geometry`, the MTP layer's), the positions it has run
+  // ([floor, next)), and the hidden state of position `next` while its successor is unknown.
+  struct DrafterSlot {
+    int64_t floor = 0;
+    int64_t next = 0;
+    std::vector<float> pending;  // [hc, D]; empty: none
+  };
+  CpuKvStore& DrafterStore(const KvGeometry& geometry);
+  DrafterSlot& Drafter(int32_t slot);
+
  private:
   float* SnapshotWindow(int32_t snapshot, int64_t layer);
   float* SnapshotTail(int32_t snapshot, int64_t layer);  // [4 tails of ratio rows]
@@ -69,6 +95,9 @@ class CpuKvStore final : public HostKvPools {
   Floats csa_keys_;     // [csa layers][blocks][P4][Id]
   Floats hca_entries_;  // [hca layers][blocks][P128][Dh]
   Floats snapshots_;    // [snapshots][layers * W * Dh + csa layers * tail]
+  std::vector<StagedTree> staged_;  // [slots], sized when a slot first verifies a tree
+  std::unique_ptr<CpuKvStore> drafter_store_;
+  std::vector<DrafterSlot> drafter_slots_;
 };
 
 // One sequence on a store of its own, with blocks for max_position_embeddings tokens (tests

@@ -45,6 +45,14 @@ struct Segment {
   int64_t first_position = 0;          // position of the segment's first token
   int64_t first_row = 0;               // its row in the batch
   int64_t num_tokens = 0;
+  // A draft tree instead of consecutive tokens (speculative verify), parents[i] < i and -1
+  // for the root (row 0): node i sits at first_position + its depth, attends to the state
+  // committed before first_position and to its own ancestors, and writes nothing of the
+  // slot's state: it is staged in `kv` (CpuKvStore::Staged) for Model::CommitTree. Empty: a
+  // plain run of consecutive tokens.
+  std::span<const int32_t> parents;
+  // Positions below it are not attended (a drafter whose state starts after position 0).
+  int64_t window_floor = 0;
 };
 
 // Attention of layer `layer` over a batch of segments (tokens of several sequences):

@@ -1,5 +1,9 @@
 #include "model/deepseek_v4/model.h"
 
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
 #include <string>
 
 #include "backend/cpu/cpu_ops.h"
@@ -53,40 +57,70 @@ Status Model::Forward(std::span<const Chunk> batch, std::vector<float>* logits) 
   return Status::Ok();
 }
 
+namespace {
+
+// A draft tree's parents: the root first, every node after its parent.
+bool ValidTree(std::span<const int32_t> parents) {
+  if (parents.empty() || parents[0] != -1) return false;
+  for (size_t i = 1; i < parents.size(); ++i)
+    if (parents[i] < 0 || static_cast<size_t>(parents[i]) >= i) return false;
+  return true;
+}
+
+}  // namespace
+
 Status Model::Forward(std::span<const ChunkView> chunks, CpuKvStore& kv, std::vector<float>* logits) {
   std::vector<Segment> segments;
   std::vector<int32_t> ids;
   std::vector<uint8_t> wanted;
   const int64_t block = kv.geometry().block_tokens;
   const KvLayout layout = kv.geometry().Layout();
+  bool keep_hidden = false;
   for (const ChunkView& chunk : chunks) {
     const int64_t n = chunk.num_tokens;
     if (n <= 0 || static_cast<int64_t>(chunk.tokens.size()) != n || chunk.feeds_last)
       return InvalidArgument("a CPU step chunk must carry all of its tokens");
     if (chunk.slot < 0 || chunk.slot >= kv.num_slots()) return InvalidArgument("KV slot outside the store");
-    if (chunk.first_position < 0 || chunk.first_position + n > config_.max_position_embeddings)
+    const bool tree = !chunk.tree_parents.empty();
+    if (tree && (static_cast<int64_t>(chunk.tree_parents.size()) != n || !ValidTree(chunk.tree_parents)))
+      return InvalidArgument("a draft tree's parents must start with the root and precede their children");
+    if (tree && chunk.restore >= 0) return InvalidArgument("a draft tree cannot restore its slot");
+    const int64_t span = chunk.span();
+    if (chunk.first_position < 0 || chunk.first_position + span > config_.max_position_embeddings)
       return OutOfRange("sequence longer than max_position_embeddings");
-    if (layout.BlocksFor(chunk.first_position + n) > static_cast<int64_t>(chunk.blocks.size()))
+    if (layout.BlocksFor(chunk.first_position + span) > static_cast<int64_t>(chunk.blocks.size()))
       return InvalidArgument("the block table does not cover the chunk");
     for (int32_t b : chunk.blocks)
       if (b < 0 || b >= kv.num_blocks()) return InvalidArgument("block id outside the store");
-    const int64_t boundaries = (chunk.first_position + n) / block - chunk.first_position / block;
+    const int64_t boundaries = (chunk.first_position + span) / block - chunk.first_position / block;
     if (static_cast<int64_t>(chunk.snapshots.size()) > boundaries)
       return InvalidArgument("more snapshots than block boundaries in the chunk");
     for (int32_t s : chunk.snapshots)
       if (s >= kv.num_snapshots()) return InvalidArgument("snapshot id outside the store");
     if (chunk.restore >= kv.num_snapshots() || (chunk.restore >= 0 && chunk.first_position % block != 0))
       return InvalidArgument("a restore must name a snapshot at a block boundary");
-    segments.push_back({&kv, chunk.slot, chunk.blocks, chunk.snapshots, chunk.first_position,
-                        static_cast<int64_t>(ids.size()), n});
+    Segment seg{&kv, chunk.slot, chunk.blocks, tree ? std::span<const int32_t>{} : chunk.snapshots,
+                chunk.first_position, static_cast<int64_t>(ids.size()), n};
+    seg.parents = chunk.tree_parents;
+    segments.push_back(seg);
     ids.insert(ids.end(), chunk.tokens.begin(), chunk.tokens.end());
-    for (int64_t i = 0; i < n; ++i) wanted.push_back(chunk.all_logits || (chunk.needs_logits && i == n - 1));
+    for (int64_t i = 0; i < n; ++i)
+      wanted.push_back(tree || chunk.all_logits || (chunk.needs_logits && i == n - 1));
+    keep_hidden = keep_hidden || chunk.keep_hidden;
   }
   for (int32_t id : ids)
     if (id < 0 || id >= config_.vocab_size) return InvalidArgument("token id out of range: " + std::to_string(id));
-  for (const ChunkView& chunk : chunks)
+  for (const ChunkView& chunk : chunks) {
     if (chunk.restore >= 0) kv.Restore(chunk.slot, chunk.restore, chunk.first_position);
-  return Run(segments, ids, wanted, logits);
+    if (chunk.tree_parents.empty()) continue;
+    CpuKvStore::StagedTree& st = kv.Staged(chunk.slot);
+    st.first_position = chunk.first_position;
+    st.parents.assign(chunk.tree_parents.begin(), chunk.tree_parents.end());
+    st.snapshots.assign(chunk.snapshots.begin(), chunk.snapshots.end());
+    st.layers.resize(static_cast<size_t>(config_.num_layers));
+  }
+  last_streams_.clear();
+  return Run(segments, ids, wanted, logits, keep_hidden ? &last_streams_ : nullptr);
 }
 
 std::unique_ptr<HostKvPools> Model::CreateKvPools(int64_t block_tokens, int32_t num_slots, int32_t num_blocks,
@@ -171,7 +205,6 @@ Status Model::MtpLogits(std::span<const int32_t> tokens, std::vector<float>* log
   const ModelConfig& c = config_;
   const int64_t d = c.hidden_size;
   const int64_t hc = c.hc_mult;
-  const float eps = static_cast<float>(c.rms_norm_eps);
 
   // The main model over the whole sequence, keeping its final streams.
   SequenceState main = NewSequence();
@@ -180,34 +213,55 @@ Status Model::MtpLogits(std::span<const int32_t> tokens, std::vector<float>* log
   std::vector<float> streams, unused;
   PG_RETURN_IF_ERROR(Run(std::span(&whole, 1), tokens, none, &unused, &streams));
 
-  // MTP position t: h_proj(hnorm(stream_j[t])) + e_proj(enorm(embed(tokens[t + 1]))).
-  const MtpWeights& m = weights_.mtp.front();
+  // Its layer on a state of its own, over pairs (stream at t, token t + 1).
   const int64_t n = t_n - 1;
-  const std::span<const int32_t> next = tokens.subspan(1);
+  std::vector<const float*> h(static_cast<size_t>(n));
+  for (int64_t t = 0; t < n; ++t) h[static_cast<size_t>(t)] = streams.data() + t * hc * d;
+  SequenceState mtp = SequenceState::Create(MtpLayerConfig(c));
+  const Segment seg{mtp.kv.get(), 0, mtp.blocks, {}, 0, 0, n};
+  const std::vector<uint8_t> all(static_cast<size_t>(n), 1);
+  std::vector<float> out;
+  MtpRun(std::span(&seg, 1), h, tokens.subspan(1), all, &out, logits);
+  return Status::Ok();
+}
+
+void Model::MtpRun(std::span<const Segment> segments, std::span<const float* const> h, std::span<const int32_t> next,
+                   std::span<const uint8_t> wanted, std::vector<float>* out_streams, std::vector<float>* logits) {
+  const ModelConfig& c = config_;
+  const int64_t d = c.hidden_size;
+  const int64_t hc = c.hc_mult;
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  const MtpWeights& m = weights_.mtp.front();
+  const auto n = static_cast<int64_t>(next.size());
+  // Pair t: h_proj(hnorm(stream_j)) + e_proj(enorm(embed(next token))) on every stream j.
   std::vector<float> e(static_cast<size_t>(n * d)), en(e.size());
   for (int64_t t = 0; t < n; ++t)
     std::copy_n(weights_.embed.f32() + static_cast<int64_t>(next[static_cast<size_t>(t)]) * d, d, e.data() + t * d);
   cpu::RmsNorm(e.data(), m.enorm.f32(), en.data(), n, d, eps);
   cpu::Linear(pool_, en.data(), m.e_proj.f32(), e.data(), n, d, d);
-  std::vector<float> hs(static_cast<size_t>(n * hc * d)), x(hs.size());
-  cpu::RmsNorm(streams.data(), m.hnorm.f32(), hs.data(), n * hc, d, eps);
+  std::vector<float> hs(static_cast<size_t>(n * hc * d));
+  for (int64_t t = 0; t < n; ++t) std::copy_n(h[static_cast<size_t>(t)], hc * d, hs.data() + t * hc * d);
+  std::vector<float>& x = *out_streams;
+  x.assign(hs.size(), 0.0f);
+  cpu::RmsNorm(hs.data(), m.hnorm.f32(), hs.data(), n * hc, d, eps);
   cpu::Linear(pool_, hs.data(), m.h_proj.f32(), x.data(), n * hc, d, d);
   for (int64_t t = 0; t < n; ++t)
     for (int64_t j = 0; j < hc; ++j)
       for (int64_t k = 0; k < d; ++k) x[static_cast<size_t>((t * hc + j) * d + k)] += e[static_cast<size_t>(t * d + k)];
 
-  // Its decoder layer on a state of its own (one window-attention layer), then its head mixer
-  // and norm and the main model's head.
-  const ModelConfig mc = MtpLayerConfig(c);
-  SequenceState mtp = SequenceState::Create(mc);
-  const Segment seg{mtp.kv.get(), 0, mtp.blocks, {}, 0, 0, n};
-  RunLayer(mc, m.layer, 0, std::span(&seg, 1), next, x.data(), n);
-  std::vector<float> y(static_cast<size_t>(n * d));
-  HyperConnectionHead(c, m.hc_head, x.data(), n, y.data());
-  cpu::RmsNorm(y.data(), m.norm.f32(), y.data(), n, d, eps);
-  logits->resize(static_cast<size_t>(n * c.vocab_size));
-  cpu::Linear(pool_, y.data(), weights_.head.f32(), logits->data(), n, d, c.vocab_size);
-  return Status::Ok();
+  // Its decoder layer (one window-attention layer), then its head mixer and norm and the
+  // main model's head over the wanted pairs.
+  RunLayer(MtpLayerConfig(c), m.layer, 0, segments, next, x.data(), n);
+  std::vector<float> head_in;
+  for (int64_t t = 0; t < n; ++t)
+    if (wanted[static_cast<size_t>(t)]) head_in.insert(head_in.end(), x.begin() + t * hc * d, x.begin() + (t + 1) * hc * d);
+  const int64_t rows = static_cast<int64_t>(head_in.size()) / (hc * d);
+  logits->resize(static_cast<size_t>(rows * c.vocab_size));
+  if (rows == 0) return;
+  std::vector<float> y(static_cast<size_t>(rows * d));
+  HyperConnectionHead(c, m.hc_head, head_in.data(), rows, y.data());
+  cpu::RmsNorm(y.data(), m.norm.f32(), y.data(), rows, d, eps);
+  cpu::Linear(pool_, y.data(), weights_.head.f32(), logits->data(), rows, d, c.vocab_size);
 }
 
 }  // namespace peregrine::deepseek_v4

@@ -46,6 +46,21 @@ class Model final : public HostModel {
   // The same through the runtime's interface (`kv` must be a CpuKvStore).
   Status Forward(std::span<const ChunkView> chunks, HostKvPools& kv, std::vector<float>* logits) override;
 
+  // Speculative decoding (HostModel): a chunk with tree_parents verifies a draft tree and
+  // stages its state; CommitTree keeps one root path of it. Draft runs the first MTP layer
+  // as a drafter with a state per slot (window rings of its own): it extends that state over
+  // the committed rows of the last forward (their final hidden states, with the token after
+  // each), then chains: step 1 is the MTP layer's prediction after the last known token,
+  // step k + 1 feeds step k's output hidden state and its top token back into the layer
+  // (what it writes for the chain is undone). Candidates are the top_k tokens of each step
+  // by logprob (log-softmax of the logits), ties to the lower id.
+  Status CommitTree(CpuKvStore& kv, int32_t slot, std::span<const int32_t> blocks, std::span<const int32_t> path);
+  Status CommitTree(HostKvPools& kv, int32_t slot, std::span<const int32_t> blocks,
+                    std::span<const int32_t> path) override;
+  bool has_drafter() const override { return has_mtp(); }
+  Status Draft(HostKvPools& kv, std::span<const DraftInput> inputs,
+               std::vector<std::vector<speculative::DepthCandidates>>* out) override;
+
   // One sequence's part of a batched forward.
   struct Chunk {
     SequenceState* state = nullptr;
@@ -78,6 +93,11 @@ class Model final : public HostModel {
   // `final_streams` (may be null) gets every token's streams before the head mixer [N, hc, D].
   Status Run(std::span<const Segment> segments, std::span<const int32_t> ids, std::span<const uint8_t> logit_rows,
              std::vector<float>* logits, std::vector<float>* final_streams = nullptr);
+  // The first MTP layer over pairs (hidden streams h[i] [hc, D], the token after it) laid out
+  // as `segments` on the drafter's stores: `out_streams` gets the layer's output streams
+  // [n, hc, D], `logits` one row per wanted pair.
+  void MtpRun(std::span<const Segment> segments, std::span<const float* const> h, std::span<const int32_t> next,
+              std::span<const uint8_t> wanted, std::vector<float>* out_streams, std::vector<float>* logits);
   // One decoder layer over `streams` [N, hc, D] in place.
   void RunLayer(const ModelConfig& c, const LayerWeights& lw, int64_t layer, std::span<const Segment> segments,
                 std::span<const int32_t> ids, float* streams, int64_t num_rows);
@@ -88,6 +108,7 @@ class Model final : public HostModel {
   RopeTable rope_main_;
   RopeTable rope_compress_;
   cpu::ThreadPool pool_;
+  std::vector<float> last_streams_;  // [N, hc, D] of the last step with keep_hidden chunks
 };
 
 // Registers DeepSeek-V4 on the CPU backend under model_type "deepseek_v4".
