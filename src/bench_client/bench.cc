@@ -107,6 +107,13 @@ Status WarmUp(const BenchConfig& config, const std::string& model, StreamClient&
   return Status::Ok();
 }
 
+// The server's spec_decode counters now (nullopt: no /metrics, or it does not speculate).
+std::optional<SpecDecodeDelta> ScrapeSpecDecode(StreamClient& client, const std::string& prefix) {
+  Result<std::string> body = client.Get(prefix + "/metrics");
+  if (!body.ok()) return std::nullopt;
+  return ParseSpecDecodeCounters(*body);
+}
+
 }  // namespace
 
 Result<std::vector<RunReport>> RunBench(const BenchConfig& config, std::FILE* out) {
@@ -129,9 +136,16 @@ Result<std::vector<RunReport>> RunBench(const BenchConfig& config, std::FILE* ou
     workload.seed += i;
     const int max_output_len = config.is_server_overhead ? 1 : std::numeric_limits<int>::max();
     PG_ASSIGN_OR_RETURN(RunInput input, MakeRunInput(config, model, workload, max_output_len));
+    const std::optional<SpecDecodeDelta> spec_before = ScrapeSpecDecode(*client, url.path_prefix);
     PG_ASSIGN_OR_RETURN(RunResult result, RunLoad(*client, input.requests, runs[i].shape));
     RunReport report{runs[i].mode, runs[i].shape, model, result.max_in_flight,
-                     ComputeRunMetrics(result.records, input.prompts, result.duration_s)};
+                     ComputeRunMetrics(result.records, input.prompts, result.duration_s), std::nullopt};
+    if (const std::optional<SpecDecodeDelta> after = ScrapeSpecDecode(*client, url.path_prefix);
+        spec_before.has_value() && after.has_value()) {
+      report.spec = SpecDecodeDelta{after->num_drafts - spec_before->num_drafts,
+                                    after->num_draft_tokens - spec_before->num_draft_tokens,
+                                    after->num_accepted_tokens - spec_before->num_accepted_tokens};
+    }
     std::fputs(FormatRunTable(config, report).c_str(), out);
     std::fflush(out);
     if (!config.result_file.empty()) PG_RETURN_IF_ERROR(AppendLine(config.result_file, FormatRunJson(config, report)));

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <nlohmann/json.hpp>
 
@@ -58,6 +59,36 @@ std::string UtcNow() {
 
 }  // namespace
 
+std::optional<SpecDecodeDelta> ParseSpecDecodeCounters(std::string_view text) {
+  SpecDecodeDelta d;
+  bool found = false;
+  size_t at = 0;
+  while (at < text.size()) {
+    size_t end = text.find('\n', at);
+    if (end == std::string_view::npos) end = text.size();
+    const std::string_view line = text.substr(at, end - at);
+    at = end + 1;
+    if (line.empty() || line.front() == '#') continue;
+    const size_t name_end = line.find_first_of("{ ");
+    const size_t value_at = line.rfind(' ');
+    if (name_end == std::string_view::npos || value_at == std::string_view::npos) continue;
+    const std::string_view name = line.substr(0, name_end);
+    double* into = nullptr;
+    if (name.ends_with("spec_decode_num_drafts_total")) into = &d.num_drafts;
+    else if (name.ends_with("spec_decode_num_draft_tokens_total")) into = &d.num_draft_tokens;
+    else if (name.ends_with("spec_decode_num_accepted_tokens_total")) into = &d.num_accepted_tokens;
+    if (into == nullptr) continue;
+    const std::string value(line.substr(value_at + 1));
+    char* parsed_end = nullptr;
+    const double v = std::strtod(value.c_str(), &parsed_end);
+    if (parsed_end == value.c_str()) continue;
+    *into += v;
+    found = true;
+  }
+  if (!found) return std::nullopt;
+  return d;
+}
+
 std::string FormatRunTable(const BenchConfig& config, const RunReport& r) {
   const RunMetrics& m = r.metrics;
   const WorkloadOptions& w = config.workload;
@@ -75,6 +106,10 @@ std::string FormatRunTable(const BenchConfig& config, const RunReport& r) {
   t += Printf("%-30s %.1f\n", "output throughput (tok/s)", m.output_throughput);
   t += Printf("%-30s %.1f\n", "total throughput (tok/s)", m.total_token_throughput);
   t += Printf("%-30s %.3f\n", "output tokens per chunk", m.mean_tokens_per_chunk);
+  if (r.spec.has_value()) {
+    t += Printf("%-30s %.3f\n", "mean accept length", r.spec->mean_accept_length());
+    t += Printf("%-30s %.3f\n", "draft acceptance rate", r.spec->acceptance_rate());
+  }
   t += Printf("%-8s %10s %10s %10s %10s\n", "(ms)", "mean", "p50", "p90", "p99");
   t += Row("TTFT", m.ttft_ms);
   t += Row("TPOT", m.tpot_ms);
@@ -124,6 +159,15 @@ std::string FormatRunJson(const BenchConfig& config, const RunReport& r) {
   j["output_throughput"] = m.output_throughput;
   j["total_token_throughput"] = m.total_token_throughput;
   j["mean_tokens_per_chunk"] = m.mean_tokens_per_chunk;
+  if (r.spec.has_value()) {
+    j["spec_num_drafts"] = r.spec->num_drafts;
+    j["spec_num_draft_tokens"] = r.spec->num_draft_tokens;
+    j["spec_num_accepted_tokens"] = r.spec->num_accepted_tokens;
+    j["mean_accept_length"] = r.spec->mean_accept_length();
+    j["draft_acceptance_rate"] = r.spec->acceptance_rate();
+  } else {
+    j["mean_accept_length"] = nullptr;
+  }
   AddDistribution(j, "ttft", m.ttft_ms);
   AddDistribution(j, "tpot", m.tpot_ms);
   AddDistribution(j, "itl", m.itl_ms);

@@ -38,11 +38,18 @@ Result<std::unique_ptr<ModelRunner>> MakeRunner(const EngineOptions& o, ModelSou
     ro.snapshot_fraction = o.kv_snapshot_fraction;
     ro.max_context = o.max_model_len;
     ro.max_scored_rows = o.max_scored_rows;
-    auto runner = std::make_unique<CpuModelRunner>(std::move(model), ro);
+    ro.speculative = o.speculative;
+    PG_ASSIGN_OR_RETURN(std::unique_ptr<CpuModelRunner> runner, CpuModelRunner::Create(std::move(model), ro));
+    if (o.speculative.enabled())
+      LogInfo("speculative decoding: {} over the MTP layer, {} steps, {} tokens verified per step",
+              speculative::AlgorithmName(o.speculative.algorithm), o.speculative.num_steps,
+              o.speculative.max_nodes() + 1);
     LogLines(LogLevel::kInfo, DescribeKvCapacity(runner->kv_capacity(), runner->max_context()));
     return std::unique_ptr<ModelRunner>(std::move(runner));
   }
   if (o.device != "cuda") return InvalidArgument("unknown device '" + o.device + "' (cpu or cuda)");
+  if (o.speculative.enabled())
+    return Unimplemented("speculative decoding runs on the CPU backend only so far (--device cpu)");
 #ifdef PEREGRINE_WITH_CUDA
   DeviceModelRegistry registry;
   deepseek_v4::cuda::RegisterDeviceModel(registry);

@@ -9,6 +9,7 @@
 #include "config/model_config.h"
 #include "engine/engine.h"
 #include "model/checkpoint.h"
+#include "speculative/speculative_config.h"
 
 namespace peregrine::cli {
 
@@ -37,6 +38,7 @@ struct EngineOptions {
   bool device_sampling = true;            // CUDA: sample on the GPU
   bool overlap = true;                    // CUDA: plan step n+1 while the GPU runs step n
   int cuda_device = 0;
+  speculative::SpeculativeConfig speculative;  // CPU backend only for now
 };
 
 // The model config and checkpoint `options` name: the demo model, a checkpoint directory,

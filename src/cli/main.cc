@@ -37,6 +37,10 @@ peregrine::Result<std::unique_ptr<peregrine::EngineClient>> MakeServingEngine(
   o.enforce_eager = serve.enforce_eager;
   o.device_sampling = !serve.host_sampling;
   o.overlap = !serve.disable_overlap_schedule;
+  PG_ASSIGN_OR_RETURN(o.speculative.algorithm, peregrine::speculative::ParseAlgorithm(serve.speculative_algorithm));
+  o.speculative.num_steps = serve.speculative_num_steps;
+  o.speculative.num_draft_tokens = serve.speculative_num_draft_tokens;
+  o.speculative.topk = serve.speculative_eagle_topk;
   PG_ASSIGN_OR_RETURN(std::unique_ptr<peregrine::Engine> engine, peregrine::cli::MakeEngine(o));
   return std::unique_ptr<peregrine::EngineClient>(std::move(engine));
 }

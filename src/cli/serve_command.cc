@@ -238,6 +238,15 @@ void AddServeCommand(CLI::App& app, EngineFactory factory) {
   cmd->add_flag("--host-sampling", options->host_sampling, "CUDA: copy the logits and sample on the host");
   cmd->add_flag("--disable-overlap-schedule", options->disable_overlap_schedule,
                 "CUDA: wait for each step's tokens before planning the next (no CPU/GPU overlap)");
+  cmd->add_option("--speculative-algorithm", options->speculative_algorithm,
+                  "Speculative decoding: mtp (the checkpoint's MTP layer chained), ddtree (DDTree draft trees "
+                  "over its top-k) or none");
+  cmd->add_option("--speculative-num-steps", options->speculative_num_steps, "Draft depth")->capture_default_str();
+  cmd->add_option("--speculative-num-draft-tokens", options->speculative_num_draft_tokens,
+                  "Tokens verified per step, the newest one included (0: num-steps + 1; ddtree: the tree's budget)")
+      ->capture_default_str();
+  cmd->add_option("--speculative-eagle-topk", options->speculative_eagle_topk, "ddtree: candidates per depth")
+      ->capture_default_str();
   cmd->add_option("--max-num-seqs,--max-running-requests", options->max_num_seqs, "Running sequences per step")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   cmd->add_option("--max-num-batched-tokens,--chunked-prefill-size", options->max_num_batched_tokens,

@@ -38,6 +38,12 @@ struct ServeOptions {
   bool enforce_eager = false;             // CUDA: no decode graphs
   bool host_sampling = false;             // CUDA: copy logits and sample on the host
   bool disable_overlap_schedule = false;  // CUDA: wait for each step before planning the next
+  // Speculative decoding (SGLang's flags): mtp, ddtree or none; depth, tokens verified per
+  // step (root included; 0: depth + 1) and candidates per depth for trees.
+  std::string speculative_algorithm;
+  int32_t speculative_num_steps = 3;
+  int32_t speculative_num_draft_tokens = 0;
+  int32_t speculative_eagle_topk = 4;
   // vLLM/SGLang spellings (cli/compat_flags.h) and logging.
   int64_t tensor_parallel_size = 1;
   std::string dtype = "auto";

@@ -32,8 +32,12 @@ EngineEvent EventOf(const Sequence& seq, std::chrono::steady_clock::time_point n
   return ev;
 }
 
-SchedulerConfig WithScoredRows(SchedulerConfig config, const ModelRunner& runner) {
+// What the scheduler takes from the runner: scored rows, speculation, the context.
+SchedulerConfig ForRunner(SchedulerConfig config, const ModelRunner& runner) {
   config.max_scored_rows = runner.max_scored_rows();
+  config.speculative_lookahead = runner.speculative_lookahead();
+  config.speculative_max_nodes = runner.speculative_max_nodes();
+  config.max_context = runner.max_context();
   return config;
 }
 
@@ -47,7 +51,7 @@ Engine::Engine(const EngineConfig& config, std::unique_ptr<ModelRunner> runner)
       eos_ids_(runner_->eos_token_ids()),
       depth_(static_cast<size_t>(std::max(runner_->max_in_flight(), 1))),
       kv_(KvConfigOf(runner_->kv_capacity())),
-      scheduler_(WithScoredRows(config.scheduler, *runner_), kv_),
+      scheduler_(ForRunner(config.scheduler, *runner_), kv_),
       mask_batch_(std::clamp(static_cast<int>(std::thread::hardware_concurrency()) / 4, 1, 8)) {
   stats_.kv_capacity_tokens = kv_.capacity_tokens();
   stats_.kv_num_blocks = kv_.config().num_blocks;
@@ -109,6 +113,8 @@ Status Engine::Submit(EngineRequest request, EventSink sink) {
     seq->matcher = std::make_unique<structured::GrammarMatcher>(request.grammar);
     seq->grammar_active = request.grammar_after < 0;
   }
+  // Drafts are verified against the request's own sampling; grammars are not drafted under.
+  seq->speculates = runner_->speculative_lookahead() > 0 && request.grammar == nullptr;
   seq->request = std::move(request);
   seq->sink = std::move(sink);
   seq->arrival = std::chrono::steady_clock::now();
@@ -205,21 +211,29 @@ void Engine::FailStep(const SchedulerOutput& out, const Status& status) {
     if (!c.seq->finished) Finish(c.seq, FinishReason::kError, status.ToString());
 }
 
-void Engine::Emit(Sequence* seq, SampleResult sample, std::chrono::steady_clock::time_point now) {
-  ++seq->num_generated;
+void Engine::Emit(Sequence* seq, std::vector<SampleResult> samples, std::chrono::steady_clock::time_point now) {
   const EngineRequest& r = seq->request;
   std::optional<FinishReason> finish;
-  const bool is_eos = std::find(eos_ids_.begin(), eos_ids_.end(), sample.token) != eos_ids_.end();
-  const bool is_stop =
-      std::find(r.stop_token_ids.begin(), r.stop_token_ids.end(), sample.token) != r.stop_token_ids.end();
-  const auto known = static_cast<int64_t>(seq->tokens.size());
-  const bool grammar_done = seq->matcher != nullptr && seq->grammar_active && seq->matcher->is_terminated();
-  if ((is_eos && !r.ignore_eos) || is_stop || grammar_done) finish = FinishReason::kStop;
-  else if (seq->num_generated >= r.max_tokens || known >= max_context_) finish = FinishReason::kLength;
-
   EngineEvent ev = EventOf(*seq, now);
-  ev.token_ids = {sample.token};
-  ev.samples = {std::move(sample)};
+  for (SampleResult& sample : samples) {
+    if (seq->matcher != nullptr && !AdvanceGrammar(seq, sample.token)) {
+      Finish(seq, FinishReason::kError, "the sampled token breaks the request's grammar");
+      return;
+    }
+    seq->tokens.push_back(sample.token);
+    ++seq->num_generated;
+    const bool is_eos = std::find(eos_ids_.begin(), eos_ids_.end(), sample.token) != eos_ids_.end();
+    const bool is_stop =
+        std::find(r.stop_token_ids.begin(), r.stop_token_ids.end(), sample.token) != r.stop_token_ids.end();
+    const auto known = static_cast<int64_t>(seq->tokens.size());
+    const bool grammar_done = seq->matcher != nullptr && seq->grammar_active && seq->matcher->is_terminated();
+    if ((is_eos && !r.ignore_eos) || is_stop || grammar_done) finish = FinishReason::kStop;
+    else if (seq->num_generated >= r.max_tokens || known >= max_context_) finish = FinishReason::kLength;
+    ev.token_ids.push_back(sample.token);
+    ev.samples.push_back(std::move(sample));
+    if (finish) break;  // accepted drafts past a stop are dropped
+  }
+  kv_.commit(seq->id, seq->tokens);
   ev.finish = finish;
   AttachPromptScores(seq, &ev);
   seq->sink(ev);
@@ -246,7 +260,7 @@ bool Engine::Step() {
     bool wait = false;
     for (const LaunchedRow& r : launched_.back().rows)
       wait = wait || (!r.seq->finished && !r.discard &&
-                      (CountsOwnTokens(r.seq->request.sampling) || StillHoldsStops(*r.seq) ||
+                      (CountsOwnTokens(r.seq->request.sampling) || StillHoldsStops(*r.seq) || r.seq->speculates ||
                        (r.seq->matcher && !runner_->defers_masks())));
     if (wait) CollectOldest();
   }
@@ -291,6 +305,7 @@ bool Engine::Launch(SchedulerOutput plan) {
     v.snapshots = c.snapshots;
     v.restore = c.restore;
     v.needs_logits = c.samples;
+    rc.lookahead = c.lookahead;
     if (seq->scores_from(c.first)) {
       // Row i scores the token after position first + i, up to the last prompt token.
       const int64_t end = std::min(c.first + c.num_tokens, seq->num_prompt_scores());
@@ -391,20 +406,21 @@ void Engine::CollectOldest() {
   launched_.pop_front();
   std::vector<uint8_t> skip(step.rows.size(), 0);
   for (size_t i = 0; i < step.rows.size(); ++i) skip[i] = step.rows[i].seq->finished || step.rows[i].discard;
-  std::vector<SampleResult> samples;
-  std::vector<uint8_t> refeed_failed;
-  std::vector<ChunkScores> scores;
-  Status collected = runner_->Collect(skip, &samples, &refeed_failed, &scores);
-  if (collected.ok() && scores.size() != step.scored.size())
-    collected = Internal("the runner returned " + std::to_string(scores.size()) + " scored chunks, " +
+  CollectedStep out;
+  Status collected = runner_->Collect(skip, &out);
+  if (collected.ok() && out.scores.size() != step.scored.size())
+    collected = Internal("the runner returned " + std::to_string(out.scores.size()) + " scored chunks, " +
                          std::to_string(step.scored.size()) + " expected");
+  if (collected.ok() && (out.samples.size() != skip.size() || out.drafts.size() != skip.size() ||
+                         out.refeed_failed.size() != skip.size()))
+    collected = Internal("the runner returned a result per row other than one");
   if (!collected.ok()) {
     FailStep(step.plan, collected);
     if (!launched_.empty()) SupplyMasks(launched_.front());
     return;
   }
-  for (size_t k = 0; k < scores.size(); ++k)
-    if (!step.scored[k].seq->finished) AddPromptScores(step.scored[k].seq, step.scored[k].first, std::move(scores[k]));
+  for (size_t k = 0; k < out.scores.size(); ++k)
+    if (!step.scored[k].seq->finished) AddPromptScores(step.scored[k].seq, step.scored[k].first, std::move(out.scores[k]));
   for (Sequence* seq : step.finishing)
     if (!seq->finished) Finish(seq, FinishReason::kLength);
   const auto now = std::chrono::steady_clock::now();
@@ -412,15 +428,13 @@ void Engine::CollectOldest() {
     if (skip[i]) continue;
     Sequence* seq = step.rows[i].seq;
     --seq->num_pending;
-    if (seq->matcher != nullptr && !AdvanceGrammar(seq, samples[i].token)) {
-      Finish(seq, FinishReason::kError, "the sampled token breaks the request's grammar");
-      continue;
-    }
-    seq->tokens.push_back(samples[i].token);
+    std::vector<SampleResult> tokens = std::move(out.drafts[i]);
+    // The accepted drafts' state is in the slot; what was reserved past them goes back.
+    if (!tokens.empty() || seq->speculates) scheduler_.on_accepted(seq, static_cast<int64_t>(tokens.size()));
+    tokens.push_back(std::move(out.samples[i]));
     // A newer launched step read this token from the device: it computed on a wrong one.
-    const bool restart = refeed_failed[i] && seq->num_pending > 0;
-    kv_.commit(seq->id, seq->tokens);
-    Emit(seq, std::move(samples[i]), now);
+    const bool restart = out.refeed_failed[i] && seq->num_pending > 0;
+    Emit(seq, std::move(tokens), now);
     if (restart && !seq->finished) Restart(seq);
   }
   // The next step's masks depended on these tokens: its sampling waits for them.
@@ -455,6 +469,13 @@ void Engine::UpdateStats() {
   const DeviceTime device = runner_->device_time();
   stats_.device_busy_seconds = device.busy_s;
   stats_.device_idle_seconds = device.idle_s;
+  const SpeculativeCounts spec = runner_->speculative_counts();
+  stats_.spec_num_drafts = spec.num_drafts;
+  stats_.spec_num_draft_tokens = spec.num_draft_tokens;
+  stats_.spec_num_accepted_tokens = spec.num_accepted_tokens;
+  stats_.spec_accepted_per_position = spec.accepted_per_position;
+  stats_.spec_accepted_per_position.resize(static_cast<size_t>(runner_->speculative_lookahead()), 0);
+  stats_.spec_lookahead = runner_->speculative_lookahead();
 }
 
 void Engine::Loop() {

@@ -103,9 +103,10 @@ class Engine final : public EngineClient {
   // Takes a finished sequence out of the schedule and the live set; it is destroyed once no
   // launched step names it.
   void Close(Sequence* seq);
-  // Records the sequence's newest token (already in seq->tokens) and emits it, finishing the
-  // sequence on a stop token or at its length.
-  void Emit(Sequence* seq, SampleResult sample, std::chrono::steady_clock::time_point now);
+  // Records the sequence's new tokens (a sampled one, or accepted drafts and the token after
+  // them) and emits them in one event, finishing the sequence at the first stop token, at its
+  // length or when the grammar refuses one (tokens after that are dropped).
+  void Emit(Sequence* seq, std::vector<SampleResult> samples, std::chrono::steady_clock::time_point now);
   void FailStep(const SchedulerOutput& out, const Status& status);
   // Launches the plan's step; false when it failed (its requests errored out).
   bool Launch(SchedulerOutput plan);

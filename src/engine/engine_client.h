@@ -38,6 +38,13 @@ struct EngineStats {
   double device_busy_seconds = 0.0;    // cumulative device time of steps (runners that time it)
   double device_idle_seconds = 0.0;    // cumulative device idle time between steps of a busy engine
   StepTokenCounts step_tokens;
+  // Speculative decoding, cumulative (vLLM's spec_decode counters): verify steps of a row,
+  // draft tokens proposed and accepted, and accepted per draft position (index k: position k + 1).
+  int64_t spec_num_drafts = 0;
+  int64_t spec_num_draft_tokens = 0;
+  int64_t spec_num_accepted_tokens = 0;
+  std::vector<int64_t> spec_accepted_per_position;
+  int32_t spec_lookahead = 0;  // draft positions per verify (0: no speculation)
   bool is_ready = false;
 };
 

@@ -90,6 +90,27 @@ void KvManager::append(int64_t request, int64_t num_new, std::vector<int32_t>* s
   }
 }
 
+void KvManager::truncate(int64_t request, int64_t num_tokens) {
+  RequestKv& kv = requests_.at(request);
+  if (num_tokens >= kv.num_tokens) return;
+  PG_CHECK(num_tokens >= kv.num_keyed_blocks * std::max<int64_t>(block_tokens(), 1), "truncating keyed blocks");
+  kv.num_tokens = num_tokens;
+  const auto keep = static_cast<size_t>(config_.layout.BlocksFor(num_tokens));
+  while (kv.blocks.size() > keep) {
+    blocks_.release(kv.blocks.back());
+    kv.blocks.pop_back();
+  }
+  const int64_t b = block_tokens();
+  for (auto w = kv.written.begin(); w != kv.written.end();) {
+    if (w->first * b <= num_tokens) {
+      ++w;
+      continue;
+    }
+    snapshots_.release(w->second);
+    w = kv.written.erase(w);
+  }
+}
+
 int32_t KvManager::take_restore(int64_t request) {
   RequestKv& kv = requests_.at(request);
   const int32_t s = kv.restore;

@@ -66,6 +66,10 @@ class KvManager {
   // block boundary the new tokens reach, in order (the first is the first boundary after the
   // old num_tokens): the snapshot to write there, or -1.
   void append(int64_t request, int64_t num_new, std::vector<int32_t>* snapshots = nullptr);
+  // Gives back what was taken for tokens past the first `num_tokens` (a speculative step
+  // reserved room for drafts that were rejected): blocks beyond BlocksFor(num_tokens) and
+  // the snapshots of boundaries past num_tokens. No-op when the request holds no more.
+  void truncate(int64_t request, int64_t num_tokens);
   // The snapshot the request's first chunk restores its slot from (-1: none); taken once.
   int32_t take_restore(int64_t request);
   // After a step was launched or its tokens arrived: keys the request's full blocks whose

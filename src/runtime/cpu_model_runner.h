@@ -12,6 +12,8 @@
 #include "model/host_model.h"
 #include "runtime/kv_sizing.h"
 #include "runtime/model_runner.h"
+#include "speculative/draft_tree.h"
+#include "speculative/speculative_config.h"
 
 namespace peregrine {
 
@@ -27,21 +29,28 @@ struct CpuRunnerOptions {
   bool overlap = false;
   // Prompt-logprob rows per step (each holds a [vocab] row of logits on the host).
   int64_t max_scored_rows = 512;
+  // Speculative decoding with the model's drafter (HostModel::has_drafter).
+  speculative::SpeculativeConfig speculative;
 };
 
 class CpuModelRunner final : public ModelRunner {
  public:
+  // Speculation needs a model with a drafter (InvalidArgument otherwise, and for a bad config).
+  static Result<std::unique_ptr<CpuModelRunner>> Create(std::unique_ptr<HostModel> model,
+                                                        const CpuRunnerOptions& options);
   CpuModelRunner(std::unique_ptr<HostModel> model, const CpuRunnerOptions& options);
 
   int max_in_flight() const override { return options_.overlap ? 2 : 1; }
   Status Launch(std::span<const RunnerChunk> chunks, std::span<const RunnerSampling> sampling) override;
-  Status Collect(std::span<const uint8_t> skip, std::vector<SampleResult>* results,
-                 std::vector<uint8_t>* refeed_failed, std::vector<ChunkScores>* scores) override;
+  Status Collect(std::span<const uint8_t> skip, CollectedStep* out) override;
   // Deferred rows keep their logits until their mask arrives, then sample.
   Status SupplyMasks(std::span<const uint32_t* const> masks) override;
   bool defers_masks() const override { return true; }
   KvCapacity kv_capacity() const override { return capacity_; }
   int64_t max_scored_rows() const override { return options_.max_scored_rows; }
+  int32_t speculative_lookahead() const override { return options_.speculative.lookahead(); }
+  int32_t speculative_max_nodes() const override { return options_.speculative.max_nodes(); }
+  SpeculativeCounts speculative_counts() const override { return spec_counts_; }
   int64_t vocab_size() const override { return model_->config().vocab_size; }
   int64_t max_context() const override { return max_context_; }
   std::vector<int32_t> eos_token_ids() const override;
@@ -51,6 +60,7 @@ class CpuModelRunner final : public ModelRunner {
  private:
   struct Launched {
     std::vector<SampleResult> results;
+    std::vector<std::vector<SampleResult>> drafts;  // per row: accepted draft tokens
     std::vector<std::mt19937_64> rng_before;
     std::vector<SequenceSamplingState*> states;
     // Rows waiting for SupplyMasks: their index, slot, params and logits.
@@ -69,6 +79,15 @@ class CpuModelRunner final : public ModelRunner {
   std::vector<int64_t> slot_positions_;  // [num_slots] next position of the slot's state, -1 unusable
   std::vector<int32_t> slot_tokens_;     // [num_slots] the token each slot sampled last
   std::deque<Launched> launched_;
+  // The drafter's candidates for the slot's next verify, made when its newest token (at
+  // `position`) was sampled; the sequence the drafter follows in each slot.
+  struct SlotDraft {
+    int64_t position = -1;
+    std::vector<speculative::DepthCandidates> candidates;
+  };
+  std::vector<SlotDraft> slot_drafts_;
+  std::vector<int64_t> drafter_seq_;
+  SpeculativeCounts spec_counts_;
 };
 
 }  // namespace peregrine

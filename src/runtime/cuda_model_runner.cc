@@ -353,8 +353,11 @@ Status CudaModelRunner::Launch(std::span<const RunnerChunk> chunks, std::span<co
   return Status::Ok();
 }
 
-Status CudaModelRunner::Collect(std::span<const uint8_t> skip, std::vector<SampleResult>* results,
-                                std::vector<uint8_t>* refeed_failed, std::vector<ChunkScores>* scores) {
+Status CudaModelRunner::Collect(std::span<const uint8_t> skip, CollectedStep* collected) {
+  std::vector<SampleResult>* results = &collected->samples;
+  std::vector<uint8_t>* refeed_failed = &collected->refeed_failed;
+  std::vector<ChunkScores>* scores = &collected->scores;
+  collected->drafts.assign(skip.size(), {});
   if (launched_.empty()) return Internal("no launched step to collect");
   const int index = launched_.front();
   launched_.pop_front();

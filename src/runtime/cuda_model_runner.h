@@ -39,8 +39,7 @@ class CudaModelRunner final : public ModelRunner {
   // Fails (Internal) when a chunk continues a slot at another position than where its
   // state stands: the engine and the device state disagree.
   Status Launch(std::span<const RunnerChunk> chunks, std::span<const RunnerSampling> sampling) override;
-  Status Collect(std::span<const uint8_t> skip, std::vector<SampleResult>* results,
-                 std::vector<uint8_t>* refeed_failed, std::vector<ChunkScores>* scores) override;
+  Status Collect(std::span<const uint8_t> skip, CollectedStep* out) override;
   // Writes the deferred masks into the newest step's staging and opens its gate: that step's
   // sampling waits on the device behind its forward until then.
   Status SupplyMasks(std::span<const uint32_t* const> masks) override;

@@ -3,11 +3,13 @@
 namespace peregrine {
 
 Status ScoreOnHost(std::span<const RunnerChunk> chunks, std::span<const float> logits, int64_t vocab,
-                   std::vector<ChunkScores>* scores) {
+                   std::vector<ChunkScores>* scores, std::span<const ChunkView> views) {
   const auto v = static_cast<size_t>(vocab);
+  if (!views.empty() && views.size() != chunks.size()) return Internal("one view per chunk expected");
   size_t first_row = 0;
-  for (const RunnerChunk& chunk : chunks) {
-    const ChunkView& view = chunk.view;
+  for (size_t c = 0; c < chunks.size(); ++c) {
+    const RunnerChunk& chunk = chunks[c];
+    const ChunkView& view = views.empty() ? chunk.view : views[c];
     const auto rows = static_cast<size_t>(view.logit_rows());
     const std::span<const int32_t> targets = chunk.scoring.targets;
     if (!targets.empty()) {

@@ -36,10 +36,42 @@ struct RunnerChunk {
   int64_t seq_id = 0;  // for messages
   ChunkView view;
   RunnerScoring scoring;  // empty targets: nothing scored
+  // Speculative decoding (runners with speculative_lookahead() > 0): -1, the sequence does
+  // not speculate; >= 0, the runner's drafter follows the sequence through this chunk, and
+  // a chunk of one sampled token may verify drafts up to `lookahead` deep after it (its
+  // block table covers first_position + 1 + lookahead positions). Such a row's result is
+  // the accepted drafts and then the token sampled after them.
+  int32_t lookahead = -1;
 };
 
 // A scored chunk's rows, as ScoreToken (sampling/sampler.h) computes them.
 using ChunkScores = std::vector<SampleResult>;
+
+// What a collected step gives back.
+struct CollectedStep {
+  // Per sampling row: the token it sampled, after the row's accepted draft tokens.
+  std::vector<SampleResult> samples;
+  // Per sampling row: the accepted draft tokens before samples[i], in order (empty without
+  // speculation). Each is the token non-speculative decoding would have sampled there.
+  std::vector<std::vector<SampleResult>> drafts;
+  // refeed_failed[i]: row i's token was not in the token buffer when the next step read it
+  // (the device gave the row up and it was finished on the host), so a chunk fed from it
+  // computed on a wrong token and its sequence must restart.
+  std::vector<uint8_t> refeed_failed;
+  // One entry per chunk with scoring targets, in chunk order.
+  std::vector<ChunkScores> scores;
+};
+
+// Speculative decoding's counts since the runner started (vLLM's spec_decode metrics):
+// verify steps of a row ("drafts"), draft tokens proposed, accepted, and accepted per
+// position (index k: drafts whose position k + 1 was accepted).
+struct SpeculativeCounts {
+  int64_t num_drafts = 0;
+  int64_t num_draft_tokens = 0;
+  int64_t num_accepted_tokens = 0;
+  std::vector<int64_t> accepted_per_position;
+};
+
 
 // Device time of the steps a runner has completed (runners that time their device; zero
 // otherwise). idle_s counts the device's waits between consecutive steps while the engine
@@ -85,13 +117,9 @@ class ModelRunner {
   virtual Status Launch(std::span<const RunnerChunk> chunks, std::span<const RunnerSampling> sampling) = 0;
   // Waits for the oldest launched step and returns one result per sampling row. Rows with
   // skip[i] set are not wanted any more (their sequence finished or restarts): their
-  // sampling state is left untouched and their result is empty. refeed_failed[i] is set when
-  // row i's token was not in the token buffer when the next step read it (the device gave
-  // the row up and it was finished on the host), so a chunk fed from it computed on a wrong
-  // token and its sequence must restart. `scores` gets one entry per chunk with scoring
-  // targets, in chunk order. A failure leaves the step's slots unusable.
-  virtual Status Collect(std::span<const uint8_t> skip, std::vector<SampleResult>* results,
-                         std::vector<uint8_t>* refeed_failed, std::vector<ChunkScores>* scores) = 0;
+  // sampling state is left untouched and their result is empty. A failure leaves the
+  // step's slots unusable.
+  virtual Status Collect(std::span<const uint8_t> skip, CollectedStep* out) = 0;
   // The newest launched step's kDeferred masks, one per deferred row in row order (nullptr:
   // the row turned out unconstrained), read during the call. Every step with deferred rows
   // gets exactly one call before it is collected; the device's sampling of that step waits
@@ -105,6 +133,11 @@ class ModelRunner {
   // Scored rows a step may hold besides one sampled row per slot (0: no prompt logprobs).
   virtual int64_t max_scored_rows() const = 0;
   virtual DeviceTime device_time() const { return {}; }
+  // Draft positions a speculating row may verify after its token (0: no speculation).
+  virtual int32_t speculative_lookahead() const { return 0; }
+  // Verify nodes a speculating row adds to a step at most (the step's token budget).
+  virtual int32_t speculative_max_nodes() const { return 0; }
+  virtual SpeculativeCounts speculative_counts() const { return {}; }
   // The engine has run out of work and waits for requests: the wait before the next step is
   // not idle time of a busy device.
   virtual void NoteIdle() {}

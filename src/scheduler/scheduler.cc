@@ -48,14 +48,24 @@ int64_t Scheduler::ChunkLength(const Sequence& seq, int64_t budget) const {
   return e - p0;
 }
 
-void Scheduler::Plan(Sequence* seq, int64_t n, SchedulerOutput& out) {
+int32_t Scheduler::Lookahead(const Sequence& seq, bool is_decode) const {
+  if (!seq.speculates || !is_decode) return 0;
+  // The step samples one token and may accept `lookahead` more: none past max_tokens, and
+  // their positions stay inside the context.
+  int64_t room = seq.request.max_tokens - seq.num_generated - seq.num_pending - 1;
+  if (config_.max_context > 0) room = std::min(room, config_.max_context - seq.num_computed - 1);
+  return static_cast<int32_t>(std::clamp<int64_t>(room, 0, config_.speculative_lookahead));
+}
+
+void Scheduler::Plan(Sequence* seq, int64_t n, int32_t lookahead, SchedulerOutput& out) {
   ScheduledChunk c;
   c.seq = seq;
   c.first = seq->num_computed;
   c.num_tokens = n;
   c.samples = seq->num_computed + n == seq->num_tokens() && seq->request.max_tokens > 0;
+  c.lookahead = seq->speculates ? lookahead : -1;
   if (seq->scores_from(c.first)) scored_rows_left_ -= n;
-  kv_.append(seq->id, n, &c.snapshots);
+  kv_.append(seq->id, n + lookahead, &c.snapshots);
   c.restore = kv_.take_restore(seq->id);
   out.chunks.push_back(std::move(c));
 }
@@ -79,17 +89,18 @@ SchedulerOutput Scheduler::schedule() {
         ++i;
         continue;
       }
-      while (!kv_.can_append(seq->id, n) && running_.back() != seq) {
+      const int32_t ahead = Lookahead(*seq, is_decode);
+      while (!kv_.can_append(seq->id, n + ahead) && running_.back() != seq) {
         Sequence* victim = running_.back();
         std::erase_if(out.chunks, [&](const ScheduledChunk& c) { return c.seq == victim; });
         preempt(victim, out);
       }
-      if (!kv_.can_append(seq->id, n)) {
+      if (!kv_.can_append(seq->id, n + ahead)) {
         preempt(seq, out);  // the newest itself: nothing left to take from
         continue;
       }
-      Plan(seq, n, out);
-      budget -= n;
+      Plan(seq, n, ahead, out);
+      budget -= n + (ahead > 0 ? config_.speculative_max_nodes : 0);
       ++i;
     }
   }
@@ -118,10 +129,15 @@ SchedulerOutput Scheduler::schedule() {
     }
     waiting_.pop_front();
     running_.push_back(seq);
-    Plan(seq, n, out);
+    Plan(seq, n, 0, out);
     budget -= n;
   }
   return out;
+}
+
+void Scheduler::on_accepted(Sequence* seq, int64_t num_accepted) {
+  seq->num_computed += num_accepted;
+  if (kv_.holds(seq->id)) kv_.truncate(seq->id, seq->num_computed);
 }
 
 void Scheduler::on_computed(const SchedulerOutput& out) {

@@ -35,6 +35,13 @@ struct SchedulerConfig {
   // Rows of prompt-logprob chunks per step (ModelRunner::max_scored_rows); a scoring chunk
   // takes one per token.
   int64_t max_scored_rows = 0;
+  // Speculative decoding (ModelRunner::speculative_lookahead / _max_nodes): a decode of a
+  // speculating sequence reserves KV for up to `speculative_lookahead` draft positions after
+  // its token (never past its max_tokens or max_context) and takes
+  // `speculative_max_nodes` more tokens of the step's budget.
+  int32_t speculative_lookahead = 0;
+  int32_t speculative_max_nodes = 0;
+  int64_t max_context = 0;  // positions a sequence may reach (0: unbounded)
 };
 
 struct ScheduledChunk {
@@ -44,6 +51,9 @@ struct ScheduledChunk {
   bool samples = false;     // the chunk reaches the end of the sequence's tokens (and it generates)
   int32_t restore = -1;     // the slot starts from this snapshot (first chunk after a prefix hit)
   std::vector<int32_t> snapshots;  // per block boundary the chunk reaches: snapshot to write, or -1
+  // Speculating sequences: draft positions reserved after the chunk (RunnerChunk::lookahead);
+  // -1 for sequences that do not speculate.
+  int32_t lookahead = -1;
 };
 
 struct SchedulerOutput {
@@ -68,6 +78,9 @@ class Scheduler {
   SchedulerOutput schedule();
   // Marks a step's chunks as computed (after the runner launched it) and commits their KV.
   void on_computed(const SchedulerOutput& out);
+  // A speculative row was collected: its accepted drafts are computed too, and the KV
+  // reserved for the rejected ones goes back.
+  void on_accepted(Sequence* seq, int64_t num_accepted);
 
   int64_t num_running() const { return static_cast<int64_t>(running_.size()); }
   int64_t num_waiting() const { return static_cast<int64_t>(waiting_.size()); }
@@ -81,7 +94,9 @@ class Scheduler {
   // Tokens of the sequence's next chunk within `budget` (block-aligned with prefix caching),
   // and within the step's scored rows left when it scores.
   int64_t ChunkLength(const Sequence& seq, int64_t budget) const;
-  void Plan(Sequence* seq, int64_t n, SchedulerOutput& out);
+  // Draft positions a decode of `seq` may reserve now (0 for prefill or no speculation).
+  int32_t Lookahead(const Sequence& seq, bool is_decode) const;
+  void Plan(Sequence* seq, int64_t n, int32_t lookahead, SchedulerOutput& out);
 
   SchedulerConfig config_;
   KvManager& kv_;

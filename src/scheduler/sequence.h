@@ -32,6 +32,8 @@ struct Sequence {
   // Overlapped steps (engine.h): a launched step is still sampling the sequence's next token
   // (at most one at a time), which its slot's next chunk reads on the device.
   int64_t num_pending = 0;
+  // Speculative decoding follows this sequence (the engine speculates and it has no grammar).
+  bool speculates = false;
   // The last event went out, but a launched step may still name the sequence.
   bool finished = false;
   // Prompt logprobs (request.prompt_logprobs >= 0): the prompt positions a launched step has

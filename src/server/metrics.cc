@@ -129,6 +129,17 @@ std::string ServerMetrics::Render(const EngineStats& stats) const {
   w.Counter("device_idle_seconds_total",
             "Device idle time between consecutive engine steps while requests were running, in seconds.",
             stats.device_idle_seconds);
+  if (stats.spec_lookahead > 0) {
+    // Speculative decoding (vLLM's spec_decode counters), only when the engine speculates.
+    w.Counter("spec_decode_num_drafts_total", "Number of spec decoding drafts.", count(stats.spec_num_drafts));
+    w.Counter("spec_decode_num_draft_tokens_total", "Number of draft tokens.", count(stats.spec_num_draft_tokens));
+    w.Counter("spec_decode_num_accepted_tokens_total", "Number of accepted tokens.",
+              count(stats.spec_num_accepted_tokens));
+    w.Family("spec_decode_num_accepted_tokens_per_pos_total", "Accepted tokens per draft position.", "counter");
+    for (size_t k = 0; k < stats.spec_accepted_per_position.size(); ++k)
+      w.Sample("spec_decode_num_accepted_tokens_per_pos_total", Label("position", std::to_string(k)),
+               count(stats.spec_accepted_per_position[k]));
+  }
   w.Family("request_success_total", "Count of successfully processed requests.", "counter");
   static constexpr std::string_view kReasons[] = {"stop", "length", "abort", "error"};
   for (int i = 0; i < 4; ++i) {

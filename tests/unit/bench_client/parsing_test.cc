@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench_client/base_url.h"
+#include "bench_client/report.h"
 #include "bench_client/request_body.h"
 #include "bench_client/sse_decoder.h"
 #include "bench_client/stream_chunk.h"
@@ -117,6 +118,32 @@ TEST(BaseUrlTest, ParsesHostPortAndPrefix) {
   EXPECT_EQ(ParseBaseUrl("http://x:0").status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(ParseBaseUrl("http://x:99999").status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(ParseBaseUrl("http://:80").status().code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace peregrine::bench_client
+
+namespace peregrine::bench_client {
+namespace {
+
+TEST(SpecDecodeCountersTest, SumsTheCountersUnderAnyPrefix) {
+  const std::string text =
+      "# HELP vllm:spec_decode_num_drafts_total Number of spec decoding drafts.\n"
+      "# TYPE vllm:spec_decode_num_drafts_total counter\n"
+      "vllm:spec_decode_num_drafts_total{model_name=\"m\",engine=\"0\"} 40\n"
+      "vllm:spec_decode_num_draft_tokens_total{model_name=\"m\",engine=\"0\"} 120\n"
+      "vllm:spec_decode_num_accepted_tokens_total{model_name=\"m\",engine=\"0\"} 66\n"
+      "vllm:spec_decode_num_accepted_tokens_per_pos_total{model_name=\"m\",position=\"0\"} 30\n"
+      "vllm:num_requests_running{model_name=\"m\"} 3\n";
+  const std::optional<SpecDecodeDelta> d = ParseSpecDecodeCounters(text);
+  ASSERT_TRUE(d.has_value());
+  EXPECT_EQ(d->num_drafts, 40);
+  EXPECT_EQ(d->num_draft_tokens, 120);
+  EXPECT_EQ(d->num_accepted_tokens, 66);
+  EXPECT_DOUBLE_EQ(d->mean_accept_length(), 1.0 + 66.0 / 40.0);
+  EXPECT_DOUBLE_EQ(d->acceptance_rate(), 66.0 / 120.0);
+  EXPECT_FALSE(ParseSpecDecodeCounters("peregrine:num_requests_running 1\n# x\n").has_value());
+  EXPECT_FALSE(ParseSpecDecodeCounters("peregrine:spec_decode_num_drafts_total{} garbage").has_value());
 }
 
 }  // namespace

@@ -144,8 +144,11 @@ class FakeRunner final : public ModelRunner {
     return Status::Ok();
   }
   bool defers_masks() const override { return defers; }
-  Status Collect(std::span<const uint8_t> skip, std::vector<SampleResult>* results,
-                 std::vector<uint8_t>* refeed_failed, std::vector<ChunkScores>* scores) override {
+  Status Collect(std::span<const uint8_t> skip, CollectedStep* out) override {
+    std::vector<SampleResult>* results = &out->samples;
+    std::vector<uint8_t>* refeed_failed = &out->refeed_failed;
+    std::vector<ChunkScores>* scores = &out->scores;
+    out->drafts.assign(skip.size(), {});
     if (launched.empty()) return Internal("fake runner: nothing to collect");
     Step step = std::move(launched.front());
     launched.pop_front();

@@ -234,3 +234,40 @@ TEST(KvManagerTest, FreedPrefixesStayCachedUntilTheBlocksAreNeeded) {
 
 }  // namespace
 }  // namespace peregrine
+
+namespace peregrine {
+namespace {
+
+// A speculative step reserves room for drafts past a block boundary; when they are
+// rejected, truncate gives the blocks and the boundary's snapshot back, and the next append
+// across that boundary takes a snapshot again.
+TEST(KvManagerTest, TruncateGivesBackWhatRejectedDraftsHeld) {
+  KvManager kv(SmallConfig(true));
+  const std::vector<int32_t> tokens = Tokens(40, 3);
+  kv.admit(1, std::span(tokens).first(14));
+  std::vector<int32_t> snaps;
+  kv.append(1, 14, &snaps);
+  EXPECT_EQ(kv.get(1).blocks.size(), 1u);
+  const int32_t free_blocks = kv.num_free_blocks();
+  kv.append(1, 1 + 7, &snaps);  // the decode token at 14 and 7 draft positions: to 22
+  ASSERT_EQ(snaps.size(), 1u);  // the boundary at 16
+  EXPECT_GE(snaps[0], 0);
+  EXPECT_EQ(kv.get(1).blocks.size(), 2u);  // 22 >= 16 + 4
+  EXPECT_EQ(kv.num_free_blocks(), free_blocks - 1);
+  kv.truncate(1, 15);  // one draft accepted: 15 tokens computed
+  EXPECT_EQ(kv.get(1).num_tokens, 15);
+  EXPECT_EQ(kv.get(1).blocks.size(), 1u);
+  EXPECT_EQ(kv.num_free_blocks(), free_blocks);
+  EXPECT_TRUE(kv.get(1).written.empty());
+  kv.truncate(1, 20);  // more than it holds: nothing
+  EXPECT_EQ(kv.get(1).num_tokens, 15);
+  kv.append(1, 3, &snaps);  // to 18: the boundary at 16 again
+  ASSERT_EQ(snaps.size(), 1u);
+  EXPECT_GE(snaps[0], 0);
+  kv.commit(1, std::span(tokens).first(18));
+  EXPECT_EQ(kv.num_cached_snapshots(), 1);
+  kv.free(1);
+}
+
+}  // namespace
+}  // namespace peregrine

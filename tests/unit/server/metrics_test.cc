@@ -244,6 +244,30 @@ TEST_F(MetricsTest, EverySeriesWithVllmNames) {
 
 // --metrics-prefix vllm: every series is `vllm:` with vLLM's labels (model_name, engine), and
 // every series vLLM's own Grafana dashboard queries is there.
+// vLLM's spec_decode counters appear while the engine speculates, with every draft
+// position, and not at all when it does not.
+TEST_F(MetricsTest, SpeculativeDecodingCounters) {
+  EngineStats stats;
+  engine_->SetStats(stats);
+  Samples s = Scrape();
+  for (const auto& [series, value] : s) EXPECT_EQ(series.find("spec_decode"), std::string::npos) << series;
+  stats.spec_lookahead = 3;
+  stats.spec_num_drafts = 10;
+  stats.spec_num_draft_tokens = 30;
+  stats.spec_num_accepted_tokens = 17;
+  stats.spec_accepted_per_position = {9, 6, 2};
+  engine_->SetStats(stats);
+  s = Scrape();
+  auto v = [&](const std::string& name, const std::string& extra = {}) {
+    return Value(s, "peregrine:" + name + L(extra));
+  };
+  EXPECT_EQ(v("spec_decode_num_drafts_total"), 10);
+  EXPECT_EQ(v("spec_decode_num_draft_tokens_total"), 30);
+  EXPECT_EQ(v("spec_decode_num_accepted_tokens_total"), 17);
+  EXPECT_EQ(v("spec_decode_num_accepted_tokens_per_pos_total", "position=\"0\""), 9);
+  EXPECT_EQ(v("spec_decode_num_accepted_tokens_per_pos_total", "position=\"2\""), 2);
+}
+
 TEST_F(MetricsTest, VllmNamingForVllmDashboards) {
   ServerConfig config = TestConfig();
   config.metrics_naming = MetricsNaming::kVllm;

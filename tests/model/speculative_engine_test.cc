@@ -1,0 +1,260 @@
+// Speculative decoding in the engine on the CPU backend, with the trained demo model's MTP
+// layer as the drafter: every request's tokens and logprobs are those of the same run
+// without speculation, bit for bit (greedy and seeded sampling, penalties, min_tokens, stop
+// tokens, logprobs), for MTP chains and DDTree trees, across KV block boundaries with prefix
+// caching, under preemption and with overlapped steps; drafts are accepted.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "demo_model_golden.h"
+#include "engine/engine.h"
+#include "model/checkpoint.h"
+#include "model/deepseek_v4/model.h"
+#include "runtime/cpu_model_runner.h"
+
+namespace peregrine {
+namespace {
+
+struct Collected {
+  std::vector<int32_t> tokens;
+  std::vector<float> logprobs;
+  std::optional<FinishReason> finish;
+  std::string error;
+};
+
+struct EngineRun {
+  std::vector<Collected> out;
+  EngineStats stats;
+};
+
+struct RunSetup {
+  speculative::SpeculativeConfig spec;
+  int64_t kv_tokens = 1 << 14;
+  int64_t block_tokens = 128;
+  bool prefix_caching = true;
+  bool overlap = false;
+  int64_t budget = 256;
+  int64_t max_num_seqs = 8;
+};
+
+// Real text (the demo model's held-out rows), greedy and sampled, with the settings that
+// touch a request's sampling state.
+std::vector<EngineRequest> Requests() {
+  auto golden = testing::ReadDemoGolden();
+  EXPECT_TRUE(golden.ok()) << golden.status().ToString();
+  if (!golden.ok()) return {};
+  std::vector<EngineRequest> out;
+  for (int i = 0; i < 8; ++i) {
+    EngineRequest r;
+    r.id = "s";
+    r.id += std::to_string(i);
+    const std::vector<int32_t>& text = i % 2 == 0 ? golden->mtp_tokens : golden->prompt_ids;
+    const size_t len = std::min<size_t>(text.size(), 20 + 23 * static_cast<size_t>(i));
+    r.prompt_ids.assign(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(len));
+    r.max_tokens = 40 + 9 * (i % 3);
+    r.ignore_eos = i != 3;
+    r.sampling.logprobs = i % 4 == 0 ? 3 : -1;
+    r.sampling.temperature = 0.0f;
+    switch (i % 4) {
+      case 1:
+        r.sampling.temperature = 0.8f;
+        r.sampling.top_p = 0.9f;
+        r.sampling.seed = 1000 + i;
+        break;
+      case 2:
+        r.sampling.temperature = 1.0f;
+        r.sampling.seed = 77;
+        r.sampling.frequency_penalty = 0.4f;
+        r.sampling.min_tokens = 12;
+        break;
+      case 3:
+        r.sampling.repetition_penalty = 1.3f;
+        r.stop_token_ids = {text[len / 2]};
+        break;
+      default:
+        break;
+    }
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+// Runs `requests` to the end; with `wave` > 0 the first `wave` of them finish before the
+// rest are submitted.
+EngineRun RunEngine(const RunSetup& setup, const std::vector<EngineRequest>& requests, size_t wave = 0) {
+  EngineRun result;
+  auto model = deepseek_v4::Model::Load(testing::DemoModelDir(), 2);
+  EXPECT_TRUE(model.ok()) << model.status().ToString();
+  if (!model.ok()) return result;
+  CpuRunnerOptions o;
+  o.num_slots = static_cast<int32_t>(setup.max_num_seqs);
+  o.kv_tokens = setup.kv_tokens;
+  o.block_tokens = setup.block_tokens;
+  o.prefix_caching = setup.prefix_caching;
+  o.snapshot_fraction = 0.5;
+  o.overlap = setup.overlap;
+  o.speculative = setup.spec;
+  auto runner = CpuModelRunner::Create(std::move(model).value(), o);
+  EXPECT_TRUE(runner.ok()) << runner.status().ToString();
+  if (!runner.ok()) return result;
+  EngineConfig ec;
+  ec.scheduler.max_num_batched_tokens = setup.budget;
+  ec.scheduler.max_num_seqs = setup.max_num_seqs;
+  Engine engine(ec, std::move(runner).value());
+  result.out.resize(requests.size());
+  for (size_t i = 0; i < requests.size(); ++i) {
+    if (i == wave && wave > 0) {
+      for (int step = 0; step < 100000 && engine.Step(); ++step) {
+      }
+    }
+    Status s = engine.Submit(requests[i], [&result, i](const EngineEvent& ev) {
+      Collected& c = result.out[i];
+      c.tokens.insert(c.tokens.end(), ev.token_ids.begin(), ev.token_ids.end());
+      for (const SampleResult& x : ev.samples) c.logprobs.push_back(x.logprob);
+      if (ev.finish) c.finish = ev.finish;
+      c.error += ev.error;
+    });
+    EXPECT_TRUE(s.ok()) << s.ToString();
+  }
+  for (int step = 0; step < 100000 && engine.Step(); ++step) {
+  }
+  result.stats = engine.Stats();
+  return result;
+}
+
+void ExpectIdentical(const EngineRun& got, const EngineRun& want, const std::string& what) {
+  ASSERT_EQ(got.out.size(), want.out.size());
+  for (size_t i = 0; i < want.out.size(); ++i) {
+    ASSERT_TRUE(want.out[i].finish.has_value());
+    EXPECT_EQ(got.out[i].finish, want.out[i].finish) << what << ", request " << i << ": " << got.out[i].error;
+    EXPECT_EQ(got.out[i].tokens, want.out[i].tokens) << what << ", request " << i;
+    EXPECT_EQ(got.out[i].logprobs, want.out[i].logprobs) << what << ", request " << i;
+  }
+}
+
+speculative::SpeculativeConfig Mtp(int32_t steps) {
+  speculative::SpeculativeConfig c;
+  c.algorithm = speculative::Algorithm::kMtp;
+  c.num_steps = steps;
+  return c;
+}
+
+speculative::SpeculativeConfig Ddtree(int32_t steps, int32_t tokens, int32_t topk) {
+  speculative::SpeculativeConfig c;
+  c.algorithm = speculative::Algorithm::kDdtree;
+  c.num_steps = steps;
+  c.num_draft_tokens = tokens;
+  c.topk = topk;
+  return c;
+}
+
+class SpeculativeEngineTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { reference_ = new EngineRun(RunEngine(RunSetup{}, Requests())); }
+  static void TearDownTestSuite() { delete reference_; }
+  static const EngineRun& Reference() { return *reference_; }
+  static EngineRun* reference_;
+};
+EngineRun* SpeculativeEngineTest::reference_ = nullptr;
+
+TEST_F(SpeculativeEngineTest, MtpChainsGiveTheNonSpeculativeTokens) {
+  for (int32_t steps : {1, 3, 5}) {
+    RunSetup s;
+    s.spec = Mtp(steps);
+    const EngineRun run = RunEngine(s, Requests());
+    ExpectIdentical(run, Reference(), "mtp, " + std::to_string(steps) + " steps");
+    EXPECT_GT(run.stats.spec_num_drafts, 0);
+    // Near max_tokens a row drafts less than num_steps deep.
+    EXPECT_LE(run.stats.spec_num_draft_tokens, steps * run.stats.spec_num_drafts);
+    EXPECT_GT(run.stats.spec_num_draft_tokens, run.stats.spec_num_drafts * (steps - 1));
+    EXPECT_GT(run.stats.spec_num_accepted_tokens, 0) << "the trained MTP layer's drafts are accepted";
+    ASSERT_EQ(run.stats.spec_accepted_per_position.size(), static_cast<size_t>(steps));
+    int64_t sum = 0;
+    for (size_t k = 0; k < run.stats.spec_accepted_per_position.size(); ++k) {
+      sum += run.stats.spec_accepted_per_position[k];
+      if (k > 0) {
+        EXPECT_LE(run.stats.spec_accepted_per_position[k], run.stats.spec_accepted_per_position[k - 1]);
+      }
+    }
+    EXPECT_EQ(sum, run.stats.spec_num_accepted_tokens);
+    std::printf("mtp %d steps: %lld drafts, mean accepted %.3f\n", steps,
+                static_cast<long long>(run.stats.spec_num_drafts),
+                static_cast<double>(run.stats.spec_num_accepted_tokens) / static_cast<double>(run.stats.spec_num_drafts));
+  }
+}
+
+TEST_F(SpeculativeEngineTest, DdtreeTreesGiveTheNonSpeculativeTokens) {
+  RunSetup s;
+  s.spec = Ddtree(4, 10, 3);
+  const EngineRun run = RunEngine(s, Requests());
+  ExpectIdentical(run, Reference(), "ddtree");
+  EXPECT_GT(run.stats.spec_num_accepted_tokens, 0);
+  std::printf("ddtree: %lld drafts, mean accepted %.3f\n", static_cast<long long>(run.stats.spec_num_drafts),
+              static_cast<double>(run.stats.spec_num_accepted_tokens) / static_cast<double>(run.stats.spec_num_drafts));
+}
+
+// Small blocks (snapshots at boundaries the verify steps cross, kept only where the accepted
+// path reaches), a KV pool that forces preemption, overlapped steps, no prefix caching.
+TEST_F(SpeculativeEngineTest, LosslessUnderPagingPreemptionAndOverlap) {
+  std::vector<EngineRequest> longer = Requests();
+  for (EngineRequest& r : longer) r.max_tokens += 110;  // most cross a block while others run
+  RunSetup tight;
+  tight.spec = Ddtree(3, 6, 2);
+  tight.kv_tokens = 384;
+  tight.block_tokens = 128;
+  tight.budget = 64;
+  const EngineRun preempting = RunEngine(tight, longer);
+  ExpectIdentical(preempting, RunEngine(RunSetup{}, longer), "tight KV");
+  EXPECT_GT(preempting.stats.num_preemptions, 0);
+
+  RunSetup overlapped;
+  overlapped.spec = Mtp(3);
+  overlapped.overlap = true;
+  overlapped.prefix_caching = false;
+  ExpectIdentical(RunEngine(overlapped, Requests()), Reference(), "overlap, no prefix caching");
+}
+
+// A second wave whose prompts are the first wave's prompts plus their outputs starts from
+// the snapshots the speculative steps kept: same tokens as without speculation.
+TEST_F(SpeculativeEngineTest, PrefixCacheHitsOnSpeculativeOutputs) {
+  std::vector<EngineRequest> first = Requests();
+  std::vector<EngineRequest> second = first;
+  for (size_t i = 0; i < second.size(); ++i) {
+    second[i].id += "b";
+    const std::vector<int32_t>& generated = Reference().out[i].tokens;
+    second[i].prompt_ids.insert(second[i].prompt_ids.end(), generated.begin(), generated.end());
+    second[i].max_tokens = 8;
+  }
+  std::vector<EngineRequest> both = first;
+  both.insert(both.end(), second.begin(), second.end());
+  RunSetup plain;
+  plain.max_num_seqs = 16;
+  RunSetup spec = plain;
+  spec.spec = Mtp(4);
+  const EngineRun want = RunEngine(plain, both, first.size());
+  const EngineRun got = RunEngine(spec, both, first.size());
+  ExpectIdentical(got, want, "two waves");
+  EXPECT_GT(got.stats.prefix_cache_hits, 0);
+}
+
+TEST(SpeculativeRunnerTest, RefusesModelsWithoutADrafterAndBadConfigs) {
+  auto fixture = testing::DemoModelDir().parent_path().parent_path() / "tests" / "fixtures" / "v4_tiny_gpu" / "model";
+  auto model = deepseek_v4::Model::Load(fixture, 1);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  CpuRunnerOptions o;
+  o.speculative = Mtp(3);
+  auto runner = CpuModelRunner::Create(std::move(model).value(), o);
+  EXPECT_EQ(runner.status().code(), StatusCode::kInvalidArgument);
+  speculative::SpeculativeConfig bad = Mtp(3);
+  bad.num_draft_tokens = 9;  // a chain verifies steps + 1
+  EXPECT_FALSE(speculative::Validate(bad).ok());
+  EXPECT_FALSE(speculative::Validate(Mtp(0)).ok());
+  EXPECT_FALSE(speculative::Validate(Ddtree(4, 3, 2)).ok());
+  EXPECT_TRUE(speculative::Validate(Ddtree(4, 12, 3)).ok());
+  EXPECT_FALSE(speculative::ParseAlgorithm("medusa").ok());
+}
+
+}  // namespace
+}  // namespace peregrine
