@@ -8,6 +8,7 @@
 #include "cli/profile_command.h"
 #include "cli/score_command.h"
 #include "cli/render_chat_command.h"
+#include "cli/router_command.h"
 #include "cli/serve_command.h"
 #include "cli/tokenize_command.h"
 
@@ -58,6 +59,7 @@ int main(int argc, char** argv) {
   peregrine::cli::AddBenchCommand(app);
   peregrine::cli::AddProfileCommand(app);
   peregrine::cli::AddScoreCommand(app);
+  peregrine::cli::AddRouterCommand(app);
   CLI11_PARSE(app, argc, argv);
   return 0;
 }
