@@ -1,8 +1,9 @@
 #include "bench_client/report.h"
 
+#include "bench_client/exposition_scan.h"
+
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <ctime>
 #include <nlohmann/json.hpp>
 
@@ -62,29 +63,15 @@ std::string UtcNow() {
 std::optional<SpecDecodeDelta> ParseSpecDecodeCounters(std::string_view text) {
   SpecDecodeDelta d;
   bool found = false;
-  size_t at = 0;
-  while (at < text.size()) {
-    size_t end = text.find('\n', at);
-    if (end == std::string_view::npos) end = text.size();
-    const std::string_view line = text.substr(at, end - at);
-    at = end + 1;
-    if (line.empty() || line.front() == '#') continue;
-    const size_t name_end = line.find_first_of("{ ");
-    const size_t value_at = line.rfind(' ');
-    if (name_end == std::string_view::npos || value_at == std::string_view::npos) continue;
-    const std::string_view name = line.substr(0, name_end);
+  ForEachSample(text, [&](std::string_view name, double v) {
     double* into = nullptr;
     if (name.ends_with("spec_decode_num_drafts_total")) into = &d.num_drafts;
     else if (name.ends_with("spec_decode_num_draft_tokens_total")) into = &d.num_draft_tokens;
     else if (name.ends_with("spec_decode_num_accepted_tokens_total")) into = &d.num_accepted_tokens;
-    if (into == nullptr) continue;
-    const std::string value(line.substr(value_at + 1));
-    char* parsed_end = nullptr;
-    const double v = std::strtod(value.c_str(), &parsed_end);
-    if (parsed_end == value.c_str()) continue;
+    if (into == nullptr) return;
     *into += v;
     found = true;
-  }
+  });
   if (!found) return std::nullopt;
   return d;
 }

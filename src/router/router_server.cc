@@ -18,6 +18,7 @@
 #include <boost/beast/http.hpp>
 
 #include "bench_client/base_url.h"
+#include "bench_client/exposition_scan.h"
 #include "router/routing_text.h"
 #include "router/worker_pool.h"
 
@@ -65,24 +66,11 @@ http::response<http::string_body> JsonError(http::status status, std::string_vie
 std::optional<int64_t> QueuedFromMetrics(std::string_view text) {
   int64_t total = 0;
   bool found = false;
-  size_t at = 0;
-  while (at < text.size()) {
-    size_t end = text.find('\n', at);
-    if (end == std::string_view::npos) end = text.size();
-    const std::string_view line = text.substr(at, end - at);
-    at = end + 1;
-    if (line.empty() || line.front() == '#') continue;
-    const size_t name_end = line.find_first_of("{ ");
-    if (name_end == std::string_view::npos) continue;
-    const std::string_view name = line.substr(0, name_end);
-    if (!name.ends_with(":num_requests_running") && !name.ends_with(":num_requests_waiting")) continue;
-    const std::string value(line.substr(line.rfind(' ') + 1));
-    char* parsed = nullptr;
-    const double v = std::strtod(value.c_str(), &parsed);
-    if (parsed == value.c_str()) continue;
+  bench_client::ForEachSample(text, [&](std::string_view name, double v) {
+    if (!name.ends_with(":num_requests_running") && !name.ends_with(":num_requests_waiting")) return;
     total += static_cast<int64_t>(v);
     found = true;
-  }
+  });
   if (!found) return std::nullopt;
   return total;
 }
