@@ -4,6 +4,7 @@
 #include <thread>
 
 #include "base/check.h"
+#include "base/log.h"
 #include "runtime/kv_sizing.h"
 #include "sampling/token_bitmask.h"
 
@@ -99,6 +100,22 @@ Status Engine::Submit(EngineRequest request, EventSink sink) {
   const int64_t total = std::min(prompt + request.max_tokens, max_context_);
   if (!kv_.fits_when_empty(total)) return InvalidArgument("the request needs more KV cache than the whole pool");
 
+  if (request.export_kv) {
+    if (runner_->kv_fingerprint().empty()) return InvalidArgument("this backend cannot export KV for disaggregated serving");
+    if (request.max_tokens != 1) return InvalidArgument("a request that exports its KV generates exactly one token");
+  }
+  if (request.import_kv != nullptr) {
+    const TransferredKv& t = *request.import_kv;
+    if (t.fingerprint.empty() || t.fingerprint != runner_->kv_fingerprint())
+      return InvalidArgument("the transferred KV is in a layout this engine does not use");
+    if (t.prompt_ids != request.prompt_ids || t.num_tokens != prompt)
+      return InvalidArgument("the transferred KV was computed over another prompt");
+    if (t.pages.size() != static_cast<size_t>(kv_.config().layout.BlocksFor(prompt) + 1))
+      return InvalidArgument("the transferred KV holds the wrong number of pages");
+    if (t.first.token < 0 || t.first.token >= vocab_size_)
+      return InvalidArgument("the transferred first token is outside the vocabulary");
+    if (request.prompt_logprobs >= 0) return InvalidArgument("prompt logprobs are not transferred with the KV");
+  }
   if (request.sampling.min_tokens > 0) {
     // What min_tokens holds back: the stop tokens, EOS among them unless it is ignored.
     std::vector<int32_t>& banned = request.sampling.min_tokens_stop_ids;
@@ -114,7 +131,8 @@ Status Engine::Submit(EngineRequest request, EventSink sink) {
     seq->grammar_active = request.grammar_after < 0;
   }
   // Drafts are verified against the request's own sampling; grammars are not drafted under.
-  seq->speculates = runner_->speculative_lookahead() > 0 && request.grammar == nullptr;
+  // A transferred state has no drafter state beside it: such a request decodes plainly.
+  seq->speculates = runner_->speculative_lookahead() > 0 && request.grammar == nullptr && request.import_kv == nullptr;
   seq->request = std::move(request);
   seq->sink = std::move(sink);
   seq->arrival = std::chrono::steady_clock::now();
@@ -165,7 +183,11 @@ void Engine::TakeInbox() {
       continue;
     }
     live_.emplace(id, std::move(seq));
-    scheduler_.add(raw);
+    if (raw->request.import_kv != nullptr) {
+      importing_.push_back(raw);
+    } else {
+      scheduler_.add(raw);
+    }
   }
   for (const std::string& id : inbox.aborted) {
     auto it = live_.find(id);
@@ -196,6 +218,8 @@ void Engine::Finish(Sequence* seq, FinishReason reason, const std::string& error
 
 void Engine::Close(Sequence* seq) {
   seq->finished = true;
+  if (seq->request.export_kv) ExportKv(seq);
+  std::erase(importing_, seq);
   scheduler_.remove(seq);
   auto it = live_.find(seq->request.id);
   PG_CHECK(it != live_.end() && it->second.get() == seq, "closing a sequence that is not live");
@@ -204,6 +228,65 @@ void Engine::Close(Sequence* seq) {
   (launched_.empty() ? graveyard_ : launched_.back().retired).push_back(std::move(owned));
   std::lock_guard<std::mutex> lock(mu_);
   --num_queued_;
+}
+
+void Engine::ExportKv(Sequence* seq) {
+  const KvExportSink sink = std::move(seq->request.export_kv);
+  seq->request.export_kv = nullptr;
+  const int64_t n = seq->num_prompt_tokens;
+  if (seq->num_generated != 1 || seq->num_computed != n || seq->num_pending != 0 || !kv_.holds(seq->id)) {
+    sink(Unavailable("the request ended before its prompt's KV was computed"));
+    return;
+  }
+  const RequestKv& held = kv_.get(seq->id);
+  TransferredKv t;
+  t.fingerprint = runner_->kv_fingerprint();
+  t.prompt_ids = seq->request.prompt_ids;
+  t.num_tokens = n;
+  t.first = seq->first_sample;
+  const auto blocks = std::span(held.blocks).first(static_cast<size_t>(kv_.config().layout.BlocksFor(n)));
+  const Status s = runner_->ExportKv(held.slot, blocks, n, &t.pages);
+  if (s.ok()) {
+    sink(std::move(t));
+  } else {
+    sink(s);
+  }
+}
+
+void Engine::AdmitImports() {
+  const auto now = std::chrono::steady_clock::now();
+  while (!importing_.empty() && kv_.can_admit() && scheduler_.can_run_more()) {
+    Sequence* seq = importing_.front();
+    const std::shared_ptr<const TransferredKv> t = seq->request.import_kv;
+    const int64_t n = t->num_tokens;
+    kv_.admit(seq->id, {}, seq->request.cache_salt);  // no prefix lookup: the state comes whole
+    if (!kv_.can_append(seq->id, n + 1)) {
+      kv_.free(seq->id);
+      break;  // in arrival order, once running requests give room back
+    }
+    importing_.pop_front();
+    seq->request.import_kv.reset();
+    kv_.append(seq->id, n);
+    const RequestKv& held = kv_.get(seq->id);
+    const Status s = runner_->ImportKv(held.slot, held.blocks, n, t->pages);
+    if (!s.ok()) {
+      // Nothing of the state is usable: the request computes its prompt here instead.
+      LogWarning("request {}: the transferred KV did not load ({}); recomputing its prompt", seq->request.id,
+                  s.ToString());
+      kv_.free(seq->id);
+      scheduler_.add(seq);
+      continue;
+    }
+    seq->num_computed = n;
+    seq->num_cached_tokens = 0;
+    seq->first_scheduled = now;
+    scheduler_.add_running(seq);
+    // The first token was sampled by the prefill engine with this request's parameters: the
+    // state moves on as if it had been sampled here.
+    seq->sampling->Append(t->first.token);
+    seq->sampling->rng().discard(static_cast<unsigned long long>(DrawsPerToken(seq->request.sampling)));
+    Emit(seq, {t->first}, now);
+  }
 }
 
 void Engine::FailStep(const SchedulerOutput& out, const Status& status) {
@@ -222,6 +305,7 @@ void Engine::Emit(Sequence* seq, std::vector<SampleResult> samples, std::chrono:
     }
     seq->tokens.push_back(sample.token);
     ++seq->num_generated;
+    if (seq->num_generated == 1 && r.export_kv) seq->first_sample = sample;
     const bool is_eos = std::find(eos_ids_.begin(), eos_ids_.end(), sample.token) != eos_ids_.end();
     const bool is_stop =
         std::find(r.stop_token_ids.begin(), r.stop_token_ids.end(), sample.token) != r.stop_token_ids.end();
@@ -256,6 +340,7 @@ bool StillHoldsStops(const Sequence& seq) { return seq.num_generated < seq.reque
 
 bool Engine::Step() {
   TakeInbox();
+  AdmitImports();
   if (!launched_.empty()) {
     bool wait = false;
     for (const LaunchedRow& r : launched_.back().rows)
@@ -351,9 +436,15 @@ bool Engine::Launch(SchedulerOutput plan) {
     Sequence* seq = c.seq;
     ++seq->num_pending;
     step.rows.push_back({seq});
-    // The step's token ends the sequence by length: plan nothing past it.
-    if (seq->num_generated + seq->num_pending >= seq->request.max_tokens || seq->num_tokens() >= max_context_)
-      scheduler_.remove(seq);
+    // The step's token ends the sequence by length: plan nothing past it (a request that
+    // exports its KV keeps its pages until it is collected and exported).
+    if (seq->num_generated + seq->num_pending >= seq->request.max_tokens || seq->num_tokens() >= max_context_) {
+      if (seq->request.export_kv) {
+        scheduler_.retire(seq);
+      } else {
+        scheduler_.remove(seq);
+      }
+    }
   }
   step.plan = std::move(plan);
   step.deferred = std::move(deferred);
@@ -461,7 +552,7 @@ void Engine::UpdateStats() {
   std::lock_guard<std::mutex> lock(mu_);
   stats_.step_tokens = step_tokens_;
   stats_.num_running = scheduler_.num_running();
-  stats_.num_waiting = scheduler_.num_waiting();
+  stats_.num_waiting = scheduler_.num_waiting() + static_cast<int64_t>(importing_.size());
   stats_.kv_usage = kv_.usage();
   stats_.num_preemptions = scheduler_.num_preemptions();
   stats_.prefix_cache_queries = scheduler_.num_prefix_query_tokens();

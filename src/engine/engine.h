@@ -62,6 +62,7 @@ class Engine final : public EngineClient {
   int64_t vocab_size() const override { return vocab_size_; }
   int64_t max_context() const override { return max_context_; }
   std::vector<int32_t> eos_token_ids() const override { return eos_ids_; }
+  std::string kv_fingerprint() const override { return runner_->kv_fingerprint(); }
 
   // One step on the calling thread (tests drive the engine this way without Start()).
   // Returns false when there was nothing to do.
@@ -107,6 +108,11 @@ class Engine final : public EngineClient {
   // them) and emits them in one event, finishing the sequence at the first stop token, at its
   // length or when the grammar refuses one (tokens after that are dropped).
   void Emit(Sequence* seq, std::vector<SampleResult> samples, std::chrono::steady_clock::time_point now);
+  // Disaggregation: hands a finishing request's prompt state to its export sink (or why not).
+  void ExportKv(Sequence* seq);
+  // Loads transferred states into slots, in arrival order while slots and blocks allow, and
+  // emits each one's first token.
+  void AdmitImports();
   void FailStep(const SchedulerOutput& out, const Status& status);
   // Launches the plan's step; false when it failed (its requests errored out).
   bool Launch(SchedulerOutput plan);
@@ -136,6 +142,7 @@ class Engine final : public EngineClient {
   KvManager kv_;
   Scheduler scheduler_;
   std::unordered_map<std::string, std::unique_ptr<Sequence>> live_;  // by request id
+  std::deque<Sequence*> importing_;  // transferred states not loaded yet (AdmitImports)
   int64_t next_seq_id_ = 1;
   std::deque<LaunchedStep> launched_;  // oldest first
   std::vector<std::unique_ptr<Sequence>> graveyard_;  // finished with no launched step left; freed per Step

@@ -64,6 +64,9 @@ class EngineClient {
   virtual int64_t max_context() const = 0;
   // The model's end-of-sequence ids (a grammar's stop tokens).
   virtual std::vector<int32_t> eos_token_ids() const = 0;
+  // The layout of the KV this engine exports and imports (TransferredKv::fingerprint); empty
+  // when it cannot.
+  virtual std::string kv_fingerprint() const { return {}; }
 };
 
 }  // namespace peregrine

@@ -24,6 +24,16 @@ class HostKvPools {
  public:
   virtual ~HostKvPools() = default;
   virtual uint64_t bytes() const = 0;
+  // Disaggregated serving (ModelRunner::ExportKv): a slot's per-request state as one page and
+  // the given blocks' pages after it; and the reverse, checking every page's size.
+  virtual Status ExportPages(int32_t /*slot*/, std::span<const int32_t> /*blocks*/,
+                             std::vector<std::vector<uint8_t>>* /*pages*/) {
+    return Unimplemented("these KV pools cannot export pages");
+  }
+  virtual Status ImportPages(int32_t /*slot*/, std::span<const int32_t> /*blocks*/,
+                             std::span<const std::vector<uint8_t>> /*pages*/) {
+    return Unimplemented("these KV pools cannot import pages");
+  }
 };
 
 // A drafter's input for one slot after a step (HostModel::Draft): the step rows whose

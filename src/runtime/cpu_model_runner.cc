@@ -24,6 +24,34 @@ CpuModelRunner::CpuModelRunner(std::unique_ptr<HostModel> model, const CpuRunner
   slot_tokens_.assign(static_cast<size_t>(capacity_.num_slots), -1);
 }
 
+Status CpuModelRunner::ExportKv(int32_t slot, std::span<const int32_t> blocks, int64_t num_tokens,
+                                std::vector<std::vector<uint8_t>>* pages) {
+  if (slot < 0 || slot >= capacity_.num_slots) return InvalidArgument("KV slot outside the pools");
+  if (slot_positions_[static_cast<size_t>(slot)] != num_tokens)
+    return Internal("the slot does not hold " + std::to_string(num_tokens) + " positions to export");
+  if (static_cast<int64_t>(blocks.size()) != capacity_.layout.BlocksFor(num_tokens))
+    return InvalidArgument("the block table does not match the exported positions");
+  return kv_->ExportPages(slot, blocks, pages);
+}
+
+Status CpuModelRunner::ImportKv(int32_t slot, std::span<const int32_t> blocks, int64_t num_tokens,
+                                std::span<const std::vector<uint8_t>> pages) {
+  if (slot < 0 || slot >= capacity_.num_slots) return InvalidArgument("KV slot outside the pools");
+  if (num_tokens <= 0 || num_tokens >= max_context_) return InvalidArgument("imported positions outside the context");
+  if (static_cast<int64_t>(blocks.size()) != capacity_.layout.BlocksFor(num_tokens))
+    return InvalidArgument("the block table does not match the imported positions");
+  slot_positions_[static_cast<size_t>(slot)] = -1;
+  slot_tokens_[static_cast<size_t>(slot)] = -1;
+  PG_RETURN_IF_ERROR(kv_->ImportPages(slot, blocks, pages));
+  slot_positions_[static_cast<size_t>(slot)] = num_tokens;
+  return Status::Ok();
+}
+
+std::string CpuModelRunner::kv_fingerprint() const {
+  return KvFingerprint("cpu-f32/" + model_->config().model_type + "/vocab=" + std::to_string(model_->config().vocab_size),
+                       capacity_.layout);
+}
+
 std::vector<int32_t> CpuModelRunner::eos_token_ids() const {
   std::vector<int32_t> ids;
   for (int64_t id : model_->config().eos_token_ids) ids.push_back(static_cast<int32_t>(id));
@@ -37,13 +65,6 @@ Result<std::unique_ptr<CpuModelRunner>> CpuModelRunner::Create(std::unique_ptr<H
     return InvalidArgument("speculative decoding needs a drafter: the checkpoint has no MTP layer");
   return std::make_unique<CpuModelRunner>(std::move(model), options);
 }
-
-namespace {
-
-// The RNG draws Sample() makes per token (sampler.h: none when greedy).
-int DrawsPerToken(const SamplingParams& p) { return p.temperature > 0.0f ? 1 : 0; }
-
-}  // namespace
 
 Status CpuModelRunner::Launch(std::span<const RunnerChunk> chunks, std::span<const RunnerSampling> sampling) {
   if (static_cast<int>(launched_.size()) >= max_in_flight()) return Internal("too many launched steps");

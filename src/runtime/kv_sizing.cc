@@ -84,4 +84,12 @@ std::string DescribeKvCapacity(const KvCapacity& c, int64_t max_context) {
   return s;
 }
 
+std::string KvFingerprint(const std::string& format, const KvLayout& layout) {
+  std::string s = format + ";block=" + std::to_string(layout.block_tokens) + "+" +
+                  std::to_string(layout.first_entry_tokens);
+  for (const KvKind& k : layout.per_request) s += ";slot:" + k.name + "=" + std::to_string(k.bytes);
+  for (const KvKind& k : layout.paged) s += ";page:" + k.name + "=" + std::to_string(k.bytes);
+  return s;
+}
+
 }  // namespace peregrine

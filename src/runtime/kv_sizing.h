@@ -34,6 +34,10 @@ KvPoolBytes PoolBytes(const KvCapacity& capacity);
 // The startup report: bytes per kind, tokens that fit, requests that fit at 4K, 128K and
 // `max_context` (limited by the slots).
 std::string DescribeKvCapacity(const KvCapacity& capacity, int64_t max_context);
+// A fingerprint of the pages a layout makes (ModelRunner::kv_fingerprint): the backend's
+// format name, the block size and every kind with its bytes.
+std::string KvFingerprint(const std::string& format, const KvLayout& layout);
+
 // Requests of `context` tokens that fit at once.
 int64_t RequestsThatFit(const KvCapacity& capacity, int64_t context);
 

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "base/status.h"
@@ -141,6 +142,24 @@ class ModelRunner {
   // The engine has run out of work and waits for requests: the wait before the next step is
   // not idle time of a busy device.
   virtual void NoteIdle() {}
+  // Disaggregated serving. ExportKv: the state of the request that holds `num_tokens`
+  // positions in `slot` and `blocks` (the first KvLayout::BlocksFor(num_tokens) of its table),
+  // as pages: the slot's per-request state, then one page per block. Called after the step
+  // that computed those positions was collected; leaves the state untouched.
+  virtual Status ExportKv(int32_t /*slot*/, std::span<const int32_t> /*blocks*/, int64_t /*num_tokens*/,
+                          std::vector<std::vector<uint8_t>>* /*pages*/) {
+    return Unimplemented("this backend cannot export KV pages (prefill/decode disaggregation)");
+  }
+  // Writes pages exported by a runner with the same kv_fingerprint() into `slot` and `blocks`;
+  // the slot then continues at position num_tokens as if it had computed them.
+  // InvalidArgument for pages that do not fit the layout (nothing usable is left in the slot).
+  virtual Status ImportKv(int32_t /*slot*/, std::span<const int32_t> /*blocks*/, int64_t /*num_tokens*/,
+                          std::span<const std::vector<uint8_t>> /*pages*/) {
+    return Unimplemented("this backend cannot import KV pages (prefill/decode disaggregation)");
+  }
+  // Names the pages' layout and format: equal between runners whose pages are
+  // interchangeable; empty where ExportKv is unimplemented.
+  virtual std::string kv_fingerprint() const { return {}; }
   virtual int64_t vocab_size() const = 0;
   virtual int64_t max_context() const = 0;
   virtual std::vector<int32_t> eos_token_ids() const = 0;

@@ -75,6 +75,9 @@ struct SampleResult {
 // Cannot fail; `logits` must not be empty (checked).
 SampleResult Sample(std::span<float> logits, const SamplingParams& params, SequenceSamplingState& state);
 
+// The RNG draws Sample() makes per token under `params` (none when greedy).
+inline int DrawsPerToken(const SamplingParams& params) { return params.temperature > 0.0f ? 1 : 0; }
+
 // A known token under `logits` (prompt logprobs): its raw logprob, its rank and the num_top
 // most likely tokens, as Sample() reports logprobs. NaN logits count as -inf (so a NaN token
 // ranks after every finite one). Cannot fail; `logits` must not be empty and `token` must be

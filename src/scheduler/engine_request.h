@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "base/status.h"
 #include "sampling/sampler.h"
 #include "sampling/sampling_params.h"
 
@@ -18,6 +19,22 @@ namespace peregrine {
 namespace structured {
 class CompiledGrammar;  // structured/grammar_engine.h
 }
+
+// Disaggregated serving (disaggregation/): a request's KV state computed by a prefill engine,
+// for a decode engine to continue from. The pages are the runner's (ModelRunner::ExportKv):
+// the slot's per-request state, then one page per block, all in the layout `fingerprint`
+// names (ModelRunner::kv_fingerprint).
+struct TransferredKv {
+  std::string fingerprint;
+  std::vector<int32_t> prompt_ids;  // the prompt the state was computed over
+  int64_t num_tokens = 0;           // positions the state holds (the whole prompt)
+  SampleResult first;               // the token the prefill engine sampled after the prompt
+  std::vector<std::vector<uint8_t>> pages;
+};
+
+// Called on the engine thread with the request's exported KV, or why there is none; must
+// not block.
+using KvExportSink = std::function<void(Result<TransferredKv>)>;
 
 struct EngineRequest {
   std::string id;                      // unique among live requests
@@ -37,6 +54,16 @@ struct EngineRequest {
   // every prompt token after the first with that many alternatives (at most 20). Such a
   // request computes its whole prompt (no prefix-cache reuse before it is scored).
   int32_t prompt_logprobs = -1;
+  // Disaggregation, prefill side: when set, the request's KV (its prompt's state and the token
+  // sampled after it) goes to this sink once the request finishes (before its pages are
+  // freed), or the reason it could not (the request failed, or ended before its prompt was
+  // computed).
+  KvExportSink export_kv;
+  // Disaggregation, decode side: the state of the whole prompt (import_kv->prompt_ids equal
+  // prompt_ids) and its first generated token come from a prefill engine. The engine loads it
+  // into a slot instead of computing the prompt, emits `first` as the request's first token
+  // and continues from there. After a preemption the request recomputes on its own.
+  std::shared_ptr<const TransferredKv> import_kv;
 };
 
 enum class FinishReason : uint8_t {

@@ -82,6 +82,15 @@ class Scheduler {
   // reserved for the rejected ones goes back.
   void on_accepted(Sequence* seq, int64_t num_accepted);
 
+  // Plans nothing more for the sequence but leaves its KV held (until remove).
+  void retire(Sequence* seq) {
+    std::erase(running_, seq);
+    std::erase(waiting_, seq);
+  }
+  bool can_run_more() const { return static_cast<int64_t>(running_.size()) < config_.max_num_seqs; }
+  // Runs a sequence whose KV was loaded outside a step (a transferred state): it holds its
+  // slot and blocks, and num_computed says how far.
+  void add_running(Sequence* seq) { running_.push_back(seq); }
   int64_t num_running() const { return static_cast<int64_t>(running_.size()); }
   int64_t num_waiting() const { return static_cast<int64_t>(waiting_.size()); }
   int64_t num_preemptions() const { return num_preemptions_; }

@@ -42,6 +42,8 @@ struct Sequence {
   int64_t num_scored_launched = 0;
   std::vector<SampleResult> prompt_scores;
   bool prompt_scores_sent = false;
+  // Disaggregation (request.export_kv): the first generated token, exported with the KV.
+  SampleResult first_sample;
 
   int64_t num_tokens() const { return static_cast<int64_t>(tokens.size()) + num_pending; }
   int64_t num_uncomputed() const { return num_tokens() - num_computed; }

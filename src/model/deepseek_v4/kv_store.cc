@@ -1,6 +1,7 @@
 #include "model/deepseek_v4/kv_store.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "base/check.h"
 
@@ -81,6 +82,81 @@ float* CpuKvStore::IndexKey(int64_t layer, std::span<const int32_t> blocks, int6
   PG_CHECK(block >= 0 && block < num_blocks_, "block id outside the store");
   const int64_t row = (l.csa_index * num_blocks_ + block) * l.entries_per_page + k % l.entries_per_page;
   return csa_keys_.data() + Sz(row * g_.index_dim);
+}
+
+std::vector<std::span<float>> CpuKvStore::SlotRegions(int32_t slot) {
+  std::vector<std::span<float>> r;
+  for (int64_t l = 0; l < static_cast<int64_t>(g_.layers.size()); ++l)
+    r.emplace_back(Window(l, slot), Sz(g_.window * g_.head_dim));
+  r.emplace_back(compressor_.data() + Sz(slot * slot_compressor_floats_), Sz(slot_compressor_floats_));
+  return r;
+}
+
+std::vector<std::span<float>> CpuKvStore::BlockRegions(int32_t block) {
+  std::vector<std::span<float>> r;
+  for (const KvGeometry::Layer& l : g_.layers) {
+    if (l.ratio <= 0) continue;
+    const int64_t p = l.entries_per_page;
+    Floats& pool = l.csa_index >= 0 ? csa_entries_ : hca_entries_;
+    r.emplace_back(pool.data() + Sz((l.cache_index * num_blocks_ + block) * p * g_.head_dim), Sz(p * g_.head_dim));
+    if (l.csa_index >= 0)
+      r.emplace_back(csa_keys_.data() + Sz((l.csa_index * num_blocks_ + block) * p * g_.index_dim), Sz(p * g_.index_dim));
+  }
+  return r;
+}
+
+namespace {
+
+size_t RegionBytes(const std::vector<std::span<float>>& regions) {
+  size_t n = 0;
+  for (const std::span<float>& r : regions) n += r.size_bytes();
+  return n;
+}
+
+}  // namespace
+
+Status CpuKvStore::ExportPages(int32_t slot, std::span<const int32_t> blocks, std::vector<std::vector<uint8_t>>* pages) {
+  if (slot < 0 || slot >= num_slots_) return InvalidArgument("slot outside the store");
+  for (int32_t b : blocks)
+    if (b < 0 || b >= num_blocks_) return InvalidArgument("block id outside the store");
+  pages->clear();
+  auto pack = [&](const std::vector<std::span<float>>& regions) {
+    std::vector<uint8_t>& page = pages->emplace_back(RegionBytes(regions));
+    size_t at = 0;
+    for (const std::span<float>& r : regions) {
+      std::memcpy(page.data() + at, r.data(), r.size_bytes());
+      at += r.size_bytes();
+    }
+  };
+  pack(SlotRegions(slot));
+  for (int32_t b : blocks) pack(BlockRegions(b));
+  return Status::Ok();
+}
+
+Status CpuKvStore::ImportPages(int32_t slot, std::span<const int32_t> blocks,
+                               std::span<const std::vector<uint8_t>> pages) {
+  if (slot < 0 || slot >= num_slots_) return InvalidArgument("slot outside the store");
+  if (pages.size() != blocks.size() + 1)
+    return InvalidArgument("expected " + std::to_string(blocks.size() + 1) + " KV pages, got " + std::to_string(pages.size()));
+  for (int32_t b : blocks)
+    if (b < 0 || b >= num_blocks_) return InvalidArgument("block id outside the store");
+  auto unpack = [](const std::vector<std::span<float>>& regions, const std::vector<uint8_t>& page) {
+    size_t at = 0;
+    for (const std::span<float>& r : regions) {
+      std::memcpy(r.data(), page.data() + at, r.size_bytes());
+      at += r.size_bytes();
+    }
+  };
+  // Sizes first: a page that does not fit leaves the blocks untouched.
+  if (pages[0].size() != RegionBytes(SlotRegions(slot))) return InvalidArgument("the slot page does not fit this KV layout");
+  for (size_t i = 0; i < blocks.size(); ++i)
+    if (pages[i + 1].size() != RegionBytes(BlockRegions(blocks[i])))
+      return InvalidArgument("a block page does not fit this KV layout");
+  unpack(SlotRegions(slot), pages[0]);
+  for (size_t i = 0; i < blocks.size(); ++i) unpack(BlockRegions(blocks[i]), pages[i + 1]);
+  if (slot < static_cast<int32_t>(staged_.size())) staged_[Sz(slot)] = StagedTree{};
+  if (slot < static_cast<int32_t>(drafter_slots_.size())) drafter_slots_[Sz(slot)] = DrafterSlot{};
+  return Status::Ok();
 }
 
 float* CpuKvStore::SnapshotWindow(int32_t snapshot, int64_t layer) {

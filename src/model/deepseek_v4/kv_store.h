@@ -24,6 +24,10 @@ class CpuKvStore final : public HostKvPools {
   int32_t num_blocks() const { return num_blocks_; }
   int32_t num_snapshots() const { return num_snapshots_; }
   uint64_t bytes() const override;
+  // Pages in f32: the slot page holds every layer's window ring and the slot's compressor
+  // region; a block page holds, layer by layer, its compressed entries (and index keys).
+  Status ExportPages(int32_t slot, std::span<const int32_t> blocks, std::vector<std::vector<uint8_t>>* pages) override;
+  Status ImportPages(int32_t slot, std::span<const int32_t> blocks, std::span<const std::vector<uint8_t>> pages) override;
 
   float* Window(int64_t layer, int32_t slot);  // [W, Dh], position q at row q % W
   // The layer's compressor rings [coff*ratio, coff*Dh] (kv, gate), and for CSA layers the
@@ -70,6 +74,9 @@ class CpuKvStore final : public HostKvPools {
   DrafterSlot& Drafter(int32_t slot);
 
  private:
+  // The f32 regions of a slot page and of a block page, in page order.
+  std::vector<std::span<float>> SlotRegions(int32_t slot);
+  std::vector<std::span<float>> BlockRegions(int32_t block);
   float* SnapshotWindow(int32_t snapshot, int64_t layer);
   float* SnapshotTail(int32_t snapshot, int64_t layer);  // [4 tails of ratio rows]
 
