@@ -1,0 +1,154 @@
+#include "disaggregation/transfer_wire.h"
+
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "base/check.h"
+
+namespace peregrine::disaggregation {
+
+namespace {
+
+using nlohmann::json;
+
+// Tokens per prompt and pages per room a meta may name (a 1M-token context with 256-token
+// blocks has ~4,100 pages).
+constexpr size_t kMaxPromptTokens = size_t{1} << 24;
+constexpr size_t kMaxPages = size_t{1} << 20;
+
+std::vector<uint8_t> RoomBytes(uint64_t room) {
+  std::vector<uint8_t> b(8);
+  for (int i = 0; i < 8; ++i) b[static_cast<size_t>(i)] = static_cast<uint8_t>(room >> (8 * i));
+  return b;
+}
+
+Status Bad(const std::string& what) { return InvalidArgument("KV transfer meta: " + what); }
+
+}  // namespace
+
+Result<WireHeader> ParseHeader(std::span<const uint8_t> bytes) {
+  if (bytes.size() != sizeof(WireHeader)) return InvalidArgument("KV transfer message with a header of the wrong size");
+  WireHeader h;
+  std::memcpy(&h, bytes.data(), sizeof h);
+  if (h.magic != WireHeader::kMagic) return InvalidArgument("not a KV transfer message");
+  if (h.version != WireHeader::kVersion) return InvalidArgument("KV transfer message of another version");
+  if (h.kind < static_cast<uint16_t>(MessageKind::kPull) || h.kind > static_cast<uint16_t>(MessageKind::kPage))
+    return InvalidArgument("KV transfer message of an unknown kind");
+  return h;
+}
+
+Digest Sha256(std::span<const uint8_t> bytes) {
+  Digest out{};
+  unsigned int len = 0;
+  PG_CHECK(EVP_Digest(bytes.data(), bytes.size(), out.data(), &len, EVP_sha256(), nullptr) == 1 && len == out.size(),
+           "SHA-256 failed");
+  return out;
+}
+
+Digest Hmac(std::string_view secret, std::span<const uint8_t> message) {
+  Digest out{};
+  unsigned int len = 0;
+  const unsigned char* r = HMAC(EVP_sha256(), secret.data(), static_cast<int>(secret.size()), message.data(),
+                                message.size(), out.data(), &len);
+  PG_CHECK(r != nullptr && len == out.size(), "HMAC-SHA-256 failed");
+  return out;
+}
+
+bool DigestEquals(const Digest& a, std::span<const uint8_t> b) {
+  return b.size() == a.size() && CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
+}
+
+Digest PullMac(std::string_view secret, uint64_t room) {
+  std::vector<uint8_t> msg = {'p', 'u', 'l', 'l'};
+  const std::vector<uint8_t> r = RoomBytes(room);
+  msg.insert(msg.end(), r.begin(), r.end());
+  return Hmac(secret, msg);
+}
+
+std::vector<uint8_t> EncodeMeta(const RoomMeta& meta, std::string_view secret, uint64_t room) {
+  json m;
+  m["error"] = meta.error;
+  m["fingerprint"] = meta.fingerprint;
+  m["prompt_ids"] = meta.prompt_ids;
+  m["num_tokens"] = meta.num_tokens;
+  json top = json::array();
+  for (const TokenLogprob& t : meta.first.top_logprobs) top.push_back({t.token, t.logprob});
+  m["first"] = {{"token", meta.first.token}, {"logprob", meta.first.logprob}, {"top", top}};
+  m["page_sizes"] = meta.page_sizes;
+  json digests = json::array();
+  for (const Digest& d : meta.page_digests) digests.push_back(json::binary(std::vector<uint8_t>(d.begin(), d.end())));
+  m["page_digests"] = digests;
+  const std::vector<uint8_t> body = json::to_cbor(m);
+  std::vector<uint8_t> signed_part = RoomBytes(room);
+  signed_part.insert(signed_part.end(), body.begin(), body.end());
+  const Digest mac = Hmac(secret, signed_part);
+  json outer;
+  outer["meta"] = json::binary(body);
+  outer["mac"] = json::binary(std::vector<uint8_t>(mac.begin(), mac.end()));
+  return json::to_cbor(outer);
+}
+
+Result<RoomMeta> DecodeMeta(std::span<const uint8_t> bytes, std::string_view secret, uint64_t room) {
+  const json outer = json::from_cbor(bytes.begin(), bytes.end(), true, false);
+  if (outer.is_discarded() || !outer.is_object() || !outer.contains("meta") || !outer.contains("mac") ||
+      !outer["meta"].is_binary() || !outer["mac"].is_binary())
+    return Bad("not a signed meta");
+  const std::vector<uint8_t>& body = outer["meta"].get_binary();
+  std::vector<uint8_t> signed_part = RoomBytes(room);
+  signed_part.insert(signed_part.end(), body.begin(), body.end());
+  if (!DigestEquals(Hmac(secret, signed_part), outer["mac"].get_binary()))
+    return InvalidArgument("KV transfer meta not signed with this deployment's secret");
+  const json m = json::from_cbor(body.begin(), body.end(), true, false);
+  if (m.is_discarded() || !m.is_object()) return Bad("not an object");
+  RoomMeta meta;
+  try {
+    meta.error = m.at("error").get<std::string>();
+    meta.fingerprint = m.at("fingerprint").get<std::string>();
+    const json& ids = m.at("prompt_ids");
+    if (!ids.is_array() || ids.size() > kMaxPromptTokens) return Bad("prompt_ids");
+    meta.prompt_ids = ids.get<std::vector<int32_t>>();
+    meta.num_tokens = m.at("num_tokens").get<int64_t>();
+    const json& first = m.at("first");
+    meta.first.token = first.at("token").get<int32_t>();
+    meta.first.logprob = first.at("logprob").get<float>();
+    for (const json& t : first.at("top")) {
+      if (!t.is_array() || t.size() != 2) return Bad("first.top");
+      meta.first.top_logprobs.push_back({t[0].get<int32_t>(), t[1].get<float>()});
+    }
+    const json& sizes = m.at("page_sizes");
+    const json& digests = m.at("page_digests");
+    if (!sizes.is_array() || !digests.is_array() || sizes.size() != digests.size() || sizes.size() > kMaxPages)
+      return Bad("pages");
+    meta.page_sizes = sizes.get<std::vector<uint64_t>>();
+    for (const json& d : digests) {
+      if (!d.is_binary() || d.get_binary().size() != Digest{}.size()) return Bad("page digest");
+      Digest digest{};
+      std::copy(d.get_binary().begin(), d.get_binary().end(), digest.begin());
+      meta.page_digests.push_back(digest);
+    }
+  } catch (const json::exception&) {
+    return Bad("a field is missing or of the wrong type");
+  }
+  if (meta.error.empty() && (meta.num_tokens != static_cast<int64_t>(meta.prompt_ids.size()) || meta.page_sizes.empty()))
+    return Bad("inconsistent sizes");
+  return meta;
+}
+
+RoomMeta MetaOf(const TransferredKv& kv) {
+  RoomMeta m;
+  m.fingerprint = kv.fingerprint;
+  m.prompt_ids = kv.prompt_ids;
+  m.num_tokens = kv.num_tokens;
+  m.first = kv.first;
+  for (const std::vector<uint8_t>& p : kv.pages) {
+    m.page_sizes.push_back(p.size());
+    m.page_digests.push_back(Sha256(p));
+  }
+  return m;
+}
+
+}  // namespace peregrine::disaggregation
