@@ -3,6 +3,7 @@
 #include <csignal>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "base/log.h"
 #include "router/router_server.h"
@@ -17,12 +18,48 @@ struct RouterFlags {
   double cache_threshold = 0.5;
   int64_t balance_abs_threshold = 32;
   double balance_rel_threshold = 1.5;
+  // SGLang's PD flags: --pd-disaggregation --prefill URL [BOOTSTRAP_PORT] ... --decode URL ...
+  bool pd_disaggregation = false;
+  std::vector<std::vector<std::string>> prefill;
+  std::vector<std::string> decode;
 };
+
+// The PD flags into the config; a message when they do not fit together.
+std::string ApplyPdFlags(RouterFlags& flags) {
+  if (!flags.pd_disaggregation) {
+    if (!flags.prefill.empty() || !flags.decode.empty()) return "--prefill and --decode need --pd-disaggregation";
+    if (flags.config.worker_urls.empty()) return "the router needs --worker-urls";
+    return {};
+  }
+  if (flags.prefill.empty() || flags.decode.empty()) return "--pd-disaggregation needs --prefill and --decode workers";
+  if (!flags.config.worker_urls.empty()) return "--pd-disaggregation takes --prefill and --decode, not --worker-urls";
+  flags.config.worker_urls = flags.decode;
+  for (const std::vector<std::string>& p : flags.prefill) {
+    router::RouterConfig::PrefillWorker w;
+    w.url = p.at(0);
+    if (p.size() > 1) {
+      int port = 0;
+      try {
+        port = std::stoi(p[1]);
+      } catch (const std::exception&) {
+        port = 0;
+      }
+      if (port < 1 || port > 65535) return "bad bootstrap port '" + p[1] + "' for prefill worker " + w.url;
+      w.bootstrap_port = static_cast<uint16_t>(port);
+    }
+    flags.config.prefill_workers.push_back(w);
+  }
+  return {};
+}
 
 int RunRouter(RouterFlags& flags) {
   Result<router::RoutingPolicy> policy = router::ParseRoutingPolicy(flags.policy);
   if (!policy.ok()) {
     LogError("{}", policy.status().message());
+    return 2;
+  }
+  if (const std::string bad = ApplyPdFlags(flags); !bad.empty()) {
+    LogError("{}", bad);
     return 2;
   }
   if (auto* c = std::get_if<router::CacheAware>(&*policy)) {
@@ -42,8 +79,14 @@ int RunRouter(RouterFlags& flags) {
     LogError("{}", server.status().ToString());
     return 1;
   }
-  LogInfo("routing on http://{}:{} over {} worker(s), policy {}", flags.config.host, (*server)->port(),
-          flags.config.worker_urls.size(), router::PolicyName(flags.config.policy));
+  if (flags.pd_disaggregation) {
+    LogInfo("routing on http://{}:{} over {} prefill and {} decode worker(s), policy {}", flags.config.host,
+            (*server)->port(), flags.config.prefill_workers.size(), flags.config.worker_urls.size(),
+            router::PolicyName(flags.config.policy));
+  } else {
+    LogInfo("routing on http://{}:{} over {} worker(s), policy {}", flags.config.host, (*server)->port(),
+            flags.config.worker_urls.size(), router::PolicyName(flags.config.policy));
+  }
   int received = 0;
   sigwait(&signals, &received);
   LogInfo("stopping (signal {})", received);
@@ -59,7 +102,15 @@ void AddRouterCommand(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("router", "OpenAI-compatible router over Peregrine (or any OpenAI) workers");
   cmd->add_option("--host", c.host, "Address to listen on")->capture_default_str();
   cmd->add_option("--port", c.port, "Port (0: any free port)")->capture_default_str();
-  cmd->add_option("--worker-urls", c.worker_urls, "Workers, http://host:port[/prefix] each")->required();
+  cmd->add_option("--worker-urls", c.worker_urls, "Workers, http://host:port[/prefix] each");
+  cmd->add_flag("--pd-disaggregation", flags->pd_disaggregation,
+                "Prefill/decode pairs: each request goes to a --prefill worker (its prompt) and a --decode worker "
+                "(its tokens, pulled KV and all)");
+  cmd->add_option("--prefill", flags->prefill,
+                  "A prefill worker: URL [BOOTSTRAP_PORT] (its --disaggregation-bootstrap-port, default 8998); repeat")
+      ->expected(1, 2)
+      ->allow_extra_args(false);
+  cmd->add_option("--decode", flags->decode, "A decode worker URL; repeat");
   cmd->add_option("--policy", flags->policy, "round_robin, least_load (shortest_queue) or cache_aware")
       ->capture_default_str();
   cmd->add_option("--cache-threshold", flags->cache_threshold,

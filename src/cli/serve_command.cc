@@ -19,6 +19,7 @@
 #include "base/version.h"
 #include "cli/compat_flags.h"
 #include "cli/demo_tokenizer.h"
+#include "cli/kv_transfer_setup.h"
 #include "server/server.h"
 #include "tokenizer/tokenizer.h"
 
@@ -138,12 +139,24 @@ int RunServe(const ServeOptions& options, const EngineFactory& factory) {
     LogError("tokenizer: {}", tokenizer.status().ToString());
     return 1;
   }
+  // The transfer's ends outlive the engine, whose export sinks publish on them.
+  Result<KvTransferEnds> transfer = StartKvTransfer(options);
+  if (!transfer.ok()) {
+    LogError("--disaggregation-mode {}: {}", options.disaggregation_mode, transfer.status().message());
+    return 1;
+  }
   Result<std::unique_ptr<EngineClient>> engine = factory(options);
   if (!engine.ok()) {
     LogError("engine: {}", engine.status().ToString());
     return 1;
   }
+  if (options.server.disaggregation.mode != server::DisaggregationMode::kNull && (*engine)->kv_fingerprint().empty()) {
+    LogError("--disaggregation-mode {}: the {} backend cannot export or import KV pages", options.disaggregation_mode,
+             options.device);
+    return 1;
+  }
   server::Server server(options.server, **engine, *tokenizer);
+  server.SetKvTransfer(transfer->sender.get(), transfer->receiver.get());
   if (Status s = server.Start(); !s.ok()) {
     LogError("{}", s.ToString());
     return 1;
@@ -295,6 +308,27 @@ void AddServeCommand(CLI::App& app, EngineFactory factory) {
       ->check(CLI::Range(0.0, 86400.0))->capture_default_str();
   cmd->add_option("--idle-timeout", *idle_seconds, "Seconds an idle keep-alive connection stays")
       ->check(CLI::Range(0.1, 86400.0))->capture_default_str();
+  cmd->add_option("--disaggregation-mode", options->disaggregation_mode,
+                  "Prefill/decode disaggregation: null (serve whole requests), prefill (compute prompts and "
+                  "publish their KV for a decode server) or decode (pull the KV and generate)")
+      ->check(CLI::IsMember({"null", "prefill", "decode"}))->capture_default_str();
+  cmd->add_option("--disaggregation-transfer-backend", options->disaggregation_transfer_backend,
+                  "KV transfer: ucx (TCP or shared memory; RDMA and CUDA IPC where the installed UCX has them)")
+      ->check(CLI::IsMember({"ucx"}))->capture_default_str();
+  cmd->add_option("--disaggregation-bootstrap-host", options->disaggregation_bootstrap_host,
+                  "prefill: the interface the KV transfer port is bound to (default: --host)");
+  cmd->add_option("--disaggregation-bootstrap-port", options->disaggregation_bootstrap_port,
+                  "prefill: the KV transfer port (0: any free port)")
+      ->check(CLI::Range(0, 65535))->capture_default_str();
+  cmd->add_option("--disaggregation-secret-file", options->disaggregation_secret_file,
+                  "The deployment's shared secret for the KV transfer (or PEREGRINE_DISAGGREGATION_SECRET); "
+                  "peers without it get nothing");
+  cmd->add_option("--disaggregation-failure-policy", options->disaggregation_failure_policy,
+                  "decode: when a KV transfer fails, recompute the prompt here or fail the request")
+      ->check(CLI::IsMember({"recompute", "fail"}))->capture_default_str();
+  cmd->add_option("--disaggregation-transfer-timeout-secs", options->disaggregation_transfer_timeout_s,
+                  "decode: how long a request waits for its KV; prefill: how long a published KV waits to be pulled")
+      ->check(CLI::Range(0.1, 86400.0))->capture_default_str();
   AddCompatFlags(*cmd, *options);
   cmd->callback([options, drain_seconds, idle_seconds, metrics_prefix, metrics_port, factory = std::move(factory)] {
     options->server.metrics_naming =
@@ -306,6 +340,13 @@ void AddServeCommand(CLI::App& app, EngineFactory factory) {
         std::chrono::milliseconds(static_cast<int64_t>(*drain_seconds * 1000));
     options->server.timeouts.idle =
         std::chrono::milliseconds(static_cast<int64_t>(*idle_seconds * 1000));
+    options->server.disaggregation.mode = options->disaggregation_mode == "prefill" ? server::DisaggregationMode::kPrefill
+                                          : options->disaggregation_mode == "decode"
+                                              ? server::DisaggregationMode::kDecode
+                                              : server::DisaggregationMode::kNull;
+    options->server.disaggregation.failure_policy = options->disaggregation_failure_policy == "fail"
+                                                        ? server::DisaggregationFailurePolicy::kFail
+                                                        : server::DisaggregationFailurePolicy::kRecompute;
     options->server.limits.max_choices =
         std::max(options->server.limits.max_choices, options->server.limits.max_n);
     const int rc = RunServe(*options, factory);

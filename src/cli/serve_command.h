@@ -59,6 +59,17 @@ struct ServeOptions {
   bool enable_log_requests = false;
   bool disable_log_stats = false;
   double log_stats_interval_s = 10.0;     // seconds between stats lines while requests run
+  // Prefill/decode disaggregation (SGLang's flags): null, prefill or decode; the prefill
+  // side's KV transfer port (on bootstrap_host, default --host); the deployment's shared
+  // secret (a file, or PEREGRINE_DISAGGREGATION_SECRET); the decode side's failure policy;
+  // how long a transfer may take (decode) and a published room waits (prefill).
+  std::string disaggregation_mode = "null";
+  std::string disaggregation_transfer_backend = "ucx";
+  std::string disaggregation_bootstrap_host;
+  int disaggregation_bootstrap_port = 8998;
+  std::string disaggregation_secret_file;
+  std::string disaggregation_failure_policy = "recompute";
+  double disaggregation_transfer_timeout_s = 60.0;
   server::ServerConfig server;
 };
 

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <limits>
 #include <optional>
+#include <random>
 #include <thread>
 #include <utility>  // before asio/awaitable.hpp, which uses std::exchange without it (1.74)
 
@@ -19,6 +20,7 @@
 
 #include "bench_client/base_url.h"
 #include "bench_client/exposition_scan.h"
+#include "router/pd_request.h"
 #include "router/routing_text.h"
 #include "router/worker_pool.h"
 
@@ -75,15 +77,41 @@ std::optional<int64_t> QueuedFromMetrics(std::string_view text) {
   return total;
 }
 
+// Every worker's name: the decode (or only) workers, then the prefill workers.
+std::vector<std::string> WorkerNames(const RouterConfig& c) {
+  std::vector<std::string> names = c.worker_urls;
+  for (const RouterConfig::PrefillWorker& p : c.prefill_workers) names.push_back(p.url);
+  return names;
+}
+
+// splitmix64: rooms from a random start, distinct for 2^64 requests.
+uint64_t Mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
 }  // namespace
 
 struct RouterServer::Impl {
   Impl(const RouterConfig& c, std::vector<bench_client::BaseUrl> u)
       : config(c),
         urls(std::move(u)),
-        pool(c.worker_urls, c.policy, c.prefix_keys_per_worker, c.unhealthy_after),
+        pool(WorkerNames(c), c.policy, c.prefix_keys_per_worker, c.unhealthy_after),
+        num_decode(c.worker_urls.size()),
         ioc(c.num_threads),
-        acceptor(ioc) {}
+        acceptor(ioc) {
+    for (size_t i = num_decode; i < urls.size(); ++i) prefill_indices.push_back(static_cast<int>(i));
+    for (size_t i = 0; i < num_decode; ++i) decode_indices.push_back(static_cast<int>(i));
+    room_seed = (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
+  }
+
+  // PD mode: sends the prefill worker its copy of a request and drops the answer.
+  awaitable<void> Prefill(int w, http::request<http::string_body> fwd, std::vector<uint64_t> keys);
+  // The forwarded copy of `req` for worker `w`, with `body`.
+  http::request<http::string_body> Forwarded(const http::request<http::string_body>& req, int w, std::string body) const;
+  uint64_t NextRoom() { return Mix(room_seed + next_room.fetch_add(1)) & 0x7fffffffffffffffULL; }
 
   awaitable<void> Accept();
   awaitable<void> ServeClient(tcp::socket socket);
@@ -94,8 +122,12 @@ struct RouterServer::Impl {
   awaitable<void> Check(size_t i);
 
   RouterConfig config;
-  std::vector<bench_client::BaseUrl> urls;
+  std::vector<bench_client::BaseUrl> urls;  // decode (or only) workers, then prefill workers
   WorkerPool pool;
+  size_t num_decode;
+  std::vector<int> prefill_indices, decode_indices;  // each role's Acquire excludes the other's
+  uint64_t room_seed = 0;
+  std::atomic<uint64_t> next_room{0};
   net::io_context ioc;
   tcp::acceptor acceptor;
   std::vector<std::thread> threads;
@@ -170,12 +202,68 @@ awaitable<void> RouterServer::Impl::ServeClient(tcp::socket socket) {
   client.socket().shutdown(tcp::socket::shutdown_send, ignored);
 }
 
+http::request<http::string_body> RouterServer::Impl::Forwarded(const http::request<http::string_body>& req, int w,
+                                                               std::string body) const {
+  const bench_client::BaseUrl& url = urls[static_cast<size_t>(w)];
+  http::request<http::string_body> fwd{req.method(), url.path_prefix + std::string(req.target()), 11};
+  fwd.set(http::field::host, bench_client::HostHeader(url));
+  for (http::field f : {http::field::content_type, http::field::accept}) {
+    if (req.count(f) != 0) fwd.set(f, req[f]);
+  }
+  if (req.count("x-request-id") != 0) fwd.set("x-request-id", req["x-request-id"]);
+  if (!config.worker_api_key.empty()) fwd.set(http::field::authorization, "Bearer " + config.worker_api_key);
+  else if (req.count(http::field::authorization) != 0) fwd.set(http::field::authorization, req[http::field::authorization]);
+  fwd.body() = std::move(body);
+  fwd.keep_alive(false);
+  fwd.prepare_payload();
+  return fwd;
+}
+
+awaitable<void> RouterServer::Impl::Prefill(int w, http::request<http::string_body> fwd, std::vector<uint64_t> keys) {
+  const bench_client::BaseUrl& url = urls[static_cast<size_t>(w)];
+  auto exec = co_await net::this_coro::executor;
+  beast::error_code ec;
+  tcp::resolver resolver(exec);
+  auto endpoints = co_await resolver.async_resolve(url.host, url.port, net::redirect_error(net::use_awaitable, ec));
+  beast::tcp_stream up(exec);
+  if (!ec) {
+    up.expires_after(Ms(config.connect_timeout_s));
+    co_await up.async_connect(endpoints, net::redirect_error(net::use_awaitable, ec));
+  }
+  if (!ec) {
+    up.expires_after(Ms(config.request_timeout_s));
+    co_await http::async_write(up, fwd, net::redirect_error(net::use_awaitable, ec));
+  }
+  http::response_parser<http::string_body> rp;
+  rp.body_limit(static_cast<uint64_t>(config.max_body_bytes));
+  beast::flat_buffer buffer;
+  if (!ec) co_await http::async_read(up, buffer, rp, net::redirect_error(net::use_awaitable, ec));
+  // A prefill worker that fails leaves the decode worker to its failure policy.
+  pool.Release(w, ec ? 0 : rp.get().result_int(), keys);
+}
+
 awaitable<bool> RouterServer::Impl::Relay(beast::tcp_stream& client, const http::request<http::string_body>& req) {
   const bool is_post = req.method() == http::verb::post;
   const std::vector<uint64_t> keys = PrefixKeys(is_post ? RoutingText(req.body()) : std::string());
-  std::vector<int> tried;
+  std::vector<int> tried = prefill_indices;  // a request is relayed to a decode (or plain) worker
   auto exec = co_await net::this_coro::executor;
   beast::error_code ec;
+  // PD: the prefill worker gets its copy now; the decode workers below get theirs.
+  std::string body = req.body();
+  const std::string_view target(req.target().data(), req.target().size());
+  if (!prefill_indices.empty() && is_post && IsPdRoute(target.substr(0, target.find('?'))) && CanSplitForPd(body)) {
+    // With no prefill worker left the decode worker serves the request whole.
+    const int p = pool.Acquire(keys, decode_indices);
+    std::optional<PdBodies> split;
+    if (p >= 0) {
+      const RouterConfig::PrefillWorker& pw = config.prefill_workers[static_cast<size_t>(p) - num_decode];
+      split = SplitForPd(body, urls[static_cast<size_t>(p)].host, pw.bootstrap_port, NextRoom());
+    }
+    if (split) {
+      net::co_spawn(net::make_strand(ioc), Prefill(p, Forwarded(req, p, std::move(split->prefill)), keys), net::detached);
+      body = std::move(split->decode);
+    }
+  }
   for (int attempt = 0; attempt <= config.max_retries; ++attempt) {
     const int w = pool.Acquire(keys, tried);
     if (w < 0) break;
@@ -194,17 +282,7 @@ awaitable<bool> RouterServer::Impl::Relay(beast::tcp_stream& client, const http:
       pool.Release(w, 0, keys);
       continue;
     }
-    http::request<http::string_body> fwd{req.method(), url.path_prefix + std::string(req.target()), 11};
-    fwd.set(http::field::host, bench_client::HostHeader(url));
-    for (http::field f : {http::field::content_type, http::field::accept}) {
-      if (req.count(f) != 0) fwd.set(f, req[f]);
-    }
-    if (req.count("x-request-id") != 0) fwd.set("x-request-id", req["x-request-id"]);
-    if (!config.worker_api_key.empty()) fwd.set(http::field::authorization, "Bearer " + config.worker_api_key);
-    else if (req.count(http::field::authorization) != 0) fwd.set(http::field::authorization, req[http::field::authorization]);
-    fwd.body() = req.body();
-    fwd.keep_alive(false);
-    fwd.prepare_payload();
+    http::request<http::string_body> fwd = Forwarded(req, w, body);
     up.expires_after(Ms(config.request_timeout_s));
     co_await http::async_write(up, fwd, net::redirect_error(net::use_awaitable, ec));
     http::response_parser<http::buffer_body> rp;
@@ -334,7 +412,7 @@ awaitable<void> RouterServer::Impl::Check(size_t i) {
 }
 
 Result<std::unique_ptr<RouterServer>> RouterServer::Start(const RouterConfig& config) {
-  if (config.worker_urls.empty()) return InvalidArgument("the router needs at least one --worker-urls entry");
+  if (config.worker_urls.empty()) return InvalidArgument("the router needs at least one --worker-urls (or --decode) entry");
   if (config.num_threads < 1 || config.max_retries < 0 || !(config.health_interval_s > 0) ||
       !(config.connect_timeout_s > 0) || !(config.request_timeout_s > 0))
     return InvalidArgument("router threads, retries, intervals and timeouts must be positive");
@@ -342,6 +420,12 @@ Result<std::unique_ptr<RouterServer>> RouterServer::Start(const RouterConfig& co
   for (const std::string& u : config.worker_urls) {
     Result<bench_client::BaseUrl> url = bench_client::ParseBaseUrl(u);
     if (!url.ok()) return InvalidArgument("bad worker URL '" + u + "': " + url.status().message());
+    urls.push_back(*url);
+  }
+  for (const RouterConfig::PrefillWorker& p : config.prefill_workers) {
+    Result<bench_client::BaseUrl> url = bench_client::ParseBaseUrl(p.url);
+    if (!url.ok()) return InvalidArgument("bad prefill worker URL '" + p.url + "': " + url.status().message());
+    if (p.bootstrap_port == 0) return InvalidArgument("prefill worker '" + p.url + "' needs its bootstrap port");
     urls.push_back(*url);
   }
   auto impl = std::make_unique<Impl>(config, std::move(urls));

@@ -38,6 +38,15 @@ struct RouterConfig {
   int num_threads = 4;
   size_t prefix_keys_per_worker = 1 << 16;
   std::string metrics_prefix = "peregrine";
+  // Prefill/decode disaggregation (SGLang's --pd-disaggregation): worker_urls are then the
+  // decode workers, and each chat or completions request also goes, with a fresh bootstrap
+  // room, to one of these prefill workers (chosen by the same policy), whose KV transfer
+  // port is bootstrap_port. The decode worker's answer is the client's.
+  struct PrefillWorker {
+    std::string url;
+    uint16_t bootstrap_port = 8998;
+  };
+  std::vector<PrefillWorker> prefill_workers;
 };
 
 class RouterServer {

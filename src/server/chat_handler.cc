@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "chat/v4_encoder.h"
+#include "server/disaggregated_serving.h"
 #include "server/generation_route.h"
 #include "server/logprobs_format.h"
 #include "server/openai_request.h"
@@ -195,6 +196,7 @@ PreparedJob PrepareChat(std::string body, ServingContext& context) {
   out.spec.prompt_lengths = {num_prompt};
   out.spec.stream = options.stream;
   out.spec.include_usage = options.include_usage;
+  if ((out.error = ApplyDisaggregation(context, options, &out.spec))) return out;
   const int top = request.logprobs ? options.sampling.logprobs : -1;
   out.formatter = std::make_unique<ChatFormatter>(context.tokenizer, id, context.config.model_name,
                                                   static_cast<size_t>(options.n), top,

@@ -5,6 +5,7 @@
 #include <string>
 #include <utility>
 
+#include "server/disaggregated_serving.h"
 #include "server/generation_route.h"
 #include "server/logprobs_format.h"
 #include "server/openai_request.h"
@@ -238,6 +239,7 @@ PreparedJob PrepareCompletion(std::string body, ServingContext& context) {
   out.spec.prompt_lengths = std::move(prompt_lengths);
   out.spec.stream = options.stream;
   out.spec.include_usage = options.include_usage;
+  if ((out.error = ApplyDisaggregation(context, options, &out.spec))) return out;
   out.formatter = std::move(formatter);
   return out;
 }

@@ -21,6 +21,7 @@
 #include "chat/output_parser.h"
 #include "server/api_error.h"
 #include "server/choice_decoder.h"
+#include "server/openai_request.h"
 #include "server/response_channel.h"
 #include "server/serving_context.h"
 
@@ -71,6 +72,7 @@ struct JobSpec {
   bool stream = false;
   bool include_usage = false;
   std::string request_id;               // x-request-id of the HTTP exchange
+  std::optional<Bootstrap> bootstrap;   // decode side of disaggregation: the KV to pull first
   std::chrono::steady_clock::time_point arrival;
 };
 

@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "server/disaggregated_serving.h"
+
 namespace peregrine::server {
 
 std::optional<ApiError> ResolveMaxTokens(int64_t num_prompt_tokens, int64_t max_context,
@@ -59,36 +61,31 @@ EngineRequest MakeEngineRequest(const std::string& response_id, size_t choice,
 void ServeGeneration(const std::shared_ptr<ServingContext>& context, HttpRequest request,
                      std::shared_ptr<ResponseChannel> channel, PrepareFn prepare) {
   const int retry_after = context->config.retry_after_seconds;
-  if (context->is_draining()) {
-    channel->Respond(ErrorResponse(Draining(retry_after)));
-    return;
-  }
-  // Rejections come before the body is even parsed: overload must stay cheap.
+  // Rejections come before the body is even parsed: overload must stay cheap. (A prefill
+  // server still tells the decode side that waits for the request's KV.)
+  auto refuse = [&](const ApiError& error) {
+    PublishRefusal(*context, request.body, error);
+    channel->Respond(ErrorResponse(error));
+  };
+  if (context->is_draining()) return refuse(Draining(retry_after));
   std::shared_ptr<void> ticket = context->TryAdmit();
-  if (!ticket) {
-    channel->Respond(ErrorResponse(Overloaded(retry_after)));
-    return;
-  }
+  if (!ticket) return refuse(Overloaded(retry_after));
   const EngineStats stats = context->engine.Stats();
-  if (!stats.is_ready) {
-    channel->Respond(ErrorResponse(NotReady(retry_after)));
-    return;
-  }
+  if (!stats.is_ready) return refuse(NotReady(retry_after));
   const int max_waiting = context->config.limits.max_waiting_requests;
-  if (max_waiting > 0 && stats.num_waiting >= max_waiting) {
-    channel->Respond(ErrorResponse(Overloaded(retry_after)));
-    return;
-  }
+  if (max_waiting > 0 && stats.num_waiting >= max_waiting) return refuse(Overloaded(retry_after));
   std::shared_ptr<TaskQueue> home = channel->home();
   auto task = [context, channel, home, prepare = std::move(prepare), ticket,
                body = std::move(request.body), request_id = std::move(request.request_id),
                arrival = request.arrival]() mutable {
     auto prepared = std::make_shared<PreparedJob>();
     try {
-      *prepared = prepare(std::move(body), *context);
+      const bool keep = context->config.disaggregation.mode == DisaggregationMode::kPrefill;
+      *prepared = prepare(keep ? body : std::move(body), *context);
     } catch (...) {
       prepared->error = InternalError("The server failed to prepare the request.");
     }
+    if (prepared->error) PublishRefusal(*context, body, *prepared->error);
     home->Post([context, channel, prepared, ticket, request_id, arrival] {
       if (channel->is_client_gone()) return;
       if (prepared->error) {
@@ -100,10 +97,7 @@ void ServeGeneration(const std::shared_ptr<ServingContext>& context, HttpRequest
       } else {
         prepared->spec.request_id = request_id;
         prepared->spec.arrival = arrival;
-        auto job = std::make_shared<GenerationJob>(context, channel,
-                                                   std::move(prepared->formatter),
-                                                   std::move(prepared->spec), ticket);
-        job->Start();
+        StartGeneration(context, channel, std::move(prepared->formatter), std::move(prepared->spec), ticket);
       }
     });
   };

@@ -51,6 +51,7 @@ void RenderHistogram(ExpositionWriter& w, std::string_view name, std::string_vie
 
 ServerMetrics::ServerMetrics(const MetricsOptions& options)
     : options_(options),
+      kv_transfer_(TtftBounds()),
       ttft_(TtftBounds()),
       itl_(TokenLatencyBounds()),
       tpot_(TokenLatencyBounds()),
@@ -140,6 +141,20 @@ std::string ServerMetrics::Render(const EngineStats& stats) const {
       w.Sample("spec_decode_num_accepted_tokens_per_pos_total", Label("position", std::to_string(k)),
                count(stats.spec_accepted_per_position[k]));
   }
+  if (options_.disaggregation) {
+    // Prefill/decode disaggregation (one side's series are zero on the other side).
+    w.Counter("kv_transfer_rooms_published_total", "Requests whose KV a prefill server published for a decode server.",
+              load(kv_published_));
+    w.Family("kv_transfer_pulls_total", "KV pulls of a decode server from prefill servers, by outcome.", "counter");
+    w.Sample("kv_transfer_pulls_total", Label("outcome", "ok"), load(kv_pulls_[1]));
+    w.Sample("kv_transfer_pulls_total", Label("outcome", "failed"), load(kv_pulls_[0]));
+    w.Counter("kv_transfer_bytes_total", "Bytes of KV pages a decode server received.", load(kv_bytes_));
+    w.Counter("kv_transfer_recomputed_total", "Requests whose KV transfer failed and whose prompt was computed here.",
+              load(kv_recomputed_));
+    RenderHistogram(w, "kv_transfer_seconds",
+                    "Histogram of a decode request's wait for its KV (the prefill's compute and the transfer).",
+                    kv_transfer_);
+  }
   w.Family("request_success_total", "Count of successfully processed requests.", "counter");
   static constexpr std::string_view kReasons[] = {"stop", "length", "abort", "error"};
   for (int i = 0; i < 4; ++i) {
@@ -176,6 +191,13 @@ std::string ServerMetrics::Render(const EngineStats& stats) const {
   RenderHistogram(w, "request_max_num_generation_tokens", "Histogram of maximum number of requested generation tokens.",
                   max_generation_tokens_);
   return w.Take();
+}
+
+void ServerMetrics::ObserveKvTransfer(bool ok, uint64_t bytes, double seconds) {
+  kv_pulls_[ok ? 1 : 0].fetch_add(1, std::memory_order_relaxed);
+  if (!ok) return;
+  kv_bytes_.fetch_add(static_cast<int64_t>(bytes), std::memory_order_relaxed);
+  kv_transfer_.Observe(seconds);
 }
 
 }  // namespace peregrine::server

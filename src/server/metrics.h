@@ -30,6 +30,7 @@ struct MetricsOptions {
   MetricsNaming naming = MetricsNaming::kPeregrine;
   std::string model_name;
   int64_t max_model_len = 1;  // the top bucket of the token-count histograms
+  bool disaggregation = false;  // export the KV-transfer series
 };
 
 // One finished engine request (one choice), for the per-request histograms. The phases
@@ -68,6 +69,11 @@ class ServerMetrics {
   // Per prompt of an HTTP request: its `n`, and the most tokens one of its choices generated.
   void ObservePromptGroup(int64_t n, int64_t max_generation_tokens);
 
+  // Disaggregation: a prefill request's KV published; a decode request's pull (its bytes and
+  // seconds when it succeeded); a failed pull answered by computing the prompt here.
+  void AddKvPublished() { kv_published_.fetch_add(1, std::memory_order_relaxed); }
+  void ObserveKvTransfer(bool ok, uint64_t bytes, double seconds);
+  void AddKvRecompute() { kv_recomputed_.fetch_add(1, std::memory_order_relaxed); }
   // The whole exposition (text format 0.0.4); gauges and engine counters come from `stats`.
   std::string Render(const EngineStats& stats) const;
 
@@ -77,6 +83,11 @@ class ServerMetrics {
   std::atomic<int64_t> generation_tokens_{0};
   std::atomic<int64_t> outcomes_[4] = {};
   std::atomic<int64_t> num_connections_{0};
+  std::atomic<int64_t> kv_published_{0};
+  std::atomic<int64_t> kv_pulls_[2] = {};  // failed, succeeded
+  std::atomic<int64_t> kv_bytes_{0};
+  std::atomic<int64_t> kv_recomputed_{0};
+  Histogram kv_transfer_;
   Histogram ttft_;
   Histogram itl_;
   Histogram tpot_;

@@ -204,6 +204,28 @@ std::optional<ApiError> ParseJsonBody(std::string_view body, int max_depth, Json
   return std::nullopt;
 }
 
+namespace {
+
+// SGLang's bootstrap_host / bootstrap_port / bootstrap_room: all three or none.
+std::optional<ApiError> ReadBootstrap(const Json& body, std::optional<Bootstrap>* out) {
+  const Json* host = FindField(body, "bootstrap_host");
+  const bool has_port = FindField(body, "bootstrap_port") != nullptr;
+  const bool has_room = FindField(body, "bootstrap_room") != nullptr;
+  if (host == nullptr && !has_port && !has_room) return std::nullopt;
+  if (host == nullptr || !has_port || !has_room) {
+    return InvalidRequest("'bootstrap_host', 'bootstrap_port' and 'bootstrap_room' go together.", "bootstrap_room");
+  }
+  if (!host->is_string() || host->get_ref<const std::string&>().empty() || host->get_ref<const std::string&>().size() > 255)
+    return TypeError("bootstrap_host", "a host name or address");
+  std::optional<int64_t> port, room;
+  if (auto e = ReadInt(body, "bootstrap_port", 1, 65535, &port)) return e;
+  if (auto e = ReadInt(body, "bootstrap_room", 0, kInt64Max, &room)) return e;
+  *out = Bootstrap{host->get<std::string>(), static_cast<uint16_t>(*port), static_cast<uint64_t>(*room)};
+  return std::nullopt;
+}
+
+}  // namespace
+
 std::optional<ApiError> ParseGenerationOptions(const Json& body, const ParseContext& context,
                                                bool is_chat, GenerationOptions* out) {
   const ServerConfig& config = *context.config;
@@ -286,6 +308,7 @@ std::optional<ApiError> ParseGenerationOptions(const Json& body, const ParseCont
     }
     out->cache_salt = v;
   }
+  if (auto e = ReadBootstrap(body, &out->bootstrap)) return e;
   if (auto e = ReadBool(body, "skip_special_tokens", &out->skip_special_tokens)) return e;
   if (auto e = ReadBool(body, "include_stop_str_in_output", &out->include_stop_str_in_output)) {
     return e;

@@ -24,6 +24,14 @@ struct ParseContext {
 };
 
 // Fields shared by chat and text completions.
+// Disaggregation (SGLang's request fields, set by the router): where the prefill server
+// publishes the request's KV (its transfer host and port) and under which room.
+struct Bootstrap {
+  std::string host;
+  uint16_t port = 0;
+  uint64_t room = 0;
+};
+
 struct GenerationOptions {
   SamplingParams sampling;
   std::optional<int64_t> max_tokens;  // absent: what the context leaves (chat) or 16
@@ -38,6 +46,7 @@ struct GenerationOptions {
   std::string cache_salt;             // prefix-cache namespace (vLLM's cache_salt)
   StructuredRequest structured;       // the output's grammar, if any (structured_request.h)
   int32_t prompt_logprobs = -1;       // vLLM's prompt_logprobs: alternatives per prompt token
+  std::optional<Bootstrap> bootstrap;  // bootstrap_host, bootstrap_port, bootstrap_room
 };
 
 struct ChatRequest {

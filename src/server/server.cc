@@ -149,6 +149,11 @@ class Server::Impl {
 Server::Server(ServerConfig config, EngineClient& engine, const tokenizer::Tokenizer& tokenizer)
     : impl_(std::make_unique<Impl>(std::move(config), engine, tokenizer)) {}
 
+void Server::SetKvTransfer(disaggregation::KvSender* sender, disaggregation::KvReceiver* receiver) {
+  impl_->context->kv_sender = sender;
+  impl_->context->kv_receiver = receiver;
+}
+
 Server::~Server() { Stop(); }
 
 bool Server::is_draining() const { return impl_->context->is_draining(); }

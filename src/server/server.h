@@ -27,6 +27,11 @@
 #include "server/server_config.h"
 #include "tokenizer/tokenizer.h"
 
+namespace peregrine::disaggregation {
+class KvSender;
+class KvReceiver;
+}  // namespace peregrine::disaggregation
+
 namespace peregrine::server {
 
 class Server {
@@ -39,6 +44,9 @@ class Server {
   // Validates the config, binds and starts serving. InvalidArgument for a bad config,
   // Unavailable when the address cannot be bound; on failure nothing keeps running.
   Status Start();
+  // Disaggregation (config.disaggregation.mode): the KV transfer's end this server uses, owned
+  // by the caller and alive until the engine has stopped. Call before Start.
+  void SetKvTransfer(disaggregation::KvSender* sender, disaggregation::KvReceiver* receiver);
   // The bound port (the ephemeral one when config.port was 0); 0 before Start.
   uint16_t port() const { return port_; }
   // The bound metrics port with config.metrics_port; 0 otherwise (and before Start).

@@ -44,6 +44,19 @@ struct ServerTimeouts {
 // for vLLM works unchanged.
 enum class MetricsNaming : uint8_t { kPeregrine, kVllm };
 
+// Prefill/decode disaggregation (SGLang's --disaggregation-mode): a prefill server computes
+// the prompt of each request that names a bootstrap room and publishes its KV there; a decode
+// server pulls the room's KV and generates. Requests without a room are served whole.
+enum class DisaggregationMode : uint8_t { kNull, kPrefill, kDecode };
+// What a decode server does when a transfer fails (the prefill server is gone, the transfer
+// was lost, corrupted or expired): compute the prompt itself, or answer with an error.
+enum class DisaggregationFailurePolicy : uint8_t { kRecompute, kFail };
+
+struct DisaggregationConfig {
+  DisaggregationMode mode = DisaggregationMode::kNull;
+  DisaggregationFailurePolicy failure_policy = DisaggregationFailurePolicy::kRecompute;
+};
+
 struct ServerConfig {
   std::string host = "127.0.0.1";
   uint16_t port = 8000;                       // 0: an ephemeral port (see Server::port)
@@ -60,6 +73,7 @@ struct ServerConfig {
   std::optional<uint16_t> metrics_port;
   ServerLimits limits;
   ServerTimeouts timeouts;
+  DisaggregationConfig disaggregation;
 };
 
 // InvalidArgument naming the first field out of range.

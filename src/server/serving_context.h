@@ -17,6 +17,11 @@
 #include "structured/grammar_engine.h"
 #include "tokenizer/tokenizer.h"
 
+namespace peregrine::disaggregation {
+class KvSender;
+class KvReceiver;
+}  // namespace peregrine::disaggregation
+
 namespace peregrine::server {
 
 class ServingContext {
@@ -24,7 +29,8 @@ class ServingContext {
   ServingContext(ServerConfig config, EngineClient& engine, const tokenizer::Tokenizer& tokenizer,
                  uint64_t random_seed)
       : config(std::move(config)), engine(engine), tokenizer(tokenizer),
-        metrics(MetricsOptions{this->config.metrics_naming, this->config.model_name, engine.max_context()}),
+        metrics(MetricsOptions{this->config.metrics_naming, this->config.model_name, engine.max_context(),
+                               this->config.disaggregation.mode != DisaggregationMode::kNull}),
         random_state_(random_seed) {}
 
   const ServerConfig config;  // a copy: jobs may outlive the Server object
@@ -33,6 +39,11 @@ class ServingContext {
   ServerMetrics metrics;
   JobRegistry registry;
   std::shared_ptr<TaskQueue> workers;  // set by Server before serving
+  // Disaggregation (config.disaggregation): the KV transfer's ends, owned by whoever runs the
+  // server and alive while it serves; set before Start. Prefill mode has a sender, decode
+  // mode a receiver.
+  disaggregation::KvSender* kv_sender = nullptr;
+  disaggregation::KvReceiver* kv_receiver = nullptr;
 
   bool is_draining() const { return is_draining_.load(std::memory_order_acquire); }
   void set_draining() { is_draining_.store(true, std::memory_order_release); }

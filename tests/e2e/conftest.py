@@ -1,5 +1,6 @@
 """Starts the real `peregrine serve` on the embedded demo model for the e2e tests."""
 import os
+import signal
 import socket
 import subprocess
 import tempfile
@@ -20,14 +21,15 @@ def free_port():
 
 
 class Server:
-    def __init__(self, extra_args=()):
+    def __init__(self, extra_args=(), env=None):
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
         args = [BIN, "serve", "--host", "127.0.0.1", "--port", str(self.port), "--api-key", API_KEY,
                 *extra_args]
         # The log goes to a file: a pipe nobody reads would stall the server once full.
         self.log = tempfile.NamedTemporaryFile(mode="w+", prefix="peregrine-e2e-", suffix=".log")
-        self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, text=True)
+        self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, text=True,
+                                     env={**os.environ, **(env or {})})
         deadline = time.time() + 120
         while time.time() < deadline:
             if self.proc.poll() is not None:
@@ -60,6 +62,46 @@ class Server:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+
+
+class Router:
+    """`peregrine router` over `workers` (or the worker flags in worker_args)."""
+
+    def __init__(self, workers, extra=(), worker_args=None):
+        self.port = free_port()
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        self.log = tempfile.NamedTemporaryFile(mode="w+", prefix="peregrine-router-", suffix=".log")
+        args = [BIN, "router", "--host", "127.0.0.1", "--port", str(self.port), "--api-key", API_KEY,
+                "--health-check-interval-secs", "0.2", "--health-failure-threshold", "2",
+                *(worker_args if worker_args is not None else ["--worker-urls", *[w.base_url for w in workers]]),
+                *extra]
+        self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, text=True)
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError("router exited early:\n" + open(self.log.name).read())
+            try:
+                with urllib.request.urlopen(self.base_url + "/health", timeout=1) as r:
+                    if r.status == 200:
+                        return
+            except OSError:
+                time.sleep(0.1)
+        raise RuntimeError("router did not become healthy")
+
+    def metrics(self):
+        with urllib.request.urlopen(self.base_url + "/metrics") as r:
+            text = r.read().decode()
+        out = {}
+        for line in text.splitlines():
+            if line and not line.startswith("#"):
+                name, value = line.rsplit(" ", 1)
+                out[name] = float(value)
+        return out
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            self.proc.wait(timeout=30)
 
 
 @pytest.fixture(scope="session")

@@ -4,56 +4,14 @@ cache-aware policy keeps a prompt on one worker, a killed worker is retried arou
 ejected, a stream whose worker dies ends with an error event, and with no worker left the
 router answers 503 in OpenAI's error shape."""
 import json
-import os
-import re
-import signal
 import socket
-import subprocess
-import tempfile
 import time
 import urllib.error
 import urllib.request
 
 import pytest
 
-from conftest import API_KEY, BIN, Server, free_port
-
-
-class Router:
-    def __init__(self, workers, extra=()):
-        self.port = free_port()
-        self.base_url = f"http://127.0.0.1:{self.port}"
-        self.log = tempfile.NamedTemporaryFile(mode="w+", prefix="peregrine-router-", suffix=".log")
-        args = [BIN, "router", "--host", "127.0.0.1", "--port", str(self.port), "--api-key", API_KEY,
-                "--health-check-interval-secs", "0.2", "--health-failure-threshold", "2",
-                "--worker-urls", *[w.base_url for w in workers], *extra]
-        self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, text=True)
-        deadline = time.time() + 30
-        while time.time() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError("router exited early:\n" + open(self.log.name).read())
-            try:
-                with urllib.request.urlopen(self.base_url + "/health", timeout=1) as r:
-                    if r.status == 200:
-                        return
-            except OSError:
-                time.sleep(0.1)
-        raise RuntimeError("router did not become healthy")
-
-    def metrics(self):
-        with urllib.request.urlopen(self.base_url + "/metrics") as r:
-            text = r.read().decode()
-        out = {}
-        for line in text.splitlines():
-            if line and not line.startswith("#"):
-                name, value = line.rsplit(" ", 1)
-                out[name] = float(value)
-        return out
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            self.proc.wait(timeout=30)
+from conftest import API_KEY, Router, Server
 
 
 def _client(url):

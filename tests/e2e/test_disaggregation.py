@@ -1,0 +1,252 @@
+"""Prefill/decode disaggregation on the CPU backend: a prefill server, a decode server and
+`peregrine router --pd-disaggregation` in front, through the official openai client. The text
+is the single server's (streamed and not, completions and chat) and the KV really moved (UCX
+over loopback); every fault ends in a recompute or an error as the decode server's failure
+policy says (prefill server dead, transfer corrupted, lost, or refused for a wrong secret),
+never in wrong text; a decode server killed mid-stream gives an error event; clients that go
+away leave no request running on either side; the transfer port survives garbage."""
+import http.client
+import json
+import socket
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+from conftest import API_KEY, Router, Server, free_port
+
+SECRET = "e2e-disaggregation-secret-0123456789"
+
+
+def _client(url):
+    import openai
+    return openai.OpenAI(base_url=url + "/v1", api_key=API_KEY, max_retries=0, timeout=120)
+
+
+def _metric(server, name, outcome=None):
+    """The sum of the server's `peregrine:<name>` series (those with that outcome label)."""
+    req = urllib.request.Request(server.base_url + "/metrics", headers={"Authorization": "Bearer " + API_KEY})
+    with urllib.request.urlopen(req) as r:
+        text = r.read().decode()
+    total = 0.0
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        series, value = line.rsplit(" ", 1)
+        if series.split("{")[0] == "peregrine:" + name and (outcome is None or f'outcome="{outcome}"' in series):
+            total += float(value)
+    return total
+
+
+def _prefill(port, env=None):
+    return Server(["--disaggregation-mode", "prefill", "--disaggregation-bootstrap-port", str(port)],
+                  env={"PEREGRINE_DISAGGREGATION_SECRET": SECRET, **(env or {})})
+
+
+def _decode(extra=(), secret=SECRET):
+    return Server(["--disaggregation-mode", "decode", "--disaggregation-transfer-timeout-secs", "3", *extra],
+                  env={"PEREGRINE_DISAGGREGATION_SECRET": secret})
+
+
+def _pd_router(prefill, bootstrap_port, decode):
+    return Router([], ["--max-retries", "0"],
+                  worker_args=["--pd-disaggregation", "--prefill", prefill.base_url, str(bootstrap_port),
+                               "--decode", decode.base_url])
+
+
+PROMPTS = ["The river", "Once upon a time", "import numpy as np\n"]
+
+
+def _texts(client, prompts=PROMPTS):
+    model = client.models.list().data[0].id
+    out = []
+    for prompt in prompts:
+        kw = dict(model=model, prompt=prompt, max_tokens=20, temperature=0)
+        out.append(client.completions.create(**kw).choices[0].text)
+        out.append("".join(c.choices[0].text for c in client.completions.create(stream=True, **kw) if c.choices))
+    messages = [{"role": "user", "content": "Say hello"}]
+    chat = client.chat.completions.create(model=model, messages=messages, max_tokens=16, temperature=0)
+    out.append(chat.choices[0].message.content)
+    stream = client.chat.completions.create(model=model, messages=messages, max_tokens=16, temperature=0,
+                                            stream=True)
+    out.append("".join(c.choices[0].delta.content or "" for c in stream if c.choices))
+    return out
+
+
+@pytest.fixture(scope="module")
+def reference():
+    s = Server()
+    try:
+        yield _texts(_client(s.base_url))
+    finally:
+        s.stop()
+
+
+@pytest.fixture(scope="module")
+def pd():
+    port = free_port()
+    prefill = _prefill(port)
+    decode = _decode()
+    router = _pd_router(prefill, port, decode)
+    yield prefill, decode, router, port
+    router.stop()
+    decode.stop()
+    prefill.stop()
+
+
+def test_pd_pair_answers_as_one_server(reference, pd):
+    prefill, decode, router, _ = pd
+    assert _texts(_client(router.base_url)) == reference
+    # The KV moved: every generation request was pulled, none recomputed.
+    assert _metric(prefill, "kv_transfer_rooms_published_total") >= 8
+    assert _metric(decode, "kv_transfer_pulls_total", "ok") >= 8
+    assert _metric(decode, "kv_transfer_pulls_total", "failed") == 0
+    assert _metric(decode, "kv_transfer_recomputed_total") == 0
+    assert _metric(decode, "kv_transfer_bytes_total") > 0
+
+
+def test_bootstrap_fields_are_checked(pd):
+    prefill, decode, _, port = pd
+    body = {"model": "deepseek-v4", "prompt": "hi", "max_tokens": 4, "bootstrap_host": "127.0.0.1", "bootstrap_port": port,
+            "bootstrap_room": 12345, "n": 2}
+    for target, patch, want in [(decode, {}, "n"), (decode, {"bootstrap_port": None}, "bootstrap_room"),
+                                (decode, {"bootstrap_port": 70000}, "bootstrap_port"),
+                                (decode, {"n": 1, "prompt_logprobs": 1}, "prompt_logprobs")]:
+        b = {k: v for k, v in {**body, **patch}.items() if v is not None}
+        req = urllib.request.Request(target.base_url + "/v1/completions", data=json.dumps(b).encode(),
+                                     headers={"Authorization": "Bearer " + API_KEY,
+                                              "Content-Type": "application/json"})
+        with pytest.raises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(req)
+        assert e.value.code == 400
+        assert json.loads(e.value.read())["error"]["param"] == want
+
+
+def test_a_server_without_a_mode_refuses_rooms(pd):
+    plain = Server()
+    try:
+        b = {"model": "deepseek-v4", "prompt": "hi", "max_tokens": 4, "bootstrap_host": "127.0.0.1", "bootstrap_port": 1,
+             "bootstrap_room": 1}
+        req = urllib.request.Request(plain.base_url + "/v1/completions", data=json.dumps(b).encode(),
+                                     headers={"Authorization": "Bearer " + API_KEY,
+                                              "Content-Type": "application/json"})
+        with pytest.raises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(req)
+        assert e.value.code == 400
+    finally:
+        plain.stop()
+
+
+def test_clients_that_leave_free_both_sides(pd):
+    prefill, decode, router, _ = pd
+    body = {"model": "deepseek-v4", "prompt": "Tell me a long story", "max_tokens": 400, "temperature": 0,
+            "stream": True, "ignore_eos": True}
+    conn = http.client.HTTPConnection("127.0.0.1", router.port, timeout=60)
+    conn.request("POST", "/v1/completions", body=json.dumps(body),
+                 headers={"Authorization": "Bearer " + API_KEY, "Content-Type": "application/json"})
+    r = conn.getresponse()
+    assert r.status == 200
+    while not r.readline().startswith(b"data: {"):
+        pass  # until the first token is here; then go away
+    assert _metric(decode, "num_requests_running") == 1
+    conn.sock.shutdown(socket.SHUT_RDWR)
+    conn.close()
+    deadline = time.time() + 10
+    while time.time() < deadline:
+        running = [_metric(s, "num_requests_running") + _metric(s, "num_requests_waiting") for s in (prefill, decode)]
+        usage = [_metric(s, "kv_cache_usage_perc") for s in (prefill, decode)]
+        if running == [0, 0] and usage == [0, 0]:
+            break
+        time.sleep(0.1)
+    assert running == [0, 0] and usage == [0, 0], (running, usage)
+
+
+def test_the_transfer_port_survives_garbage(reference, pd):
+    _, _, router, port = pd
+    for junk in [b"\x00", b"GET / HTTP/1.1\r\n\r\n", bytes(range(256)) * 64]:
+        with socket.create_connection(("127.0.0.1", port)) as sock:
+            sock.sendall(junk)
+            time.sleep(0.05)
+    assert _texts(_client(router.base_url), PROMPTS[:1])[:2] == reference[:2]
+
+
+@pytest.mark.parametrize("fault", ["prefill_dead", "corrupt", "drop", "wrong_secret"])
+@pytest.mark.parametrize("policy", ["recompute", "fail"])
+def test_transfer_faults_follow_the_failure_policy(reference, fault, policy):
+    port = free_port()
+    env = {"PEREGRINE_KV_TRANSFER_FAULT": fault} if fault in ("corrupt", "drop") else None
+    prefill = _prefill(port, env)
+    decode = _decode(["--disaggregation-failure-policy", policy],
+                     secret=SECRET + "-other" if fault == "wrong_secret" else SECRET)
+    router = _pd_router(prefill, port, decode)
+    try:
+        client = _client(router.base_url)
+        model = client.models.list().data[0].id
+        kw = dict(model=model, prompt=PROMPTS[0], max_tokens=20, temperature=0)
+        if fault == "prefill_dead":
+            # As the router pairs it, but the prefill server is gone before the transfer.
+            prefill.stop()
+            client = _client(decode.base_url)
+            kw["extra_body"] = {"bootstrap_host": "127.0.0.1", "bootstrap_port": port, "bootstrap_room": 77}
+        if policy == "recompute":
+            assert client.completions.create(**kw).choices[0].text == reference[0]
+            assert _metric(decode, "kv_transfer_recomputed_total") >= 1
+        else:
+            import openai
+            with pytest.raises(openai.InternalServerError):
+                client.completions.create(**kw)
+        assert _metric(decode, "kv_transfer_pulls_total", "failed") >= 1
+        assert _metric(decode, "kv_transfer_pulls_total", "ok") == 0
+    finally:
+        router.stop()
+        decode.stop()
+        prefill.stop()
+
+
+def test_without_a_prefill_server_the_router_sends_whole_requests_to_decode(reference):
+    port = free_port()
+    prefill = _prefill(port)
+    decode = _decode()
+    router = _pd_router(prefill, port, decode)
+    try:
+        prefill.stop()
+        time.sleep(1.5)  # the health checks eject it
+        client = _client(router.base_url)
+        model = client.models.list().data[0].id
+        assert client.completions.create(model=model, prompt=PROMPTS[0], max_tokens=20,
+                                         temperature=0).choices[0].text == reference[0]
+        assert _metric(decode, "kv_transfer_pulls_total") == 0
+    finally:
+        router.stop()
+        decode.stop()
+
+
+def test_a_decode_server_killed_mid_stream_ends_in_an_error_event():
+    port = free_port()
+    prefill = _prefill(port)
+    decode = _decode()
+    router = _pd_router(prefill, port, decode)
+    try:
+        client = _client(router.base_url)
+        model = client.models.list().data[0].id
+        stream = client.completions.create(model=model, prompt="Tell me a long story", max_tokens=2000,
+                                           temperature=0, stream=True, extra_body={"ignore_eos": True})
+        got_error = False
+        import openai
+        try:
+            for i, chunk in enumerate(stream):
+                if i == 3:
+                    decode.proc.kill()
+        except openai.APIError:
+            got_error = True
+        assert got_error
+    finally:
+        router.stop()
+        decode.stop()
+        prefill.stop()
+
+
+def test_a_mode_without_a_secret_does_not_start():
+    with pytest.raises(RuntimeError, match="secret"):
+        Server(["--disaggregation-mode", "prefill", "--disaggregation-bootstrap-port", str(free_port())])
