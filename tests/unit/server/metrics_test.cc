@@ -242,8 +242,6 @@ TEST_F(MetricsTest, EverySeriesWithVllmNames) {
   EXPECT_TRUE(s.count(std::string("peregrine:time_to_first_token_seconds_bucket") + L("le=\"0.001\"")));
 }
 
-// --metrics-prefix vllm: every series is `vllm:` with vLLM's labels (model_name, engine), and
-// every series vLLM's own Grafana dashboard queries is there.
 // vLLM's spec_decode counters appear while the engine speculates, with every draft
 // position, and not at all when it does not.
 TEST_F(MetricsTest, SpeculativeDecodingCounters) {
@@ -268,6 +266,33 @@ TEST_F(MetricsTest, SpeculativeDecodingCounters) {
   EXPECT_EQ(v("spec_decode_num_accepted_tokens_per_pos_total", "position=\"2\""), 2);
 }
 
+// The KV-transfer series of disaggregated serving: present (and set) only in a mode.
+TEST_F(MetricsTest, KvTransferSeriesOnlyWithDisaggregation) {
+  std::string error;
+  const auto plain = ParseExposition(ServerMetrics(MetricsOptions{MetricsNaming::kPeregrine, kModel, 64}).Render({}),
+                                     &error);
+  ASSERT_TRUE(error.empty()) << error;
+  for (const auto& [series, value] : plain) EXPECT_EQ(series.find("kv_transfer"), std::string::npos) << series;
+  ServerMetrics m(MetricsOptions{MetricsNaming::kPeregrine, kModel, 64, true});
+  m.AddKvPublished();
+  m.ObserveKvTransfer(true, 4096, 0.02);
+  m.ObserveKvTransfer(true, 1024, 0.5);
+  m.ObserveKvTransfer(false, 0, 3.0);
+  m.AddKvRecompute();
+  const auto s = ParseExposition(m.Render({}), &error);
+  ASSERT_TRUE(error.empty()) << error;
+  auto v = [&](const std::string& name, const std::string& extra = {}) { return Value(s, "peregrine:" + name + L(extra)); };
+  EXPECT_EQ(v("kv_transfer_rooms_published_total"), 1);
+  EXPECT_EQ(v("kv_transfer_pulls_total", "outcome=\"ok\""), 2);
+  EXPECT_EQ(v("kv_transfer_pulls_total", "outcome=\"failed\""), 1);
+  EXPECT_EQ(v("kv_transfer_bytes_total"), 5120);
+  EXPECT_EQ(v("kv_transfer_recomputed_total"), 1);
+  EXPECT_EQ(v("kv_transfer_seconds_count"), 2);  // successful pulls only
+  EXPECT_DOUBLE_EQ(v("kv_transfer_seconds_sum"), 0.52);
+}
+
+// --metrics-prefix vllm: every series is `vllm:` with vLLM's labels (model_name, engine), and
+// every series vLLM's own Grafana dashboard queries is there.
 TEST_F(MetricsTest, VllmNamingForVllmDashboards) {
   ServerConfig config = TestConfig();
   config.metrics_naming = MetricsNaming::kVllm;
