@@ -156,8 +156,9 @@ struct KvReceiver::Impl {
     if (st->pages.size() < n) return;
     for (size_t i = 0; i < n; ++i)
       if (st->page_arrived[i] == 0) return;
+    const std::vector<Digest> digests = Sha256Pages(st->pages);
     for (size_t i = 0; i < n; ++i) {
-      if (st->pages[i].size() != meta->page_sizes[i] || !DigestEquals(meta->page_digests[i], Sha256(st->pages[i])))
+      if (st->pages[i].size() != meta->page_sizes[i] || !DigestEquals(meta->page_digests[i], digests[i]))
         return End(st, DataLoss("KV transfer: page " + std::to_string(i) + " does not match its digest"));
     }
     TransferredKv kv;

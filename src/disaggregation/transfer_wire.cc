@@ -4,7 +4,10 @@
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cstring>
+#include <thread>
 #include <nlohmann/json.hpp>
 
 #include "base/check.h"
@@ -46,6 +49,20 @@ Digest Sha256(std::span<const uint8_t> bytes) {
   unsigned int len = 0;
   PG_CHECK(EVP_Digest(bytes.data(), bytes.size(), out.data(), &len, EVP_sha256(), nullptr) == 1 && len == out.size(),
            "SHA-256 failed");
+  return out;
+}
+
+std::vector<Digest> Sha256Pages(std::span<const std::vector<uint8_t>> pages) {
+  std::vector<Digest> out(pages.size());
+  const size_t threads = std::min<size_t>({pages.size(), std::max(1u, std::thread::hardware_concurrency()), 8});
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i = next.fetch_add(1); i < pages.size(); i = next.fetch_add(1)) out[i] = Sha256(pages[i]);
+  };
+  std::vector<std::thread> pool;
+  for (size_t t = 1; t < threads; ++t) pool.emplace_back(work);
+  work();
+  for (std::thread& t : pool) t.join();
   return out;
 }
 
@@ -144,10 +161,8 @@ RoomMeta MetaOf(const TransferredKv& kv) {
   m.prompt_ids = kv.prompt_ids;
   m.num_tokens = kv.num_tokens;
   m.first = kv.first;
-  for (const std::vector<uint8_t>& p : kv.pages) {
-    m.page_sizes.push_back(p.size());
-    m.page_digests.push_back(Sha256(p));
-  }
+  for (const std::vector<uint8_t>& p : kv.pages) m.page_sizes.push_back(p.size());
+  m.page_digests = Sha256Pages(kv.pages);
   return m;
 }
 

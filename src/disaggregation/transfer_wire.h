@@ -55,6 +55,8 @@ struct RoomMeta {
 };
 
 Digest Sha256(std::span<const uint8_t> bytes);
+// Every page's SHA-256, on up to 8 threads (a room's pages are hashed on both sides).
+std::vector<Digest> Sha256Pages(std::span<const std::vector<uint8_t>> pages);
 Digest Hmac(std::string_view secret, std::span<const uint8_t> message);
 // Constant-time comparison (a MAC check must not leak how much of it matched).
 bool DigestEquals(const Digest& a, std::span<const uint8_t> b);

@@ -1,0 +1,3 @@
+add_executable(kv_transfer_bench ${CMAKE_CURRENT_LIST_DIR}/kv_transfer_bench.cc)
+target_compile_options(kv_transfer_bench PRIVATE ${PEREGRINE_WARNINGS})
+target_link_libraries(kv_transfer_bench PRIVATE peregrine_disaggregation)
