@@ -95,6 +95,12 @@ struct DeviceModelLimits {
   int64_t block_tokens = 256;    // KV block size (rounded up to what the model needs)
 };
 
+// A contiguous piece of device memory (a KV page is a list of them).
+struct DeviceRegion {
+  void* data = nullptr;
+  size_t bytes = 0;
+};
+
 class DeviceModel {
  public:
   virtual ~DeviceModel() = default;
@@ -122,6 +128,10 @@ class DeviceModel {
   virtual Tensor logits(int64_t rows) const = 0;
   // Names of the op kinds OpProfiler::Run receives, in print order.
   virtual std::vector<std::string> op_kinds() const = 0;
+  // Disaggregation (ModelRunner::ExportKv): where a slot's per-request state and a block's
+  // entries lie, in page order (empty: this model cannot move its KV).
+  virtual std::vector<DeviceRegion> SlotRegions(int32_t /*slot*/) const { return {}; }
+  virtual std::vector<DeviceRegion> BlockRegions(int32_t /*block*/) const { return {}; }
 };
 
 class Checkpoint;

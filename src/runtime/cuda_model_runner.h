@@ -51,6 +51,13 @@ class CudaModelRunner final : public ModelRunner {
   }
   DeviceTime device_time() const override { return device_time_; }
   void NoteIdle() override { idle_since_collect_ = true; }
+  // Disaggregation (cuda_kv_transfer.cc): pages in the device's own formats (bf16 rings and
+  // entries, f32 compressor rings).
+  Status ExportKv(int32_t slot, std::span<const int32_t> blocks, int64_t num_tokens,
+                  std::vector<std::vector<uint8_t>>* pages) override;
+  Status ImportKv(int32_t slot, std::span<const int32_t> blocks, int64_t num_tokens,
+                  std::span<const std::vector<uint8_t>> pages) override;
+  std::string kv_fingerprint() const override;
   int64_t vocab_size() const override { return executor_->config().vocab_size; }
   int64_t max_context() const override { return executor_->options().max_context; }
   std::vector<int32_t> eos_token_ids() const override;

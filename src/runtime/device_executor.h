@@ -72,6 +72,7 @@ class DeviceExecutor {
   const ExecutorOptions& options() const { return options_; }
   const KvCapacity& kv_capacity() const { return capacity_; }
   DeviceModel& model() { return *model_; }
+  const DeviceModel& model() const { return *model_; }
   uint64_t weight_bytes() const { return model_->weight_bytes(); }
   // What the device's free memory dropped by when the pools were allocated.
   uint64_t kv_device_bytes() const { return kv_device_bytes_; }

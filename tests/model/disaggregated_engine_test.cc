@@ -60,7 +60,8 @@ std::vector<EngineRequest> Requests() {
   std::vector<EngineRequest> out;
   for (int i = 0; i < 8; ++i) {
     EngineRequest r;
-    r.id = "d" + std::to_string(i);
+    r.id = "d";
+    r.id += std::to_string(i);
     const std::vector<int32_t>& text = i % 2 == 0 ? golden->mtp_tokens : golden->prompt_ids;
     // Lengths across the 128-token block boundary; two share a long prefix (a prefix hit).
     const size_t len = std::min<size_t>(text.size(), i == 7 ? 150 : 20 + 23 * static_cast<size_t>(i));

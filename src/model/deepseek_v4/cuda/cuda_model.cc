@@ -453,6 +453,49 @@ cudaError_t Copy2D(void* dst, size_t dpitch, const void* src, size_t spitch, siz
 
 }  // namespace
 
+namespace {
+
+// Row `index` of a tensor whose first dimension has `rows` rows.
+DeviceRegion RowOf(const Tensor& t, int64_t rows, int64_t index) {
+  if (t.data == nullptr || rows <= 0) return {};
+  const size_t row_bytes = DTypeBytes(t.dtype, static_cast<size_t>(t.numel() / rows));
+  return {static_cast<char*>(t.data) + static_cast<size_t>(index) * row_bytes, row_bytes};
+}
+
+}  // namespace
+
+std::vector<DeviceRegion> CudaModel::SlotRegions(int32_t slot) const {
+  const Impl& m = *impl_;
+  const KvGeometry& g = m.geometry;
+  std::vector<DeviceRegion> r;
+  if (slot < 0 || slot >= m.pools.num_slots) return r;
+  const size_t window_bytes = static_cast<size_t>(g.window * g.head_dim * 2);
+  for (size_t i = 0; i < g.layers.size(); ++i) {
+    const LayerKv& k = m.kv[i];
+    r.push_back({static_cast<char*>(k.window.data) + static_cast<size_t>(slot) * window_bytes, window_bytes});
+    if (g.layers[i].ratio <= 0) continue;
+    r.push_back(RowOf(k.kv_ring, m.pools.num_slots, slot));
+    r.push_back(RowOf(k.gate_ring, m.pools.num_slots, slot));
+    if (g.layers[i].csa_index < 0) continue;
+    r.push_back(RowOf(k.index_kv_ring, m.pools.num_slots, slot));
+    r.push_back(RowOf(k.index_gate_ring, m.pools.num_slots, slot));
+  }
+  return r;
+}
+
+std::vector<DeviceRegion> CudaModel::BlockRegions(int32_t block) const {
+  const Impl& m = *impl_;
+  const KvGeometry& g = m.geometry;
+  std::vector<DeviceRegion> r;
+  if (block < 0 || block >= m.pools.num_blocks) return r;
+  for (size_t i = 0; i < g.layers.size(); ++i) {
+    if (g.layers[i].ratio <= 0) continue;
+    r.push_back(RowOf(m.kv[i].cache, m.pools.num_blocks, block));
+    if (g.layers[i].csa_index >= 0) r.push_back(RowOf(m.kv[i].index_keys, m.pools.num_blocks, block));
+  }
+  return r;
+}
+
 Status CudaModel::EnqueueRestores(std::span<const ChunkView> chunks, cudaStream_t stream) {
   const Impl& m = *impl_;
   const KvGeometry& g = m.geometry;

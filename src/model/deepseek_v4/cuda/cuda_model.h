@@ -45,6 +45,10 @@ class CudaModel final : public DeviceModel {
   Status EnqueueSnapshots(std::span<const ChunkView> chunks, const DeviceStep& step, cudaStream_t stream) override;
   Tensor logits(int64_t rows) const override;
   std::vector<std::string> op_kinds() const override;
+  // Per layer: the window ring (bf16), then the compressor rings and the indexer's (f32);
+  // a block: per compressed layer its entries (bf16) and index keys (bf16).
+  std::vector<DeviceRegion> SlotRegions(int32_t slot) const override;
+  std::vector<DeviceRegion> BlockRegions(int32_t block) const override;
 
   const KvGeometry& geometry() const;
 
