@@ -149,6 +149,9 @@ def test_clients_that_leave_free_both_sides(pd):
     assert r.status == 200
     while not r.readline().startswith(b"data: {"):
         pass  # until the first token is here; then go away
+    deadline = time.time() + 5  # the engine's gauges follow within a step
+    while _metric(decode, "num_requests_running") != 1 and time.time() < deadline:
+        time.sleep(0.02)
     assert _metric(decode, "num_requests_running") == 1
     conn.sock.shutdown(socket.SHUT_RDWR)
     conn.close()
