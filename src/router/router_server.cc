@@ -1,6 +1,9 @@
 #include "router/router_server.h"
 
+#include <sys/socket.h>
+
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <limits>
 #include <optional>
@@ -36,6 +39,9 @@ namespace {
 
 constexpr auto kIdleTimeout = std::chrono::seconds(60);
 constexpr auto kCheckTimeout = std::chrono::seconds(3);
+// The status a relayed request is counted under when its client closed the connection first
+// (nginx's 499): not a failure of the worker.
+constexpr int kClientClosed = 499;
 
 std::chrono::milliseconds Ms(double seconds) { return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000)); }
 
@@ -107,16 +113,31 @@ struct RouterServer::Impl {
     room_seed = (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
   }
 
-  // PD mode: sends the prefill worker its copy of a request and drops the answer.
-  awaitable<void> Prefill(int w, http::request<http::string_body> fwd, std::vector<uint64_t> keys);
   // The forwarded copy of `req` for worker `w`, with `body`.
   http::request<http::string_body> Forwarded(const http::request<http::string_body>& req, int w, std::string body) const;
   uint64_t NextRoom() { return Mix(room_seed + next_room.fetch_add(1)) & 0x7fffffffffffffffULL; }
 
   awaitable<void> Accept();
   awaitable<void> ServeClient(tcp::socket socket);
+  // A relayed request's upstream connections, closed when its client goes away first (the
+  // workers then abort the request); touched on the client's strand, the prefill stream
+  // through its own.
+  struct Relaying {
+    bool finished = false;
+    std::atomic<bool> client_gone{false};  // also read by the prefill exchange
+    beast::tcp_stream* upstream = nullptr;  // the worker answering the client, while connected
+    std::shared_ptr<beast::tcp_stream> prefill;
+  };
   // Sends the request to a worker and relays the answer; false: the client connection must close.
   awaitable<bool> Relay(beast::tcp_stream& client, const http::request<http::string_body>& req);
+  awaitable<bool> RelayTo(beast::tcp_stream& client, const http::request<http::string_body>& req,
+                          const std::shared_ptr<Relaying>& st);
+  // Until the relay ends: a client that closes its connection closes the upstream ones.
+  awaitable<void> WatchClient(tcp::socket& socket, std::shared_ptr<Relaying> st);
+  // PD mode: sends the prefill worker its copy of a request (on st->prefill) and
+  // drops the answer.
+  awaitable<void> Prefill(int w, std::shared_ptr<Relaying> st, http::request<http::string_body> fwd,
+                          std::vector<uint64_t> keys);
   // One plain GET to worker i: (status, body), or nullopt when it could not be done.
   awaitable<std::optional<std::pair<int, std::string>>> Get(size_t i, std::string target);
   awaitable<void> Check(size_t i);
@@ -219,13 +240,15 @@ http::request<http::string_body> RouterServer::Impl::Forwarded(const http::reque
   return fwd;
 }
 
-awaitable<void> RouterServer::Impl::Prefill(int w, http::request<http::string_body> fwd, std::vector<uint64_t> keys) {
+awaitable<void> RouterServer::Impl::Prefill(int w, std::shared_ptr<Relaying> st, http::request<http::string_body> fwd,
+                                            std::vector<uint64_t> keys) {
+  const std::shared_ptr<beast::tcp_stream> stream = st->prefill;
   const bench_client::BaseUrl& url = urls[static_cast<size_t>(w)];
   auto exec = co_await net::this_coro::executor;
   beast::error_code ec;
   tcp::resolver resolver(exec);
   auto endpoints = co_await resolver.async_resolve(url.host, url.port, net::redirect_error(net::use_awaitable, ec));
-  beast::tcp_stream up(exec);
+  beast::tcp_stream& up = *stream;
   if (!ec) {
     up.expires_after(Ms(config.connect_timeout_s));
     co_await up.async_connect(endpoints, net::redirect_error(net::use_awaitable, ec));
@@ -239,10 +262,45 @@ awaitable<void> RouterServer::Impl::Prefill(int w, http::request<http::string_bo
   beast::flat_buffer buffer;
   if (!ec) co_await http::async_read(up, buffer, rp, net::redirect_error(net::use_awaitable, ec));
   // A prefill worker that fails leaves the decode worker to its failure policy.
-  pool.Release(w, ec ? 0 : rp.get().result_int(), keys);
+  pool.Release(w, !ec ? rp.get().result_int() : st->client_gone ? kClientClosed : 0, keys);
+}
+
+awaitable<void> RouterServer::Impl::WatchClient(tcp::socket& socket, std::shared_ptr<Relaying> st) {
+  for (;;) {
+    beast::error_code ec;
+    co_await socket.async_wait(tcp::socket::wait_read, net::redirect_error(net::use_awaitable, ec));
+    if (st->finished || ec) co_return;  // the relay ended (and cancelled this wait)
+    // Readiness can be stale: only a peek tells a closed connection (0) from more bytes (a
+    // pipelined request: not gone) and from nothing yet (wait again).
+    char byte = 0;
+    const ssize_t n = ::recv(socket.native_handle(), &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n > 0) co_return;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) continue;
+    break;  // end of stream or a reset
+  }
+  st->client_gone = true;
+  beast::error_code ignored;
+  if (st->upstream != nullptr) st->upstream->socket().close(ignored);
+  if (st->prefill != nullptr) {
+    net::post(st->prefill->get_executor(), [p = st->prefill] {
+      beast::error_code e;
+      p->socket().close(e);
+    });
+  }
 }
 
 awaitable<bool> RouterServer::Impl::Relay(beast::tcp_stream& client, const http::request<http::string_body>& req) {
+  auto st = std::make_shared<Relaying>();
+  net::co_spawn(co_await net::this_coro::executor, WatchClient(client.socket(), st), net::detached);
+  const bool keep = co_await RelayTo(client, req, st);
+  st->finished = true;
+  beast::error_code ignored;
+  client.socket().cancel(ignored);
+  co_return keep && !st->client_gone;
+}
+
+awaitable<bool> RouterServer::Impl::RelayTo(beast::tcp_stream& client, const http::request<http::string_body>& req,
+                                            const std::shared_ptr<Relaying>& st) {
   const bool is_post = req.method() == http::verb::post;
   const std::vector<uint64_t> keys = PrefixKeys(is_post ? RoutingText(req.body()) : std::string());
   std::vector<int> tried = prefill_indices;  // a request is relayed to a decode (or plain) worker
@@ -260,7 +318,9 @@ awaitable<bool> RouterServer::Impl::Relay(beast::tcp_stream& client, const http:
       split = SplitForPd(body, urls[static_cast<size_t>(p)].host, pw.bootstrap_port, NextRoom());
     }
     if (split) {
-      net::co_spawn(net::make_strand(ioc), Prefill(p, Forwarded(req, p, std::move(split->prefill)), keys), net::detached);
+      st->prefill = std::make_shared<beast::tcp_stream>(net::make_strand(ioc));
+      net::co_spawn(st->prefill->get_executor(), Prefill(p, st, Forwarded(req, p, std::move(split->prefill)), keys),
+                    net::detached);
       body = std::move(split->decode);
     }
   }
@@ -274,9 +334,18 @@ awaitable<bool> RouterServer::Impl::Relay(beast::tcp_stream& client, const http:
     tcp::resolver resolver(exec);
     auto endpoints = co_await resolver.async_resolve(url.host, url.port, net::redirect_error(net::use_awaitable, ec));
     beast::tcp_stream up(exec);
+    st->upstream = &up;
+    struct Forget {
+      Relaying* st;
+      ~Forget() { st->upstream = nullptr; }
+    } forget{st.get()};
     if (!ec) {
       up.expires_after(Ms(config.connect_timeout_s));
       co_await up.async_connect(endpoints, net::redirect_error(net::use_awaitable, ec));
+    }
+    if (st->client_gone) {  // nobody to answer: not the worker's failure
+      pool.Release(w, kClientClosed, keys);
+      co_return false;
     }
     if (ec) {
       pool.Release(w, 0, keys);
@@ -289,6 +358,10 @@ awaitable<bool> RouterServer::Impl::Relay(beast::tcp_stream& client, const http:
     rp.body_limit(std::numeric_limits<std::uint64_t>::max());
     beast::flat_buffer up_buffer;
     if (!ec) co_await http::async_read_header(up, up_buffer, rp, net::redirect_error(net::use_awaitable, ec));
+    if (st->client_gone) {
+      pool.Release(w, kClientClosed, keys);
+      co_return false;
+    }
     if (ec) {
       pool.Release(w, 0, keys);
       continue;
@@ -342,6 +415,10 @@ awaitable<bool> RouterServer::Impl::Relay(beast::tcp_stream& client, const http:
         pool.Release(w, status, keys);
         co_return false;
       }
+    }
+    if (upstream_failed && st->client_gone) {
+      pool.Release(w, kClientClosed, keys);
+      co_return false;
     }
     if (upstream_failed && !(is_sse && res.chunked())) {
       pool.Release(w, 0, keys);

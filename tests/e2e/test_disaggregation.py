@@ -24,8 +24,9 @@ def _client(url):
     return openai.OpenAI(base_url=url + "/v1", api_key=API_KEY, max_retries=0, timeout=120)
 
 
-def _metric(server, name, outcome=None):
-    """The sum of the server's `peregrine:<name>` series (those with that outcome label)."""
+def _metric(server, name, outcome=None, label=None):
+    """The sum of the server's `peregrine:<name>` series (those with that outcome, or label)."""
+    label = label or (f'outcome="{outcome}"' if outcome else None)
     req = urllib.request.Request(server.base_url + "/metrics", headers={"Authorization": "Bearer " + API_KEY})
     with urllib.request.urlopen(req) as r:
         text = r.read().decode()
@@ -34,7 +35,7 @@ def _metric(server, name, outcome=None):
         if not line or line.startswith("#"):
             continue
         series, value = line.rsplit(" ", 1)
-        if series.split("{")[0] == "peregrine:" + name and (outcome is None or f'outcome="{outcome}"' in series):
+        if series.split("{")[0] == "peregrine:" + name and (label is None or label in series):
             total += float(value)
     return total
 
@@ -163,6 +164,41 @@ def test_clients_that_leave_free_both_sides(pd):
             break
         time.sleep(0.1)
     assert running == [0, 0] and usage == [0, 0], (running, usage)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_client_that_leaves_during_the_prefill_aborts_it(stream):
+    # A slow prefill (32-token chunks of a long prompt), left by its client after 0.3 s: the
+    # router closes both upstream connections and the prefill server aborts the request
+    # instead of computing the rest of the prompt.
+    port = free_port()
+    prefill = Server(["--disaggregation-mode", "prefill", "--disaggregation-bootstrap-port", str(port),
+                      "--max-num-batched-tokens", "32"],
+                     env={"PEREGRINE_DISAGGREGATION_SECRET": SECRET})
+    decode = _decode()
+    router = _pd_router(prefill, port, decode)
+    try:
+        body = json.dumps({"model": "deepseek-v4", "prompt": "a long story about rivers " * 800, "max_tokens": 8,
+                           "stream": stream})
+        with socket.create_connection(("127.0.0.1", router.port)) as sock:
+            sock.sendall((f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {API_KEY}\r\n"
+                          f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n{body}").encode())
+            time.sleep(0.3)
+        deadline = time.time() + 10
+        while time.time() < deadline and _metric(prefill, "request_success_total") == 0:
+            time.sleep(0.05)
+        # The prompt was not computed to the end: the request ended as an abort.
+        assert _metric(prefill, "request_success_total") == 1
+        assert _metric(prefill, "request_success_total", label='finished_reason="abort"') == 1
+        assert _metric(prefill, "kv_transfer_rooms_published_total") == 0
+        deadline = time.time() + 5
+        while time.time() < deadline and _metric(decode, "num_requests_running") + _metric(decode, "num_requests_waiting"):
+            time.sleep(0.05)
+        assert _metric(decode, "num_requests_running") + _metric(decode, "num_requests_waiting") == 0
+    finally:
+        router.stop()
+        decode.stop()
+        prefill.stop()
 
 
 def test_the_transfer_port_survives_garbage(reference, pd):
