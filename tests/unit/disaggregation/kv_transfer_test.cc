@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <future>
 #include <random>
@@ -163,6 +164,28 @@ TEST(KvTransfer, ARoomNeverPublishedTimesOut) {
   Result<TransferredKv> got = PullNow(*receiver, sender->port(), 6);
   ASSERT_FALSE(got.ok());
   EXPECT_EQ(got.status().code(), StatusCode::kDeadlineExceeded);
+}
+
+TEST(KvTransfer, APublishAfterThePullGaveUpIsIgnored) {
+  auto sender = StartSender("k");
+  auto receiver = StartReceiver("k", 0.3);
+  ASSERT_TRUE(sender && receiver);
+  std::atomic<int> calls{0};
+  std::promise<Result<TransferredKv>> first;
+  receiver->Pull("127.0.0.1", sender->port(), 11, [&](Result<TransferredKv> kv) {
+    if (calls.fetch_add(1) == 0) first.set_value(std::move(kv));
+  });
+  Result<TransferredKv> got = first.get_future().get();
+  ASSERT_FALSE(got.ok());
+  EXPECT_EQ(got.status().code(), StatusCode::kDeadlineExceeded);
+  // The room arrives late: the ended pull closed its connection, so the sender has no one to
+  // send it to (it waits for its expiry); `done` is not called again and the receiver keeps
+  // working.
+  sender->Publish(11, MakeKv(4, 1u << 20, 10));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(calls.load(), 1);
+  sender->Publish(12, MakeKv(2, 100, 11));
+  EXPECT_TRUE(PullNow(*receiver, sender->port(), 12).ok());
 }
 
 TEST(KvTransfer, NobodyListeningFailsThePull) {
