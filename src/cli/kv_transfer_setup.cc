@@ -42,6 +42,7 @@ Result<KvTransferEnds> StartKvTransfer(const ServeOptions& options) {
     c.port = static_cast<uint16_t>(options.disaggregation_bootstrap_port);
     c.secret = secret;
     c.expiry_s = options.disaggregation_transfer_timeout_s;
+    c.max_held_bytes = static_cast<uint64_t>(options.disaggregation_max_held_gb * double(uint64_t{1} << 30));
     if (const char* fault = std::getenv("PEREGRINE_KV_TRANSFER_FAULT"); fault != nullptr) c.fault = fault;
     PG_ASSIGN_OR_RETURN(ends.sender, disaggregation::KvSender::Start(c));
     LogInfo("KV transfer (UCX) on {}:{}{}", c.host, ends.sender->port(), c.fault.empty() ? "" : " with fault " + c.fault);

@@ -329,6 +329,9 @@ void AddServeCommand(CLI::App& app, EngineFactory factory) {
   cmd->add_option("--disaggregation-transfer-timeout-secs", options->disaggregation_transfer_timeout_s,
                   "decode: how long a request waits for its KV; prefill: how long a published KV waits to be pulled")
       ->check(CLI::Range(0.1, 86400.0))->capture_default_str();
+  cmd->add_option("--disaggregation-max-held-gb", options->disaggregation_max_held_gb,
+                  "prefill: host memory for published KV not pulled yet; past it the oldest rooms are dropped")
+      ->check(CLI::Range(0.001, 65536.0))->capture_default_str();
   AddCompatFlags(*cmd, *options);
   cmd->callback([options, drain_seconds, idle_seconds, metrics_prefix, metrics_port, factory = std::move(factory)] {
     options->server.metrics_naming =

@@ -39,6 +39,7 @@ struct KvSender::Impl {
     SharedBytes meta;         // signed meta (error rooms: encoded per pull)
     std::vector<SharedBytes> pages;
     Clock::time_point deadline;
+    uint64_t bytes = 0;
   };
   struct Pull {
     ucp_ep_h ep = nullptr;
@@ -60,6 +61,8 @@ struct KvSender::Impl {
 
   // The thread's (and UCX callbacks', which run inside its progress calls).
   std::unordered_map<uint64_t, Room> rooms;
+  std::deque<uint64_t> room_order;  // publication order (may name rooms already gone)
+  uint64_t held_bytes = 0;          // pages of the rooms in `rooms`
   std::vector<Pull> arrived;  // pulls received in callbacks, answered after progress
   std::vector<Pull> waiting;  // pulls for rooms not published yet
   std::deque<uint64_t> gone_order;
@@ -120,6 +123,7 @@ struct KvSender::Impl {
       return;
     }
     Room room = std::move(it->second);
+    held_bytes -= room.bytes;
     rooms.erase(it);
     Forget(p.room, "the room was already pulled");
     if (!room.error.empty()) {
@@ -160,7 +164,23 @@ struct KvSender::Impl {
           room.pages.push_back(std::make_shared<const std::vector<uint8_t>>(std::move(page)));
         }
         room.meta = std::make_shared<const std::vector<uint8_t>>(EncodeMeta(meta, config.secret, id));
+        for (const SharedBytes& p : room.pages) room.bytes += p->size();
       }
+      // Past the cap the oldest rooms go first: their decode servers recompute (or fail).
+      while (held_bytes + room.bytes > config.max_held_bytes && !room_order.empty()) {
+        const uint64_t oldest = room_order.front();
+        room_order.pop_front();
+        auto old = rooms.find(oldest);
+        if (old == rooms.end()) continue;
+        held_bytes -= old->second.bytes;
+        rooms.erase(old);
+        Forget(oldest, "the prefill server dropped the room: it held too much KV for pulls that did not come");
+        std::lock_guard<std::mutex> lock(mu);
+        ++counts.rooms_dropped;
+      }
+      if (auto prior = rooms.find(id); prior != rooms.end()) held_bytes -= prior->second.bytes;
+      held_bytes += room.bytes;
+      room_order.push_back(id);
       rooms[id] = std::move(room);
       // Pulls that came first are answered now.
       for (size_t i = 0; i < waiting.size();) {
@@ -202,12 +222,14 @@ struct KvSender::Impl {
 
   void Expire() {
     const Clock::time_point now = Clock::now();
+    while (!room_order.empty() && rooms.count(room_order.front()) == 0) room_order.pop_front();
     for (auto it = rooms.begin(); it != rooms.end();) {
       if (it->second.deadline > now) {
         ++it;
         continue;
       }
       const uint64_t id = it->first;
+      held_bytes -= it->second.bytes;
       it = rooms.erase(it);
       Forget(id, "the room expired before it was pulled");
       std::lock_guard<std::mutex> lock(mu);
@@ -242,6 +264,7 @@ struct KvSender::Impl {
 Result<std::unique_ptr<KvSender>> KvSender::Start(const KvSenderConfig& config) {
   if (config.secret.empty()) return InvalidArgument("the KV transfer needs the deployment's shared secret");
   if (config.expiry_s <= 0) return InvalidArgument("the KV transfer expiry must be positive");
+  if (config.max_held_bytes == 0) return InvalidArgument("the KV transfer needs room for at least one request's KV");
   auto impl = std::make_unique<Impl>();
   impl->config = config;
   PG_ASSIGN_OR_RETURN(impl->ucx, UcxWorker::Create());

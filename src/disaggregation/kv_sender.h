@@ -22,6 +22,9 @@ struct KvSenderConfig {
   uint16_t port = 8998;            // 0: any free port (KvSender::port)
   std::string secret;              // shared by the deployment's servers; non-empty
   double expiry_s = 60.0;          // how long a room (or a pull waiting for one) is kept
+  // Host bytes the published rooms may hold; past it the oldest rooms are dropped (their
+  // pulls hear why) before a new one is kept.
+  uint64_t max_held_bytes = uint64_t{16} << 30;
   // Test hook of the fault tests: "corrupt" flips a byte of every room's last page after
   // its digest was taken; "drop" publishes nothing (pulls time out). Empty: none.
   std::string fault;
@@ -31,6 +34,7 @@ struct KvSenderStats {
   int64_t rooms_published = 0;
   int64_t rooms_sent = 0;
   int64_t rooms_expired = 0;
+  int64_t rooms_dropped = 0;  // over max_held_bytes
   int64_t pulls_refused = 0;  // bad MAC or malformed messages
   int64_t bytes_sent = 0;
 };

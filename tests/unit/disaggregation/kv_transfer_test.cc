@@ -32,8 +32,10 @@ TransferredKv MakeKv(size_t num_pages, size_t page_bytes, uint32_t seed) {
   return kv;
 }
 
-std::unique_ptr<KvSender> StartSender(const std::string& secret, double expiry_s = 30.0, std::string fault = {}) {
+std::unique_ptr<KvSender> StartSender(const std::string& secret, double expiry_s = 30.0, std::string fault = {},
+                                      uint64_t max_held_bytes = uint64_t{1} << 34) {
   KvSenderConfig c;
+  c.max_held_bytes = max_held_bytes;
   c.port = 0;
   c.secret = secret;
   c.expiry_s = expiry_s;
@@ -186,6 +188,21 @@ TEST(KvTransfer, APublishAfterThePullGaveUpIsIgnored) {
   EXPECT_EQ(calls.load(), 1);
   sender->Publish(12, MakeKv(2, 100, 11));
   EXPECT_TRUE(PullNow(*receiver, sender->port(), 12).ok());
+}
+
+TEST(KvTransfer, PastTheByteCapTheOldestRoomsAreDropped) {
+  auto sender = StartSender("k", 30.0, {}, 5u << 20);
+  auto receiver = StartReceiver("k");
+  ASSERT_TRUE(sender && receiver);
+  sender->Publish(21, MakeKv(2, 1u << 20, 12));  // ~2 MiB each
+  sender->Publish(22, MakeKv(2, 1u << 20, 13));
+  sender->Publish(23, MakeKv(2, 1u << 20, 14));  // over 5 MiB: room 21 goes
+  Result<TransferredKv> dropped = PullNow(*receiver, sender->port(), 21);
+  ASSERT_FALSE(dropped.ok());
+  EXPECT_NE(dropped.status().message().find("too much KV"), std::string::npos) << dropped.status().ToString();
+  EXPECT_TRUE(PullNow(*receiver, sender->port(), 22).ok());
+  EXPECT_TRUE(PullNow(*receiver, sender->port(), 23).ok());
+  EXPECT_EQ(sender->stats().rooms_dropped, 1);
 }
 
 TEST(KvTransfer, NobodyListeningFailsThePull) {
