@@ -31,6 +31,48 @@ std::vector<uint8_t> RoomBytes(uint64_t room) {
 
 Status Bad(const std::string& what) { return InvalidArgument("KV transfer meta: " + what); }
 
+// A first pass over CBOR from a peer: nesting at most kMaxDepth deep, no container declaring
+// more entries than the bytes could hold, no syntax error. nlohmann's DOM parser recurses
+// per level and throws on declared sizes past max_size() even without exceptions enabled.
+class CborShape final : public nlohmann::json_sax<json> {
+ public:
+  explicit CborShape(size_t bytes) : bytes_(bytes) {}
+  bool null() override { return true; }
+  bool boolean(bool) override { return true; }
+  bool number_integer(number_integer_t) override { return true; }
+  bool number_unsigned(number_unsigned_t) override { return true; }
+  bool number_float(number_float_t, const string_t&) override { return true; }
+  bool string(string_t&) override { return true; }
+  bool binary(binary_t&) override { return true; }
+  bool start_object(size_t n) override { return Open(n); }
+  bool key(string_t&) override { return true; }
+  bool end_object() override { return Close(); }
+  bool start_array(size_t n) override { return Open(n); }
+  bool end_array() override { return Close(); }
+  bool parse_error(size_t, const std::string&, const nlohmann::detail::exception&) override { return false; }
+
+ private:
+  static constexpr int kMaxDepth = 8;
+  bool Open(size_t n) { return ++depth_ <= kMaxDepth && (n == static_cast<size_t>(-1) || n <= bytes_); }
+  bool Close() {
+    --depth_;
+    return true;
+  }
+  size_t bytes_;
+  int depth_ = 0;
+};
+
+// CBOR bytes as JSON, or discarded for anything malformed or shaped past CborShape.
+json ParseCbor(std::span<const uint8_t> bytes) {
+  CborShape shape(bytes.size());
+  try {
+    if (!json::sax_parse(bytes.begin(), bytes.end(), &shape, json::input_format_t::cbor)) return json::value_t::discarded;
+    return json::from_cbor(bytes.begin(), bytes.end(), true, false);
+  } catch (const json::exception&) {
+    return json::value_t::discarded;
+  }
+}
+
 }  // namespace
 
 Result<WireHeader> ParseHeader(std::span<const uint8_t> bytes) {
@@ -110,7 +152,7 @@ std::vector<uint8_t> EncodeMeta(const RoomMeta& meta, std::string_view secret, u
 }
 
 Result<RoomMeta> DecodeMeta(std::span<const uint8_t> bytes, std::string_view secret, uint64_t room) {
-  const json outer = json::from_cbor(bytes.begin(), bytes.end(), true, false);
+  const json outer = ParseCbor(bytes);
   if (outer.is_discarded() || !outer.is_object() || !outer.contains("meta") || !outer.contains("mac") ||
       !outer["meta"].is_binary() || !outer["mac"].is_binary())
     return Bad("not a signed meta");
@@ -119,7 +161,7 @@ Result<RoomMeta> DecodeMeta(std::span<const uint8_t> bytes, std::string_view sec
   signed_part.insert(signed_part.end(), body.begin(), body.end());
   if (!DigestEquals(Hmac(secret, signed_part), outer["mac"].get_binary()))
     return InvalidArgument("KV transfer meta not signed with this deployment's secret");
-  const json m = json::from_cbor(body.begin(), body.end(), true, false);
+  const json m = ParseCbor(body);
   if (m.is_discarded() || !m.is_object()) return Bad("not an object");
   RoomMeta meta;
   try {

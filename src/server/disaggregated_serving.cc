@@ -113,8 +113,10 @@ void StartGeneration(const std::shared_ptr<ServingContext>& context, const std::
 
 void PublishRefusal(ServingContext& context, std::string_view body, const ApiError& error) {
   if (context.config.disaggregation.mode != DisaggregationMode::kPrefill || context.kv_sender == nullptr) return;
-  const Json parsed = Json::parse(body, nullptr, false);
-  if (parsed.is_discarded() || !parsed.is_object()) return;
+  // The body was refused unread: parse it with the request path's bounds (UTF-8, nesting,
+  // linear members), never nlohmann's recursive parser on a hostile body.
+  Json parsed;
+  if (ParseJsonBody(body, context.config.limits.max_json_depth, &parsed)) return;
   const auto it = parsed.find("bootstrap_room");
   if (it == parsed.end() || !it->is_number_unsigned()) return;
   context.kv_sender->Publish(it->get<uint64_t>(), Unavailable("the prefill server refused the request: " + error.message));

@@ -48,6 +48,15 @@ TEST(TransferWire, MetaRefusedUnderAnotherSecretOrRoomOrWhenTampered) {
   EXPECT_FALSE(DecodeMeta(std::vector<uint8_t>{0xff, 0x00, 0x13}, "s3cret", 42).ok());
 }
 
+TEST(TransferWire, HostileCborIsRefusedNotThrown) {
+  // An array declaring 2^62 entries, and arrays nested 100,000 deep: refused before any DOM.
+  std::vector<uint8_t> huge = {0x9b, 0x40, 0, 0, 0, 0, 0, 0, 0};
+  EXPECT_FALSE(DecodeMeta(huge, "s3cret", 1).ok());
+  std::vector<uint8_t> deep(100000, 0x81);
+  EXPECT_FALSE(DecodeMeta(deep, "s3cret", 1).ok());
+  EXPECT_FALSE(DecodeMeta(std::vector<uint8_t>{0x5b, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}, "s3cret", 1).ok());
+}
+
 TEST(TransferWire, HeaderChecksMagicVersionKindAndSize) {
   WireHeader h;
   h.kind = static_cast<uint16_t>(MessageKind::kPage);
