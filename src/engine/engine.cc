@@ -131,8 +131,9 @@ Status Engine::Submit(EngineRequest request, EventSink sink) {
     seq->grammar_active = request.grammar_after < 0;
   }
   // Drafts are verified against the request's own sampling; grammars are not drafted under.
-  // A transferred state has no drafter state beside it: such a request decodes plainly.
-  seq->speculates = runner_->speculative_lookahead() > 0 && request.grammar == nullptr && request.import_kv == nullptr;
+  // A transferred state carries no drafter state: the drafter starts cold at the first
+  // decoded position (it restarts there, as after a prefix-cache restore).
+  seq->speculates = runner_->speculative_lookahead() > 0 && request.grammar == nullptr;
   seq->request = std::move(request);
   seq->sink = std::move(sink);
   seq->arrival = std::chrono::steady_clock::now();

@@ -243,6 +243,21 @@ def test_transfer_faults_follow_the_failure_policy(reference, fault, policy):
         prefill.stop()
 
 
+def test_a_speculating_decode_server_answers_the_same(reference):
+    port = free_port()
+    prefill = _prefill(port)
+    decode = _decode(["--speculative-algorithm", "mtp", "--speculative-num-steps", "3"])
+    router = _pd_router(prefill, port, decode)
+    try:
+        assert _texts(_client(router.base_url)) == reference
+        assert _metric(decode, "kv_transfer_recomputed_total") == 0
+        assert _metric(decode, "spec_decode_num_accepted_tokens_total") > 0
+    finally:
+        router.stop()
+        decode.stop()
+        prefill.stop()
+
+
 def test_without_a_prefill_server_the_router_sends_whole_requests_to_decode(reference):
     port = free_port()
     prefill = _prefill(port)

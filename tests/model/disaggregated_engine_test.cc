@@ -33,6 +33,7 @@ struct RunSetup {
   int64_t block_tokens = 128;
   int64_t max_num_seqs = 8;
   int64_t budget = 256;
+  speculative::SpeculativeConfig spec;
 };
 
 std::unique_ptr<Engine> MakeEngine(const RunSetup& s) {
@@ -44,6 +45,7 @@ std::unique_ptr<Engine> MakeEngine(const RunSetup& s) {
   o.kv_tokens = s.kv_tokens;
   o.block_tokens = s.block_tokens;
   o.snapshot_fraction = 0.5;
+  o.speculative = s.spec;
   auto runner = CpuModelRunner::Create(std::move(model).value(), o);
   EXPECT_TRUE(runner.ok()) << runner.status().ToString();
   if (!runner.ok()) return nullptr;
@@ -143,7 +145,8 @@ std::vector<std::shared_ptr<const TransferredKv>> RunPrefill(const std::vector<E
 }
 
 std::vector<Collected> RunDecode(const std::vector<EngineRequest>& requests,
-                                 const std::vector<std::shared_ptr<const TransferredKv>>& kvs, const RunSetup& setup) {
+                                 const std::vector<std::shared_ptr<const TransferredKv>>& kvs, const RunSetup& setup,
+                                 EngineStats* stats = nullptr) {
   std::vector<Collected> out(requests.size());
   auto engine = MakeEngine(setup);
   if (!engine) return out;
@@ -154,6 +157,7 @@ std::vector<Collected> RunDecode(const std::vector<EngineRequest>& requests,
     EXPECT_TRUE(s.ok()) << s.ToString();
   }
   Drain(*engine);
+  if (stats != nullptr) *stats = engine->Stats();
   return out;
 }
 
@@ -178,6 +182,22 @@ TEST(DisaggregatedEngine, DecodeFromTransferredKvGivesTheColocatedTokens) {
   tight.kv_tokens = 640;
   tight.max_num_seqs = 3;
   ExpectIdentical(RunDecode(requests, kvs, tight), want, "decode under preemption");
+  // A speculating decode engine (MTP chains, DDTree trees) drafts from the first decoded
+  // position on and verifies against the same tokens.
+  RunSetup mtp;
+  mtp.spec.algorithm = speculative::Algorithm::kMtp;
+  mtp.spec.num_steps = 3;
+  EngineStats stats;
+  ExpectIdentical(RunDecode(requests, kvs, mtp, &stats), want, "speculating decode (mtp)");
+  EXPECT_GT(stats.spec_num_drafts, 0);
+  EXPECT_GT(stats.spec_num_accepted_tokens, 0);
+  RunSetup tree;
+  tree.spec.algorithm = speculative::Algorithm::kDdtree;
+  tree.spec.num_steps = 3;
+  tree.spec.num_draft_tokens = 8;
+  tree.spec.topk = 3;
+  ExpectIdentical(RunDecode(requests, kvs, tree, &stats), want, "speculating decode (ddtree)");
+  EXPECT_GT(stats.spec_num_accepted_tokens, 0);
 }
 
 TEST(DisaggregatedEngine, TheRealTransferCarriesTheKv) {
