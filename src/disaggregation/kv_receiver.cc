@@ -165,6 +165,7 @@ struct KvReceiver::Impl {
     kv.fingerprint = std::move(meta->fingerprint);
     kv.prompt_ids = std::move(meta->prompt_ids);
     kv.num_tokens = meta->num_tokens;
+    kv.num_cached_tokens = meta->num_cached_tokens;
     kv.first = std::move(meta->first);
     kv.pages = std::move(st->pages);
     End(st, std::move(kv));

@@ -134,6 +134,7 @@ std::vector<uint8_t> EncodeMeta(const RoomMeta& meta, std::string_view secret, u
   m["fingerprint"] = meta.fingerprint;
   m["prompt_ids"] = meta.prompt_ids;
   m["num_tokens"] = meta.num_tokens;
+  m["num_cached_tokens"] = meta.num_cached_tokens;
   json top = json::array();
   for (const TokenLogprob& t : meta.first.top_logprobs) top.push_back({t.token, t.logprob});
   m["first"] = {{"token", meta.first.token}, {"logprob", meta.first.logprob}, {"top", top}};
@@ -171,6 +172,7 @@ Result<RoomMeta> DecodeMeta(std::span<const uint8_t> bytes, std::string_view sec
     if (!ids.is_array() || ids.size() > kMaxPromptTokens) return Bad("prompt_ids");
     meta.prompt_ids = ids.get<std::vector<int32_t>>();
     meta.num_tokens = m.at("num_tokens").get<int64_t>();
+    meta.num_cached_tokens = m.value("num_cached_tokens", int64_t{0});
     const json& first = m.at("first");
     meta.first.token = first.at("token").get<int32_t>();
     meta.first.logprob = first.at("logprob").get<float>();
@@ -202,6 +204,7 @@ RoomMeta MetaOf(const TransferredKv& kv) {
   m.fingerprint = kv.fingerprint;
   m.prompt_ids = kv.prompt_ids;
   m.num_tokens = kv.num_tokens;
+  m.num_cached_tokens = kv.num_cached_tokens;
   m.first = kv.first;
   for (const std::vector<uint8_t>& p : kv.pages) m.page_sizes.push_back(p.size());
   m.page_digests = Sha256Pages(kv.pages);

@@ -49,6 +49,7 @@ struct RoomMeta {
   std::string fingerprint;
   std::vector<int32_t> prompt_ids;
   int64_t num_tokens = 0;
+  int64_t num_cached_tokens = 0;
   SampleResult first;
   std::vector<uint64_t> page_sizes;
   std::vector<Digest> page_digests;

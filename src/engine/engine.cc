@@ -244,6 +244,7 @@ void Engine::ExportKv(Sequence* seq) {
   t.fingerprint = runner_->kv_fingerprint();
   t.prompt_ids = seq->request.prompt_ids;
   t.num_tokens = n;
+  t.num_cached_tokens = std::max<int64_t>(seq->num_cached_tokens, 0);
   t.first = seq->first_sample;
   const auto blocks = std::span(held.blocks).first(static_cast<size_t>(kv_.config().layout.BlocksFor(n)));
   const Status s = runner_->ExportKv(held.slot, blocks, n, &t.pages);
@@ -279,7 +280,7 @@ void Engine::AdmitImports() {
       continue;
     }
     seq->num_computed = n;
-    seq->num_cached_tokens = 0;
+    seq->num_cached_tokens = std::clamp<int64_t>(t->num_cached_tokens, 0, n);  // the prefill side's hits
     seq->first_scheduled = now;
     scheduler_.add_running(seq);
     // The first token was sampled by the prefill engine with this request's parameters: the

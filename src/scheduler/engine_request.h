@@ -28,6 +28,7 @@ struct TransferredKv {
   std::string fingerprint;
   std::vector<int32_t> prompt_ids;  // the prompt the state was computed over
   int64_t num_tokens = 0;           // positions the state holds (the whole prompt)
+  int64_t num_cached_tokens = 0;    // of them, found in the prefill engine's prefix cache
   SampleResult first;               // the token the prefill engine sampled after the prompt
   std::vector<std::vector<uint8_t>> pages;
 };

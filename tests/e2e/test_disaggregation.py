@@ -105,6 +105,12 @@ def test_pd_pair_answers_as_one_server(reference, pd):
     assert _metric(decode, "kv_transfer_pulls_total", "failed") == 0
     assert _metric(decode, "kv_transfer_recomputed_total") == 0
     assert _metric(decode, "kv_transfer_bytes_total") > 0
+    # The prefill server's prefix-cache hits reach the client's usage through the decode server.
+    client = _client(router.base_url)
+    long_prompt = "The mountains and the rivers of the north. " * 80
+    client.completions.create(model="deepseek-v4", prompt=long_prompt, max_tokens=2, temperature=0)
+    again = client.completions.create(model="deepseek-v4", prompt=long_prompt, max_tokens=2, temperature=0)
+    assert again.usage.prompt_tokens_details.cached_tokens >= 256
 
 
 def test_bootstrap_fields_are_checked(pd):

@@ -12,6 +12,7 @@ TransferredKv SomeKv() {
   kv.fingerprint = "cpu-f32/test";
   kv.prompt_ids = {5, 6, 7};
   kv.num_tokens = 3;
+  kv.num_cached_tokens = 2;
   kv.first.token = 9;
   kv.first.logprob = -0.25f;
   kv.first.top_logprobs = {{9, -0.25f}, {4, -1.5f}};
@@ -27,6 +28,7 @@ TEST(TransferWire, MetaRoundTripsUnderTheSecret) {
   EXPECT_EQ(back->fingerprint, "cpu-f32/test");
   EXPECT_EQ(back->prompt_ids, (std::vector<int32_t>{5, 6, 7}));
   EXPECT_EQ(back->num_tokens, 3);
+  EXPECT_EQ(back->num_cached_tokens, 2);
   EXPECT_EQ(back->first.token, 9);
   EXPECT_FLOAT_EQ(back->first.logprob, -0.25f);
   ASSERT_EQ(back->first.top_logprobs.size(), 2u);
