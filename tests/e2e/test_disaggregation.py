@@ -5,6 +5,7 @@ over loopback); every fault ends in a recompute or an error as the decode server
 policy says (prefill server dead, transfer corrupted, lost, or refused for a wrong secret),
 never in wrong text; a decode server killed mid-stream gives an error event; clients that go
 away leave no request running on either side; the transfer port survives garbage."""
+import contextlib
 import http.client
 import json
 import socket
@@ -40,8 +41,8 @@ def _metric(server, name, outcome=None, label=None):
     return total
 
 
-def _prefill(port, env=None):
-    return Server(["--disaggregation-mode", "prefill", "--disaggregation-bootstrap-port", str(port)],
+def _prefill(port, env=None, extra=()):
+    return Server(["--disaggregation-mode", "prefill", "--disaggregation-bootstrap-port", str(port), *extra],
                   env={"PEREGRINE_DISAGGREGATION_SECRET": SECRET, **(env or {})})
 
 
@@ -54,6 +55,22 @@ def _pd_router(prefill, bootstrap_port, decode):
     return Router([], ["--max-retries", "0"],
                   worker_args=["--pd-disaggregation", "--prefill", prefill.base_url, str(bootstrap_port),
                                "--decode", decode.base_url])
+
+
+@contextlib.contextmanager
+def _pd_trio(prefill_env=None, prefill_args=(), decode_args=(), secret=SECRET):
+    """A prefill server, a decode server and the router pairing them; all stopped after."""
+    port = free_port()
+    prefill = _prefill(port, prefill_env, prefill_args)
+    decode = router = None
+    try:
+        decode = _decode(decode_args, secret)
+        router = _pd_router(prefill, port, decode)
+        yield prefill, decode, router, port
+    finally:
+        for s in (router, decode, prefill):
+            if s is not None:
+                s.stop()
 
 
 PROMPTS = ["The river", "Once upon a time", "import numpy as np\n"]
@@ -86,14 +103,8 @@ def reference():
 
 @pytest.fixture(scope="module")
 def pd():
-    port = free_port()
-    prefill = _prefill(port)
-    decode = _decode()
-    router = _pd_router(prefill, port, decode)
-    yield prefill, decode, router, port
-    router.stop()
-    decode.stop()
-    prefill.stop()
+    with _pd_trio() as trio:
+        yield trio
 
 
 def test_pd_pair_answers_as_one_server(reference, pd):
@@ -177,13 +188,7 @@ def test_a_client_that_leaves_during_the_prefill_aborts_it(stream):
     # A slow prefill (32-token chunks of a long prompt), left by its client after 0.3 s: the
     # router closes both upstream connections and the prefill server aborts the request
     # instead of computing the rest of the prompt.
-    port = free_port()
-    prefill = Server(["--disaggregation-mode", "prefill", "--disaggregation-bootstrap-port", str(port),
-                      "--max-num-batched-tokens", "32"],
-                     env={"PEREGRINE_DISAGGREGATION_SECRET": SECRET})
-    decode = _decode()
-    router = _pd_router(prefill, port, decode)
-    try:
+    with _pd_trio(prefill_args=["--max-num-batched-tokens", "32"]) as (prefill, decode, router, _):
         body = json.dumps({"model": "deepseek-v4", "prompt": "a long story about rivers " * 800, "max_tokens": 8,
                            "stream": stream})
         with socket.create_connection(("127.0.0.1", router.port)) as sock:
@@ -201,10 +206,6 @@ def test_a_client_that_leaves_during_the_prefill_aborts_it(stream):
         while time.time() < deadline and _metric(decode, "num_requests_running") + _metric(decode, "num_requests_waiting"):
             time.sleep(0.05)
         assert _metric(decode, "num_requests_running") + _metric(decode, "num_requests_waiting") == 0
-    finally:
-        router.stop()
-        decode.stop()
-        prefill.stop()
 
 
 def test_the_transfer_port_survives_garbage(reference, pd):
@@ -219,13 +220,9 @@ def test_the_transfer_port_survives_garbage(reference, pd):
 @pytest.mark.parametrize("fault", ["prefill_dead", "corrupt", "drop", "wrong_secret"])
 @pytest.mark.parametrize("policy", ["recompute", "fail"])
 def test_transfer_faults_follow_the_failure_policy(reference, fault, policy):
-    port = free_port()
     env = {"PEREGRINE_KV_TRANSFER_FAULT": fault} if fault in ("corrupt", "drop") else None
-    prefill = _prefill(port, env)
-    decode = _decode(["--disaggregation-failure-policy", policy],
-                     secret=SECRET + "-other" if fault == "wrong_secret" else SECRET)
-    router = _pd_router(prefill, port, decode)
-    try:
+    with _pd_trio(env, decode_args=["--disaggregation-failure-policy", policy],
+                  secret=SECRET + "-other" if fault == "wrong_secret" else SECRET) as (prefill, decode, router, port):
         client = _client(router.base_url)
         model = client.models.list().data[0].id
         kw = dict(model=model, prompt=PROMPTS[0], max_tokens=20, temperature=0)
@@ -243,33 +240,17 @@ def test_transfer_faults_follow_the_failure_policy(reference, fault, policy):
                 client.completions.create(**kw)
         assert _metric(decode, "kv_transfer_pulls_total", "failed") >= 1
         assert _metric(decode, "kv_transfer_pulls_total", "ok") == 0
-    finally:
-        router.stop()
-        decode.stop()
-        prefill.stop()
 
 
 def test_a_speculating_decode_server_answers_the_same(reference):
-    port = free_port()
-    prefill = _prefill(port)
-    decode = _decode(["--speculative-algorithm", "mtp", "--speculative-num-steps", "3"])
-    router = _pd_router(prefill, port, decode)
-    try:
+    with _pd_trio(decode_args=["--speculative-algorithm", "mtp", "--speculative-num-steps", "3"]) as (_, decode, router, _):
         assert _texts(_client(router.base_url)) == reference
         assert _metric(decode, "kv_transfer_recomputed_total") == 0
         assert _metric(decode, "spec_decode_num_accepted_tokens_total") > 0
-    finally:
-        router.stop()
-        decode.stop()
-        prefill.stop()
 
 
 def test_without_a_prefill_server_the_router_sends_whole_requests_to_decode(reference):
-    port = free_port()
-    prefill = _prefill(port)
-    decode = _decode()
-    router = _pd_router(prefill, port, decode)
-    try:
+    with _pd_trio() as (prefill, decode, router, _):
         prefill.stop()
         time.sleep(1.5)  # the health checks eject it
         client = _client(router.base_url)
@@ -277,17 +258,10 @@ def test_without_a_prefill_server_the_router_sends_whole_requests_to_decode(refe
         assert client.completions.create(model=model, prompt=PROMPTS[0], max_tokens=20,
                                          temperature=0).choices[0].text == reference[0]
         assert _metric(decode, "kv_transfer_pulls_total") == 0
-    finally:
-        router.stop()
-        decode.stop()
 
 
 def test_a_decode_server_killed_mid_stream_ends_in_an_error_event():
-    port = free_port()
-    prefill = _prefill(port)
-    decode = _decode()
-    router = _pd_router(prefill, port, decode)
-    try:
+    with _pd_trio() as (prefill, decode, router, _):
         client = _client(router.base_url)
         model = client.models.list().data[0].id
         stream = client.completions.create(model=model, prompt="Tell me a long story", max_tokens=2000,
@@ -301,10 +275,6 @@ def test_a_decode_server_killed_mid_stream_ends_in_an_error_event():
         except openai.APIError:
             got_error = True
         assert got_error
-    finally:
-        router.stop()
-        decode.stop()
-        prefill.stop()
 
 
 def test_a_mode_without_a_secret_does_not_start():
