@@ -10,6 +10,8 @@
 #include <string>
 #include <string_view>
 
+#include <nlohmann/json.hpp>
+
 namespace peregrine::router {
 
 struct PdBodies {
@@ -17,13 +19,13 @@ struct PdBodies {
   std::string decode;
 };
 
-// nullopt when the body is not a JSON object (the decode worker answers it alone, with its
-// own 400) or already names a room.
-std::optional<PdBodies> SplitForPd(std::string_view body, std::string_view bootstrap_host, uint16_t bootstrap_port,
-                                   uint64_t room);
+// The body parsed once (nlohmann::json, not ordered_json: a map, so a hostile body of many
+// keys costs O(n log n); the workers do not care about key order); nullopt when it is not a
+// JSON object (the decode worker answers it alone, with its own 400) or already names a room.
+std::optional<nlohmann::json> ParsePdBody(std::string_view body);
 
-// Whether SplitForPd would split the body.
-bool CanSplitForPd(std::string_view body);
+// The two copies of a parsed body.
+PdBodies SplitForPd(nlohmann::json body, std::string_view bootstrap_host, uint16_t bootstrap_port, uint64_t room);
 
 // The generation routes a PD pair serves.
 bool IsPdRoute(std::string_view path);

@@ -309,20 +309,17 @@ awaitable<bool> RouterServer::Impl::RelayTo(beast::tcp_stream& client, const htt
   // PD: the prefill worker gets its copy now; the decode workers below get theirs.
   std::string body = req.body();
   const std::string_view target(req.target().data(), req.target().size());
-  if (!prefill_indices.empty() && is_post && IsPdRoute(target.substr(0, target.find('?'))) && CanSplitForPd(body)) {
-    // With no prefill worker left the decode worker serves the request whole.
-    const int p = pool.Acquire(keys, decode_indices);
-    std::optional<PdBodies> split;
-    if (p >= 0) {
-      const RouterConfig::PrefillWorker& pw = config.prefill_workers[static_cast<size_t>(p) - num_decode];
-      split = SplitForPd(body, urls[static_cast<size_t>(p)].host, pw.bootstrap_port, NextRoom());
-    }
-    if (split) {
-      st->prefill = std::make_shared<beast::tcp_stream>(net::make_strand(ioc));
-      net::co_spawn(st->prefill->get_executor(), Prefill(p, st, Forwarded(req, p, std::move(split->prefill)), keys),
-                    net::detached);
-      body = std::move(split->decode);
-    }
+  std::optional<nlohmann::json> pd_body;
+  if (!prefill_indices.empty() && is_post && IsPdRoute(target.substr(0, target.find('?')))) pd_body = ParsePdBody(body);
+  // With no prefill worker left the decode worker serves the request whole.
+  const int p = pd_body ? pool.Acquire(keys, decode_indices) : -1;
+  if (p >= 0) {
+    const RouterConfig::PrefillWorker& pw = config.prefill_workers[static_cast<size_t>(p) - num_decode];
+    PdBodies split = SplitForPd(std::move(*pd_body), urls[static_cast<size_t>(p)].host, pw.bootstrap_port, NextRoom());
+    st->prefill = std::make_shared<beast::tcp_stream>(net::make_strand(ioc));
+    net::co_spawn(st->prefill->get_executor(), Prefill(p, st, Forwarded(req, p, std::move(split.prefill)), keys),
+                  net::detached);
+    body = std::move(split.decode);
   }
   for (int attempt = 0; attempt <= config.max_retries; ++attempt) {
     const int w = pool.Acquire(keys, tried);

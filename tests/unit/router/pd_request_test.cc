@@ -10,9 +10,9 @@ namespace {
 TEST(PdRequestTest, BothCopiesNameTheRoomAndOnlyTheDecodeCopyStreams) {
   const std::string body =
       R"({"model":"m","prompt":"hi","stream":true,"stream_options":{"include_usage":true},"max_tokens":5})";
-  ASSERT_TRUE(CanSplitForPd(body));
-  const std::optional<PdBodies> split = SplitForPd(body, "10.0.0.7", 8998, 123456789012345ULL);
-  ASSERT_TRUE(split.has_value());
+  std::optional<nlohmann::json> parsed = ParsePdBody(body);
+  ASSERT_TRUE(parsed.has_value());
+  const std::optional<PdBodies> split = SplitForPd(std::move(*parsed), "10.0.0.7", 8998, 123456789012345ULL);
   const auto decode = nlohmann::json::parse(split->decode);
   const auto prefill = nlohmann::json::parse(split->prefill);
   for (const auto* j : {&decode, &prefill}) {
@@ -30,8 +30,7 @@ TEST(PdRequestTest, BothCopiesNameTheRoomAndOnlyTheDecodeCopyStreams) {
 
 TEST(PdRequestTest, NonObjectsAndBodiesWithARoomAreNotSplit) {
   for (const char* body : {"", "[1,2]", "{\"prompt\":", "\"text\"", R"({"prompt":"x","bootstrap_room":1})"}) {
-    EXPECT_FALSE(CanSplitForPd(body)) << body;
-    EXPECT_FALSE(SplitForPd(body, "h", 1, 2).has_value()) << body;
+    EXPECT_FALSE(ParsePdBody(body).has_value()) << body;
   }
   EXPECT_TRUE(IsPdRoute("/v1/chat/completions"));
   EXPECT_TRUE(IsPdRoute("/v1/completions"));
