@@ -13,6 +13,9 @@
 #include "model/synthetic_checkpoint.h"
 #include "runtime/cpu_model_runner.h"
 #ifdef PEREGRINE_WITH_CUDA
+#include <cuda_runtime_api.h>
+
+#include "backend/cuda/cuda_status.h"
 #include "model/deepseek_v4/cuda/cuda_model.h"
 #include "runtime/cuda_model_runner.h"
 #endif
@@ -74,14 +77,22 @@ Result<std::unique_ptr<ModelRunner>> MakeRunner(const EngineOptions& o, ModelSou
     progress->Update(done, total, bytes);
   };
   const auto start = std::chrono::steady_clock::now();
+  // Before the executor: the KV pools are sized from what is left.
+  std::shared_ptr<KvStagingArena> staging;
+  if (o.kv_staging_bytes > 0) {
+    PG_CUDA_RETURN_IF_ERROR(cudaSetDevice(o.cuda_device));
+    PG_ASSIGN_OR_RETURN(staging, KvStagingArena::Create(o.kv_staging_bytes));
+    LogInfo("KV staging for CUDA IPC: {:.2f} GB of device memory", static_cast<double>(staging->bytes()) / 1e9);
+  }
   PG_ASSIGN_OR_RETURN(std::unique_ptr<DeviceExecutor> executor,
                       DeviceExecutor::Create(source.config, *source.checkpoint, factory, eo));
   if (!o.enforce_eager) PG_RETURN_IF_ERROR(executor->EnableGraphs(std::min<int64_t>(o.max_num_seqs, 256)));
   LogInfo("CUDA model: {:.2f} GB of weights, loaded in {:.1f} s", static_cast<double>(executor->weight_bytes()) / 1e9,
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   LogLines(LogLevel::kInfo, executor->Describe());
-  return std::unique_ptr<ModelRunner>(
-      std::make_unique<CudaModelRunner>(std::move(executor), o.device_sampling, o.overlap));
+  auto runner = std::make_unique<CudaModelRunner>(std::move(executor), o.device_sampling, o.overlap);
+  if (staging != nullptr) runner->SetKvStaging(std::move(staging));
+  return std::unique_ptr<ModelRunner>(std::move(runner));
 #else
   return Unimplemented("this build has no CUDA backend (nvcc was not found when it was built)");
 #endif

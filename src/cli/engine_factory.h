@@ -38,6 +38,7 @@ struct EngineOptions {
   bool device_sampling = true;            // CUDA: sample on the GPU
   bool overlap = true;                    // CUDA: plan step n+1 while the GPU runs step n
   int cuda_device = 0;
+  uint64_t kv_staging_bytes = 0;          // CUDA, > 0: exported KV waits in a device arena of this size (CUDA IPC)
   speculative::SpeculativeConfig speculative;  // CPU backend only for now
 };
 

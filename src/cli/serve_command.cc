@@ -126,6 +126,11 @@ int RunServe(const ServeOptions& options, const EngineFactory& factory) {
       return 1;
     }
   }
+  if (options.disaggregation_transfer_backend == "cuda_ipc" && options.disaggregation_mode == "prefill" &&
+      options.device != "cuda") {
+    LogError("--disaggregation-transfer-backend cuda_ipc: a prefill server keeps its KV on the GPU (--device cuda)");
+    return 1;
+  }
   const std::string tokenizer_path = TokenizerPath(options);
   if (tokenizer_path.empty() && DemoTokenizerJson().empty()) {
     LogError("this build has no embedded tokenizer; pass --tokenizer");
@@ -313,8 +318,10 @@ void AddServeCommand(CLI::App& app, EngineFactory factory) {
                   "publish their KV for a decode server) or decode (pull the KV and generate)")
       ->check(CLI::IsMember({"null", "prefill", "decode"}))->capture_default_str();
   cmd->add_option("--disaggregation-transfer-backend", options->disaggregation_transfer_backend,
-                  "KV transfer: ucx (TCP or shared memory; RDMA and CUDA IPC where the installed UCX has them)")
-      ->check(CLI::IsMember({"ucx"}))->capture_default_str();
+                  "KV transfer: ucx (pages through host memory, over TCP or shared memory) or cuda_ipc (prefill "
+                  "and decode on one host with CUDA: pages stay in device memory and the decode server copies "
+                  "them over CUDA IPC; UCX carries the meta). A decode server takes either")
+      ->check(CLI::IsMember({"ucx", "cuda_ipc"}))->capture_default_str();
   cmd->add_option("--disaggregation-bootstrap-host", options->disaggregation_bootstrap_host,
                   "prefill: the interface the KV transfer port is bound to (default: --host)");
   cmd->add_option("--disaggregation-bootstrap-port", options->disaggregation_bootstrap_port,
@@ -332,6 +339,10 @@ void AddServeCommand(CLI::App& app, EngineFactory factory) {
   cmd->add_option("--disaggregation-max-held-gb", options->disaggregation_max_held_gb,
                   "prefill: host memory for published KV not pulled yet; past it the oldest rooms are dropped")
       ->check(CLI::Range(0.001, 65536.0))->capture_default_str();
+  cmd->add_option("--disaggregation-staging-gb", options->disaggregation_staging_gb,
+                  "prefill over cuda_ipc: device memory (within --gpu-memory-utilization) for published KV not "
+                  "pulled yet; a request whose KV does not fit goes through host memory")
+      ->check(CLI::Range(0.001, 4096.0))->capture_default_str();
   AddCompatFlags(*cmd, *options);
   cmd->callback([options, drain_seconds, idle_seconds, metrics_prefix, metrics_port, factory = std::move(factory)] {
     options->server.metrics_naming =

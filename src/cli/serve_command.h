@@ -71,6 +71,7 @@ struct ServeOptions {
   std::string disaggregation_failure_policy = "recompute";
   double disaggregation_transfer_timeout_s = 60.0;
   double disaggregation_max_held_gb = 16.0;  // prefill: host memory for rooms not pulled yet
+  double disaggregation_staging_gb = 2.0;    // prefill over cuda_ipc: device memory for rooms not pulled yet
   server::ServerConfig server;
 };
 

@@ -46,6 +46,17 @@ struct KvReceiver::Impl {
     Impl* impl;
     std::shared_ptr<PullState> pull;
   };
+  // Rooms whose device pages the engine is done with (their last reference dropped, on any
+  // thread), for the thread to release; outlives the receiver if a reference does.
+  struct Releases {
+    std::mutex mu;
+    std::vector<uint64_t> rooms;
+    UcxWorker* ucx = nullptr;  // null once the receiver stops
+  };
+  struct Closing {
+    ucp_ep_h ep;
+    Clock::time_point at;
+  };
 
   KvReceiverConfig config;
   std::unique_ptr<UcxWorker> ucx;
@@ -60,6 +71,9 @@ struct KvReceiver::Impl {
   std::unordered_map<uint64_t, std::shared_ptr<PullState>> pulls;  // by room
   std::vector<uint64_t> touched;                                   // rooms to look at after progress
   std::vector<ucp_ep_h> failed;
+  std::shared_ptr<Releases> releases = std::make_shared<Releases>();
+  std::unordered_map<uint64_t, ucp_ep_h> lent;  // rooms of device pages not released yet
+  std::vector<Closing> closing;                 // endpoints that sent a release
 
   static void OnEpError(void* arg, ucp_ep_h ep, ucs_status_t /*status*/) { static_cast<Impl*>(arg)->failed.push_back(ep); }
 
@@ -129,13 +143,21 @@ struct KvReceiver::Impl {
   void End(std::shared_ptr<PullState> st, Result<TransferredKv> result) {
     st->ended = true;
     pulls.erase(st->room);
-    if (st->ep != nullptr) ucx->Close(st->ep);
+    if (st->ep != nullptr) {
+      // Device pages: the endpoint stays for the release.
+      if (result.ok() && result->device != nullptr) {
+        lent[st->room] = st->ep;
+      } else {
+        ucx->Close(st->ep);
+      }
+    }
     st->ep = nullptr;
     {
       std::lock_guard<std::mutex> lock(mu);
       if (result.ok()) {
         ++counts.pulls_done;
-        counts.bytes_received += static_cast<int64_t>(st->bytes);
+        // Device pages are copied by the runner, after this.
+        counts.bytes_received += static_cast<int64_t>(result->device != nullptr ? result->num_bytes() : st->bytes);
         counts.seconds += std::chrono::duration<double>(Clock::now() - st->start).count();
       } else {
         ++counts.pulls_failed;
@@ -152,6 +174,10 @@ struct KvReceiver::Impl {
     if (!meta.ok()) return End(st, DataLoss(meta.status().message()));
     if (!meta->error.empty()) return End(st, Unavailable("the prefill server has no KV for this request: " + meta->error));
     const size_t n = meta->page_sizes.size();
+    if (meta->device) {
+      if (!st->pages.empty()) return End(st, DataLoss("KV transfer: pages sent with device pages"));
+      return End(st, DeviceKv(st->room, std::move(meta).value()));
+    }
     if (st->pages.size() > n) return End(st, DataLoss("KV transfer: more pages than the meta names"));
     if (st->pages.size() < n) return;
     for (size_t i = 0; i < n; ++i)
@@ -169,6 +195,85 @@ struct KvReceiver::Impl {
     kv.first = std::move(meta->first);
     kv.pages = std::move(st->pages);
     End(st, std::move(kv));
+  }
+
+  // The KV of a device meta: the runner copies the pages over CUDA IPC and checks their
+  // checksums; dropping the last reference releases them on the prefill server.
+  TransferredKv DeviceKv(uint64_t room, RoomMeta meta) {
+    auto pages = std::make_unique<DeviceKvPages>();
+    pages->ipc_handle = std::move(meta.ipc_handle);
+    pages->host = std::move(meta.ipc_host);
+    pages->arena_bytes = meta.arena_bytes;
+    pages->offsets = std::move(meta.page_offsets);
+    pages->sizes = std::move(meta.page_sizes);
+    pages->checksums = std::move(meta.page_checksums);
+    TransferredKv kv;
+    kv.fingerprint = std::move(meta.fingerprint);
+    kv.prompt_ids = std::move(meta.prompt_ids);
+    kv.num_tokens = meta.num_tokens;
+    kv.num_cached_tokens = meta.num_cached_tokens;
+    kv.first = std::move(meta.first);
+    kv.device = std::shared_ptr<const DeviceKvPages>(pages.release(), [r = releases, room](const DeviceKvPages* p) {
+      delete p;
+      std::lock_guard<std::mutex> lock(r->mu);
+      if (r->ucx == nullptr) return;
+      r->rooms.push_back(room);
+      r->ucx->Wake();
+    });
+    return kv;
+  }
+
+  // Sends the releases asked for, and closes the endpoints that sent one a while ago (a close
+  // cancels what is still being sent).
+  void SendReleases() {
+    std::vector<uint64_t> rooms;
+    {
+      std::lock_guard<std::mutex> lock(releases->mu);
+      std::swap(rooms, releases->rooms);
+    }
+    const Clock::time_point now = Clock::now();
+    for (uint64_t room : rooms) {
+      auto it = lent.find(room);
+      if (it == lent.end()) continue;
+      WireHeader h;
+      h.kind = static_cast<uint16_t>(MessageKind::kRelease);
+      h.room = room;
+      const Digest mac = ReleaseMac(config.secret, room);
+      ucx->Send(it->second, h, std::make_shared<const std::vector<uint8_t>>(mac.begin(), mac.end()), false);
+      closing.push_back({it->second, now + std::chrono::seconds(1)});
+      lent.erase(it);
+    }
+    for (size_t i = 0; i < closing.size();) {
+      if (closing[i].at <= now) {
+        ucx->Close(closing[i].ep);
+        closing[i] = closing.back();
+        closing.pop_back();
+      } else {
+        ++i;
+      }
+    }
+  }
+
+  // An endpoint that failed: a pull on it ends; one kept for a release is closed.
+  void Failed(ucp_ep_h ep) {
+    for (auto it = pulls.begin(); it != pulls.end(); ++it) {
+      if (it->second->ep != ep) continue;
+      const std::shared_ptr<PullState> st = it->second;
+      End(st, Unavailable("the prefill server's transfer connection failed"));
+      return;
+    }
+    for (auto it = lent.begin(); it != lent.end(); ++it) {
+      if (it->second != ep) continue;
+      lent.erase(it);
+      ucx->Close(ep);
+      return;
+    }
+    for (size_t i = 0; i < closing.size(); ++i) {
+      if (closing[i].ep != ep) continue;
+      closing.erase(closing.begin() + static_cast<std::ptrdiff_t>(i));
+      ucx->Close(ep);
+      return;
+    }
   }
 
   void Begin(const std::shared_ptr<PullState>& st) {
@@ -220,14 +325,8 @@ struct KvReceiver::Impl {
         if (auto it = pulls.find(room); it != pulls.end()) Check(it->second);
       std::vector<ucp_ep_h> gone;
       std::swap(gone, failed);
-      for (ucp_ep_h ep : gone) {
-        for (auto it = pulls.begin(); it != pulls.end(); ++it) {
-          if (it->second->ep != ep) continue;
-          const std::shared_ptr<PullState> st = it->second;
-          End(st, Unavailable("the prefill server's transfer connection failed"));
-          break;
-        }
-      }
+      for (ucp_ep_h ep : gone) Failed(ep);
+      SendReleases();
       const Clock::time_point now = Clock::now();
       std::vector<std::shared_ptr<PullState>> late;
       for (const auto& [room, st] : pulls)
@@ -237,6 +336,14 @@ struct KvReceiver::Impl {
     std::vector<std::shared_ptr<PullState>> left;
     for (const auto& [room, st] : pulls) left.push_back(st);
     for (const auto& st : left) End(st, Unavailable("the KV receiver is shutting down"));
+    {
+      std::lock_guard<std::mutex> lock(releases->mu);
+      releases->ucx = nullptr;  // later releases are dropped: the rooms expire on the prefill server
+    }
+    for (const auto& [room, ep] : lent) ucx->Close(ep);
+    for (const Closing& c : closing) ucx->Close(c.ep);
+    lent.clear();
+    closing.clear();
     std::lock_guard<std::mutex> lock(mu);
     for (const auto& st : submitted) st->done(Unavailable("the KV receiver is shutting down"));
     submitted.clear();
@@ -251,6 +358,7 @@ Result<std::unique_ptr<KvReceiver>> KvReceiver::Start(const KvReceiverConfig& co
   PG_ASSIGN_OR_RETURN(impl->ucx, UcxWorker::Create());
   PG_RETURN_IF_ERROR(impl->ucx->SetHandler(MessageKind::kMeta, &Impl::OnMessage, impl.get()));
   PG_RETURN_IF_ERROR(impl->ucx->SetHandler(MessageKind::kPage, &Impl::OnMessage, impl.get()));
+  impl->releases->ucx = impl->ucx.get();
   Impl* raw = impl.get();
   impl->thread = std::thread([raw] { raw->Loop(); });
   return std::unique_ptr<KvReceiver>(new KvReceiver(std::move(impl)));

@@ -4,7 +4,9 @@
 // exactly once: with the KV, or with why there is none (Unavailable: the prefill server is
 // gone or answered with an error; DataLoss: a page failed its digest or its size;
 // DeadlineExceeded: nothing complete within timeout_s). Messages of a pull that has ended
-// are ignored.
+// are ignored. A meta of device pages (CUDA IPC) ends the pull at once with them (the
+// decode runner copies and checks them); when the last reference to them is dropped, the
+// receiver tells the prefill server, which frees them.
 //
 // Threads: one thread owns the UCX worker and calls every `done`; Pull and stats are
 // thread-safe and never block on the network.

@@ -38,8 +38,13 @@ struct KvSender::Impl {
     std::string error;        // non-empty: the request has no KV
     SharedBytes meta;         // signed meta (error rooms: encoded per pull)
     std::vector<SharedBytes> pages;
+    std::shared_ptr<const DeviceKvPages> device;  // CUDA IPC: the pages stay where they are
     Clock::time_point deadline;
-    uint64_t bytes = 0;
+    uint64_t bytes = 0;  // host bytes held
+  };
+  struct Lent {  // device pages a decode server is copying
+    std::shared_ptr<const DeviceKvPages> pages;
+    Clock::time_point deadline;
   };
   struct Pull {
     ucp_ep_h ep = nullptr;
@@ -65,6 +70,8 @@ struct KvSender::Impl {
   uint64_t held_bytes = 0;          // pages of the rooms in `rooms`
   std::vector<Pull> arrived;  // pulls received in callbacks, answered after progress
   std::vector<Pull> waiting;  // pulls for rooms not published yet
+  std::unordered_map<uint64_t, Lent> lent;
+  std::vector<uint64_t> released;  // kRelease received in callbacks
   std::deque<uint64_t> gone_order;
   std::unordered_map<uint64_t, std::string> gone;  // room -> why a pull finds nothing
   std::vector<ucp_conn_request_h> connections;
@@ -89,6 +96,20 @@ struct KvSender::Impl {
       return UCS_OK;  // unanswered: the peer learns nothing
     }
     self->arrived.push_back({param->reply_ep, h->room, Clock::now() + Seconds(self->config.expiry_s)});
+    return UCS_OK;
+  }
+  static ucs_status_t OnRelease(void* arg, const void* header, size_t header_length, void* data, size_t length,
+                                const ucp_am_recv_param_t* param) {
+    auto* self = static_cast<Impl*>(arg);
+    const Result<WireHeader> h = ParseHeader({static_cast<const uint8_t*>(header), header_length});
+    const bool inline_data = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) == 0;
+    if (h.ok() && h->kind == static_cast<uint16_t>(MessageKind::kRelease) && inline_data &&
+        DigestEquals(ReleaseMac(self->config.secret, h->room), {static_cast<const uint8_t*>(data), length})) {
+      self->released.push_back(h->room);
+    } else {
+      std::lock_guard<std::mutex> lock(self->mu);
+      ++self->counts.pulls_refused;
+    }
     return UCS_OK;
   }
   static Clock::duration Seconds(double s) {
@@ -134,6 +155,16 @@ struct KvSender::Impl {
     h.kind = static_cast<uint16_t>(MessageKind::kMeta);
     h.room = p.room;
     ucx->Send(p.ep, h, room.meta, false);
+    if (room.device != nullptr) {
+      // The decode server copies the pages itself and says when it is done (or they expire).
+      int64_t bytes = 0;
+      for (uint64_t size : room.device->sizes) bytes += static_cast<int64_t>(size);
+      lent[p.room] = {std::move(room.device), Clock::now() + Seconds(config.expiry_s)};
+      std::lock_guard<std::mutex> lock(mu);
+      ++counts.rooms_sent;
+      counts.bytes_sent += bytes;
+      return;
+    }
     int64_t bytes = 0;
     h.kind = static_cast<uint16_t>(MessageKind::kPage);
     for (size_t i = 0; i < room.pages.size(); ++i) {
@@ -159,6 +190,8 @@ struct KvSender::Impl {
         room.error = kv.status().message();
       } else {
         RoomMeta meta = MetaOf(*kv);
+        room.device = std::move(kv->device);
+        if (config.fault == "corrupt" && !meta.page_checksums.empty()) meta.page_checksums.back() ^= 1;
         for (std::vector<uint8_t>& page : kv->pages) {
           if (config.fault == "corrupt" && &page == &kv->pages.back() && !page.empty()) page.back() ^= 0x5a;
           room.pages.push_back(std::make_shared<const std::vector<uint8_t>>(std::move(page)));
@@ -220,8 +253,18 @@ struct KvSender::Impl {
     }
   }
 
+  void Release() {
+    for (uint64_t room : released) {
+      if (lent.erase(room) == 0) continue;
+      std::lock_guard<std::mutex> lock(mu);
+      ++counts.rooms_released;
+    }
+    released.clear();
+  }
+
   void Expire() {
     const Clock::time_point now = Clock::now();
+    std::erase_if(lent, [&](const auto& entry) { return entry.second.deadline <= now; });
     while (!room_order.empty() && rooms.count(room_order.front()) == 0) room_order.pop_front();
     for (auto it = rooms.begin(); it != rooms.end();) {
       if (it->second.deadline > now) {
@@ -253,6 +296,7 @@ struct KvSender::Impl {
       std::vector<Pull> pulls;
       std::swap(pulls, arrived);
       for (const Pull& p : pulls) Answer(p);
+      Release();
       DropFailed();
       Expire();
     }
@@ -269,6 +313,7 @@ Result<std::unique_ptr<KvSender>> KvSender::Start(const KvSenderConfig& config) 
   impl->config = config;
   PG_ASSIGN_OR_RETURN(impl->ucx, UcxWorker::Create());
   PG_RETURN_IF_ERROR(impl->ucx->SetHandler(MessageKind::kPull, &Impl::OnPull, impl.get()));
+  PG_RETURN_IF_ERROR(impl->ucx->SetHandler(MessageKind::kRelease, &Impl::OnRelease, impl.get()));
   PG_ASSIGN_OR_RETURN(const SocketAddress addr, Resolve(config.host, config.port));
   ucp_listener_params_t lp{};
   lp.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;

@@ -2,7 +2,8 @@
 // request's KV under its room (the id the router gave the request); a decode server that
 // holds the deployment's secret pulls the room once, page by page, and the room is gone. A
 // pull that arrives before its room is published waits for it; a room nobody pulls within
-// expiry_s is dropped (a later pull hears that it expired).
+// expiry_s is dropped (a later pull hears that it expired). Device pages (CUDA IPC) are
+// kept after the pull until the decode server releases them, or for expiry_s more.
 //
 // Threads: one thread owns the UCX worker (accepts, answers pulls, sends pages, expires
 // rooms); Publish and stats are thread-safe and never block on the network.
@@ -35,7 +36,8 @@ struct KvSenderStats {
   int64_t rooms_sent = 0;
   int64_t rooms_expired = 0;
   int64_t rooms_dropped = 0;  // over max_held_bytes
-  int64_t pulls_refused = 0;  // bad MAC or malformed messages
+  int64_t rooms_released = 0;  // device pages the decode server said it had copied
+  int64_t pulls_refused = 0;   // bad MAC or malformed messages
   int64_t bytes_sent = 0;
 };
 

@@ -22,6 +22,7 @@ using nlohmann::json;
 // blocks has ~4,100 pages).
 constexpr size_t kMaxPromptTokens = size_t{1} << 24;
 constexpr size_t kMaxPages = size_t{1} << 20;
+constexpr size_t kIpcHandleBytes = 64;  // sizeof(cudaIpcMemHandle_t)
 
 std::vector<uint8_t> RoomBytes(uint64_t room) {
   std::vector<uint8_t> b(8);
@@ -81,7 +82,7 @@ Result<WireHeader> ParseHeader(std::span<const uint8_t> bytes) {
   std::memcpy(&h, bytes.data(), sizeof h);
   if (h.magic != WireHeader::kMagic) return InvalidArgument("not a KV transfer message");
   if (h.version != WireHeader::kVersion) return InvalidArgument("KV transfer message of another version");
-  if (h.kind < static_cast<uint16_t>(MessageKind::kPull) || h.kind > static_cast<uint16_t>(MessageKind::kPage))
+  if (h.kind < static_cast<uint16_t>(MessageKind::kPull) || h.kind > static_cast<uint16_t>(MessageKind::kRelease))
     return InvalidArgument("KV transfer message of an unknown kind");
   return h;
 }
@@ -121,12 +122,16 @@ bool DigestEquals(const Digest& a, std::span<const uint8_t> b) {
   return b.size() == a.size() && CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
 }
 
-Digest PullMac(std::string_view secret, uint64_t room) {
-  std::vector<uint8_t> msg = {'p', 'u', 'l', 'l'};
+Digest TaggedMac(std::string_view secret, const char (&tag)[5], uint64_t room) {
+  std::vector<uint8_t> msg(tag, tag + 4);
   const std::vector<uint8_t> r = RoomBytes(room);
   msg.insert(msg.end(), r.begin(), r.end());
   return Hmac(secret, msg);
 }
+
+Digest PullMac(std::string_view secret, uint64_t room) { return TaggedMac(secret, "pull", room); }
+
+Digest ReleaseMac(std::string_view secret, uint64_t room) { return TaggedMac(secret, "free", room); }
 
 std::vector<uint8_t> EncodeMeta(const RoomMeta& meta, std::string_view secret, uint64_t room) {
   json m;
@@ -142,6 +147,9 @@ std::vector<uint8_t> EncodeMeta(const RoomMeta& meta, std::string_view secret, u
   json digests = json::array();
   for (const Digest& d : meta.page_digests) digests.push_back(json::binary(std::vector<uint8_t>(d.begin(), d.end())));
   m["page_digests"] = digests;
+  if (meta.device)
+    m["ipc"] = {{"handle", json::binary(meta.ipc_handle)}, {"host", meta.ipc_host}, {"arena_bytes", meta.arena_bytes},
+                {"offsets", meta.page_offsets}, {"checksums", meta.page_checksums}};
   const std::vector<uint8_t> body = json::to_cbor(m);
   std::vector<uint8_t> signed_part = RoomBytes(room);
   signed_part.insert(signed_part.end(), body.begin(), body.end());
@@ -182,9 +190,28 @@ Result<RoomMeta> DecodeMeta(std::span<const uint8_t> bytes, std::string_view sec
     }
     const json& sizes = m.at("page_sizes");
     const json& digests = m.at("page_digests");
-    if (!sizes.is_array() || !digests.is_array() || sizes.size() != digests.size() || sizes.size() > kMaxPages)
+    meta.device = m.contains("ipc");
+    if (!sizes.is_array() || !digests.is_array() || sizes.size() > kMaxPages ||
+        digests.size() != (meta.device ? 0 : sizes.size()))
       return Bad("pages");
     meta.page_sizes = sizes.get<std::vector<uint64_t>>();
+    if (meta.device) {
+      const json& ipc = m.at("ipc");
+      const json& offsets = ipc.at("offsets");
+      const json& checksums = ipc.at("checksums");
+      if (!ipc.at("handle").is_binary() || ipc.at("handle").get_binary().size() != kIpcHandleBytes ||
+          !offsets.is_array() || offsets.size() != sizes.size() || !checksums.is_array() ||
+          checksums.size() != sizes.size())
+        return Bad("device pages");
+      meta.ipc_handle = ipc.at("handle").get_binary();
+      meta.ipc_host = ipc.at("host").get<std::string>();
+      meta.arena_bytes = ipc.at("arena_bytes").get<uint64_t>();
+      meta.page_offsets = offsets.get<std::vector<uint64_t>>();
+      meta.page_checksums = checksums.get<std::vector<uint64_t>>();
+      for (size_t i = 0; i < sizes.size(); ++i)
+        if (meta.page_offsets[i] > meta.arena_bytes || meta.page_sizes[i] > meta.arena_bytes - meta.page_offsets[i])
+          return Bad("a device page outside its arena");
+    }
     for (const json& d : digests) {
       if (!d.is_binary() || d.get_binary().size() != Digest{}.size()) return Bad("page digest");
       Digest digest{};
@@ -206,6 +233,16 @@ RoomMeta MetaOf(const TransferredKv& kv) {
   m.num_tokens = kv.num_tokens;
   m.num_cached_tokens = kv.num_cached_tokens;
   m.first = kv.first;
+  if (kv.device != nullptr) {
+    m.device = true;
+    m.ipc_handle = kv.device->ipc_handle;
+    m.ipc_host = kv.device->host;
+    m.arena_bytes = kv.device->arena_bytes;
+    m.page_sizes = kv.device->sizes;
+    m.page_offsets = kv.device->offsets;
+    m.page_checksums = kv.device->checksums;
+    return m;
+  }
   for (const std::vector<uint8_t>& p : kv.pages) m.page_sizes.push_back(p.size());
   m.page_digests = Sha256Pages(kv.pages);
   return m;

@@ -4,9 +4,13 @@
 //   decode -> prefill  kPull:  header, data = HMAC-SHA-256(secret, "pull" . room)
 //   prefill -> decode  kMeta:  header, data = CBOR {meta: CBOR of RoomMeta, mac: HMAC(secret, room . meta)}
 //   prefill -> decode  kPage:  header with the page index, data = the page's bytes
+//   decode -> prefill  kRelease: header, data = HMAC-SHA-256(secret, "free" . room)
 // The meta names every page's size and SHA-256 digest; the receiver checks each page against
 // it and the meta against the shared secret, so a corrupted, truncated or forged transfer is
-// refused, never loaded.
+// refused, never loaded. Over CUDA IPC the pages stay in the prefill process's device
+// memory: the meta names its arena (the IPC handle), each page's offset and checksum
+// (runtime/kv_page_checksum.h), no kPage follows, and the decode server sends kRelease once
+// it has copied them (the room's pages are then freed).
 #pragma once
 
 #include <array>
@@ -23,7 +27,7 @@ namespace peregrine::disaggregation {
 
 using Digest = std::array<uint8_t, 32>;
 
-enum class MessageKind : uint16_t { kPull = 1, kMeta = 2, kPage = 3 };
+enum class MessageKind : uint16_t { kPull = 1, kMeta = 2, kPage = 3, kRelease = 4 };
 
 // The fixed header of every message (UCX's active-message header).
 struct WireHeader {
@@ -52,7 +56,14 @@ struct RoomMeta {
   int64_t num_cached_tokens = 0;
   SampleResult first;
   std::vector<uint64_t> page_sizes;
-  std::vector<Digest> page_digests;
+  std::vector<Digest> page_digests;  // host pages
+  // Device pages (CUDA IPC), instead of the digests: DeviceKvPages' fields.
+  bool device = false;
+  std::vector<uint8_t> ipc_handle;
+  std::string ipc_host;
+  uint64_t arena_bytes = 0;
+  std::vector<uint64_t> page_offsets;
+  std::vector<uint64_t> page_checksums;
 };
 
 Digest Sha256(std::span<const uint8_t> bytes);
@@ -62,15 +73,17 @@ Digest Hmac(std::string_view secret, std::span<const uint8_t> message);
 // Constant-time comparison (a MAC check must not leak how much of it matched).
 bool DigestEquals(const Digest& a, std::span<const uint8_t> b);
 
-// The kPull data for a room.
+// The kPull and kRelease data for a room.
 Digest PullMac(std::string_view secret, uint64_t room);
+Digest ReleaseMac(std::string_view secret, uint64_t room);
 
 // kMeta data: the meta and its MAC, and back. DecodeMeta refuses (InvalidArgument) bytes
 // that are not such a message, whose MAC does not match, or whose fields are inconsistent.
 std::vector<uint8_t> EncodeMeta(const RoomMeta& meta, std::string_view secret, uint64_t room);
 Result<RoomMeta> DecodeMeta(std::span<const uint8_t> bytes, std::string_view secret, uint64_t room);
 
-// The meta of an exported KV: sizes and digests of its pages.
+// The meta of an exported KV: sizes and digests of its host pages, or where its device pages
+// are.
 RoomMeta MetaOf(const TransferredKv& kv);
 
 }  // namespace peregrine::disaggregation

@@ -5,7 +5,9 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
+#include <mutex>
 
 namespace peregrine::disaggregation {
 
@@ -28,6 +30,12 @@ std::string UcxError(const char* what, ucs_status_t s) { return std::string(what
 Result<std::unique_ptr<UcxWorker>> UcxWorker::Create() {
   std::unique_ptr<UcxWorker> w(new UcxWorker());
   ucp_config_t* config = nullptr;
+  // A listener must bind its port again at once after a restart, even while connections it
+  // closed itself sit in TIME_WAIT: SO_REUSEADDR. UCX reads its connection manager's options
+  // from the environment only (ucp_config_modify does not reach them), so the default is set
+  // there, once, before the first worker's threads exist; a user's setting wins.
+  static std::once_flag reuse;
+  std::call_once(reuse, [] { setenv("UCX_TCP_CM_REUSEADDR", "y", 0); });
   ucs_status_t s = ucp_config_read(nullptr, nullptr, &config);
   if (s != UCS_OK) return Unavailable(UcxError("UCX configuration", s));
   ucp_params_t params{};

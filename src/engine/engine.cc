@@ -110,7 +110,7 @@ Status Engine::Submit(EngineRequest request, EventSink sink) {
       return InvalidArgument("the transferred KV is in a layout this engine does not use");
     if (t.prompt_ids != request.prompt_ids || t.num_tokens != prompt)
       return InvalidArgument("the transferred KV was computed over another prompt");
-    if (t.pages.size() != static_cast<size_t>(kv_.config().layout.BlocksFor(prompt) + 1))
+    if (t.num_pages() != static_cast<size_t>(kv_.config().layout.BlocksFor(prompt) + 1))
       return InvalidArgument("the transferred KV holds the wrong number of pages");
     if (t.first.token < 0 || t.first.token >= vocab_size_)
       return InvalidArgument("the transferred first token is outside the vocabulary");
@@ -247,7 +247,7 @@ void Engine::ExportKv(Sequence* seq) {
   t.num_cached_tokens = std::max<int64_t>(seq->num_cached_tokens, 0);
   t.first = seq->first_sample;
   const auto blocks = std::span(held.blocks).first(static_cast<size_t>(kv_.config().layout.BlocksFor(n)));
-  const Status s = runner_->ExportKv(held.slot, blocks, n, &t.pages);
+  const Status s = runner_->ExportKv(held.slot, blocks, n, &t);
   if (s.ok()) {
     sink(std::move(t));
   } else {
@@ -270,12 +270,20 @@ void Engine::AdmitImports() {
     seq->request.import_kv.reset();
     kv_.append(seq->id, n);
     const RequestKv& held = kv_.get(seq->id);
-    const Status s = runner_->ImportKv(held.slot, held.blocks, n, t->pages);
+    const Status s = runner_->ImportKv(held.slot, held.blocks, n, *t);
     if (!s.ok()) {
-      // Nothing of the state is usable: the request computes its prompt here instead.
+      // Nothing of the state is usable: the request computes its prompt here instead, or
+      // fails when its server's policy says so.
+      kv_.free(seq->id);
+      ++num_failed_imports_;
+      if (seq->request.import_required) {
+        LogWarning("request {}: the transferred KV did not load ({})", seq->request.id, s.ToString());
+        Finish(seq, FinishReason::kError, "the transferred KV did not load");
+        continue;
+      }
       LogWarning("request {}: the transferred KV did not load ({}); recomputing its prompt", seq->request.id,
                   s.ToString());
-      kv_.free(seq->id);
+      ++num_recomputed_imports_;
       scheduler_.add(seq);
       continue;
     }
@@ -557,6 +565,8 @@ void Engine::UpdateStats() {
   stats_.num_waiting = scheduler_.num_waiting() + static_cast<int64_t>(importing_.size());
   stats_.kv_usage = kv_.usage();
   stats_.num_preemptions = scheduler_.num_preemptions();
+  stats_.kv_imports_failed = num_failed_imports_;
+  stats_.kv_imports_recomputed = num_recomputed_imports_;
   stats_.prefix_cache_queries = scheduler_.num_prefix_query_tokens();
   stats_.prefix_cache_hits = scheduler_.num_prefix_hit_tokens();
   const DeviceTime device = runner_->device_time();

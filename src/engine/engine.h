@@ -143,6 +143,8 @@ class Engine final : public EngineClient {
   Scheduler scheduler_;
   std::unordered_map<std::string, std::unique_ptr<Sequence>> live_;  // by request id
   std::deque<Sequence*> importing_;  // transferred states not loaded yet (AdmitImports)
+  int64_t num_failed_imports_ = 0;
+  int64_t num_recomputed_imports_ = 0;
   int64_t next_seq_id_ = 1;
   std::deque<LaunchedStep> launched_;  // oldest first
   std::vector<std::unique_ptr<Sequence>> graveyard_;  // finished with no launched step left; freed per Step

@@ -29,6 +29,8 @@ struct EngineStats {
   double kv_usage = 0.0;               // fraction of KV pages in use
   int64_t kv_capacity_tokens = 0;      // tokens that fit at the configured context length
   int64_t num_preemptions = 0;         // cumulative
+  int64_t kv_imports_failed = 0;       // cumulative: transferred KV that did not load (disaggregation)
+  int64_t kv_imports_recomputed = 0;   // of them, requests that computed their prompt instead
   int64_t prefix_cache_queries = 0;    // cumulative tokens looked up
   int64_t prefix_cache_hits = 0;       // cumulative tokens found
   int64_t kv_num_blocks = 0;           // KV blocks of the pools

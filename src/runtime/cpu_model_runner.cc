@@ -4,6 +4,7 @@
 #include <string>
 
 #include "runtime/host_scoring.h"
+#include "scheduler/engine_request.h"
 #include "sampling/token_bitmask.h"
 
 namespace peregrine {
@@ -25,24 +26,26 @@ CpuModelRunner::CpuModelRunner(std::unique_ptr<HostModel> model, const CpuRunner
 }
 
 Status CpuModelRunner::ExportKv(int32_t slot, std::span<const int32_t> blocks, int64_t num_tokens,
-                                std::vector<std::vector<uint8_t>>* pages) {
+                                TransferredKv* kv) {
   if (slot < 0 || slot >= capacity_.num_slots) return InvalidArgument("KV slot outside the pools");
   if (slot_positions_[static_cast<size_t>(slot)] != num_tokens)
     return Internal("the slot does not hold " + std::to_string(num_tokens) + " positions to export");
   if (static_cast<int64_t>(blocks.size()) != capacity_.layout.BlocksFor(num_tokens))
     return InvalidArgument("the block table does not match the exported positions");
-  return kv_->ExportPages(slot, blocks, pages);
+  kv->device = nullptr;
+  return kv_->ExportPages(slot, blocks, &kv->pages);
 }
 
 Status CpuModelRunner::ImportKv(int32_t slot, std::span<const int32_t> blocks, int64_t num_tokens,
-                                std::span<const std::vector<uint8_t>> pages) {
+                                const TransferredKv& kv) {
+  if (kv.device != nullptr) return Unimplemented("KV pages in another process's device memory need the CUDA backend");
   if (slot < 0 || slot >= capacity_.num_slots) return InvalidArgument("KV slot outside the pools");
   if (num_tokens <= 0 || num_tokens >= max_context_) return InvalidArgument("imported positions outside the context");
   if (static_cast<int64_t>(blocks.size()) != capacity_.layout.BlocksFor(num_tokens))
     return InvalidArgument("the block table does not match the imported positions");
   slot_positions_[static_cast<size_t>(slot)] = -1;
   slot_tokens_[static_cast<size_t>(slot)] = -1;
-  PG_RETURN_IF_ERROR(kv_->ImportPages(slot, blocks, pages));
+  PG_RETURN_IF_ERROR(kv_->ImportPages(slot, blocks, kv.pages));
   slot_positions_[static_cast<size_t>(slot)] = num_tokens;
   return Status::Ok();
 }

@@ -52,9 +52,9 @@ class CpuModelRunner final : public ModelRunner {
   int32_t speculative_max_nodes() const override { return options_.speculative.max_nodes(); }
   SpeculativeCounts speculative_counts() const override { return spec_counts_; }
   Status ExportKv(int32_t slot, std::span<const int32_t> blocks, int64_t num_tokens,
-                  std::vector<std::vector<uint8_t>>* pages) override;
+                  TransferredKv* kv) override;
   Status ImportKv(int32_t slot, std::span<const int32_t> blocks, int64_t num_tokens,
-                  std::span<const std::vector<uint8_t>> pages) override;
+                  const TransferredKv& kv) override;
   std::string kv_fingerprint() const override;
   int64_t vocab_size() const override { return model_->config().vocab_size; }
   int64_t max_context() const override { return max_context_; }

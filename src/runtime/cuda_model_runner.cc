@@ -38,6 +38,7 @@ CudaModelRunner::~CudaModelRunner() {
     ReleaseGate(slot);
     (void)slot.done.Synchronize();
   }
+  CloseKvPeers();
 }
 
 void CudaModelRunner::ReleaseGate(LaunchSlot& slot) {

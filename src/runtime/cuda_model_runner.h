@@ -12,18 +12,23 @@
 #include <algorithm>
 #include <array>
 #include <deque>
+#include <map>
 #include <memory>
 #include <random>
+#include <string>
 #include <utility>
 #include <vector>
 
 #include "backend/cuda/allocator.h"
+#include "backend/cuda/ops/kv_copy.h"
 #include "backend/cuda/stream.h"
 #include "sampling/device_rows.h"
 
+#include "runtime/cuda_kv_staging.h"
 #include "runtime/device_executor.h"
 #include "runtime/device_scorer.h"
 #include "runtime/model_runner.h"
+#include "scheduler/engine_request.h"
 
 namespace peregrine {
 
@@ -54,10 +59,13 @@ class CudaModelRunner final : public ModelRunner {
   // Disaggregation (cuda_kv_transfer.cc): pages in the device's own formats (bf16 rings and
   // entries, f32 compressor rings).
   Status ExportKv(int32_t slot, std::span<const int32_t> blocks, int64_t num_tokens,
-                  std::vector<std::vector<uint8_t>>* pages) override;
+                  TransferredKv* kv) override;
   Status ImportKv(int32_t slot, std::span<const int32_t> blocks, int64_t num_tokens,
-                  std::span<const std::vector<uint8_t>> pages) override;
+                  const TransferredKv& kv) override;
   std::string kv_fingerprint() const override;
+  // Exports go to this device arena (shared over CUDA IPC) instead of host memory; a request
+  // whose pages do not fit in it goes through host memory.
+  void SetKvStaging(std::shared_ptr<KvStagingArena> staging) { kv_staging_ = std::move(staging); }
   int64_t vocab_size() const override { return executor_->config().vocab_size; }
   int64_t max_context() const override { return executor_->options().max_context; }
   std::vector<int32_t> eos_token_ids() const override;
@@ -134,6 +142,19 @@ class CudaModelRunner final : public ModelRunner {
   int64_t last_timing_ = -1;  // ring entry of the last collected step
   bool idle_since_collect_ = false;
   DeviceTime device_time_;
+  // Disaggregation over CUDA IPC (cuda_kv_transfer.cc): the export arena, the peers' arenas
+  // this process opened (by handle), the copy kernel's buffers and the export stream.
+  std::shared_ptr<KvStagingArena> kv_staging_;
+  std::map<std::string, void*> kv_peers_;  // handle bytes -> this process's mapping
+  peregrine::cuda::DeviceBuffer kv_segments_d_, kv_checksums_d_;
+  peregrine::cuda::Stream kv_stream_;
+  // Where each page of a slot and its blocks lies in the pools (the slot's page, then one per block).
+  Status PageRegions(int32_t slot, std::span<const int32_t> blocks, std::vector<std::vector<DeviceRegion>>* where) const;
+  Status CopyKvPages(std::span<const peregrine::cuda::KvCopyRange> ranges, size_t num_pages, cudaStream_t stream,
+                     std::vector<uint64_t>* checksums);
+  Status ExportKvToStaging(const std::vector<std::vector<DeviceRegion>>& where, TransferredKv* kv);
+  Status ImportKvFromPeer(const std::vector<std::vector<DeviceRegion>>& where, const DeviceKvPages& pages);
+  void CloseKvPeers();
 };
 
 }  // namespace peregrine

@@ -23,6 +23,8 @@
 
 namespace peregrine {
 
+struct TransferredKv;  // scheduler/engine_request.h
+
 // Prompt logprobs (vLLM's prompt_logprobs): row i of the chunk scores targets[i], the token
 // that follows the chunk's i-th token, for i < targets.size() <= num_tokens (a chunk that
 // also samples scores at most num_tokens - 1 rows). The chunk's view has all_logits set.
@@ -144,17 +146,19 @@ class ModelRunner {
   virtual void NoteIdle() {}
   // Disaggregated serving. ExportKv: the state of the request that holds `num_tokens`
   // positions in `slot` and `blocks` (the first KvLayout::BlocksFor(num_tokens) of its table),
-  // as pages: the slot's per-request state, then one page per block. Called after the step
-  // that computed those positions was collected; leaves the state untouched.
+  // as pages in kv->pages (or kv->device): the slot's per-request state, then one page per
+  // block. Called after the step that computed those positions was collected; leaves the
+  // state untouched.
   virtual Status ExportKv(int32_t /*slot*/, std::span<const int32_t> /*blocks*/, int64_t /*num_tokens*/,
-                          std::vector<std::vector<uint8_t>>* /*pages*/) {
+                          TransferredKv* /*kv*/) {
     return Unimplemented("this backend cannot export KV pages (prefill/decode disaggregation)");
   }
-  // Writes pages exported by a runner with the same kv_fingerprint() into `slot` and `blocks`;
-  // the slot then continues at position num_tokens as if it had computed them.
-  // InvalidArgument for pages that do not fit the layout (nothing usable is left in the slot).
+  // Writes the pages of `kv` (exported by a runner with the same kv_fingerprint()) into
+  // `slot` and `blocks`; the slot then continues at position num_tokens as if it had computed
+  // them. InvalidArgument for pages that do not fit the layout, DataLoss for device pages
+  // whose checksum does not match (nothing usable is left in the slot either way).
   virtual Status ImportKv(int32_t /*slot*/, std::span<const int32_t> /*blocks*/, int64_t /*num_tokens*/,
-                          std::span<const std::vector<uint8_t>> /*pages*/) {
+                          const TransferredKv& /*kv*/) {
     return Unimplemented("this backend cannot import KV pages (prefill/decode disaggregation)");
   }
   // Names the pages' layout and format: equal between runners whose pages are

@@ -23,7 +23,17 @@ class CompiledGrammar;  // structured/grammar_engine.h
 // Disaggregated serving (disaggregation/): a request's KV state computed by a prefill engine,
 // for a decode engine to continue from. The pages are the runner's (ModelRunner::ExportKv):
 // the slot's per-request state, then one page per block, all in the layout `fingerprint`
-// names (ModelRunner::kv_fingerprint).
+// names (ModelRunner::kv_fingerprint). The pages are host bytes, or (`device`) left in the
+// exporting process's device memory for an importer on the same host to copy over CUDA IPC.
+struct DeviceKvPages {
+  std::vector<uint8_t> ipc_handle;  // the exporter's staging arena (a cudaIpcMemHandle_t's bytes)
+  std::string host;                 // the exporter's host (its boot id): IPC works only there
+  uint64_t arena_bytes = 0;         // the arena's size (every page lies inside it)
+  std::vector<uint64_t> offsets;    // per page: where it starts in the arena
+  std::vector<uint64_t> sizes;      // per page: its bytes (a multiple of 8)
+  std::vector<uint64_t> checksums;  // per page: KvPageChecksum (runtime/kv_page_checksum.h)
+};
+
 struct TransferredKv {
   std::string fingerprint;
   std::vector<int32_t> prompt_ids;  // the prompt the state was computed over
@@ -31,6 +41,20 @@ struct TransferredKv {
   int64_t num_cached_tokens = 0;    // of them, found in the prefill engine's prefix cache
   SampleResult first;               // the token the prefill engine sampled after the prompt
   std::vector<std::vector<uint8_t>> pages;
+  // Set instead of `pages`. Whoever made it chose what dropping the last reference does (the
+  // exporter frees the pages' staging; an importer tells the exporter it is done with them).
+  std::shared_ptr<const DeviceKvPages> device;
+
+  size_t num_pages() const { return device != nullptr ? device->sizes.size() : pages.size(); }
+  uint64_t num_bytes() const {
+    uint64_t n = 0;
+    if (device != nullptr) {
+      for (uint64_t s : device->sizes) n += s;
+    } else {
+      for (const std::vector<uint8_t>& p : pages) n += p.size();
+    }
+    return n;
+  }
 };
 
 // Called on the engine thread with the request's exported KV, or why there is none; must
@@ -65,6 +89,9 @@ struct EngineRequest {
   // into a slot instead of computing the prompt, emits `first` as the request's first token
   // and continues from there. After a preemption the request recomputes on its own.
   std::shared_ptr<const TransferredKv> import_kv;
+  // When the transferred KV does not load (device pages failing their checksum): fail the
+  // request (kError) instead of computing its prompt.
+  bool import_required = false;
 };
 
 enum class FinishReason : uint8_t {

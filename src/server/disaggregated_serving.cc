@@ -43,10 +43,9 @@ void Resume(PendingJob& p, Result<TransferredKv> kv, double seconds) {
   EngineRequest& request = p.spec.choices[0].request;
   std::string failure = kv.ok() ? Mismatch(*kv, context, request) : kv.status().ToString();
   if (failure.empty()) {
-    uint64_t bytes = 0;
-    for (const std::vector<uint8_t>& page : kv->pages) bytes += page.size();
-    context.metrics.ObserveKvTransfer(true, bytes, seconds);
+    context.metrics.ObserveKvTransfer(true, kv->num_bytes(), seconds);
     request.import_kv = std::make_shared<const TransferredKv>(std::move(kv).value());
+    request.import_required = context.config.disaggregation.failure_policy == DisaggregationFailurePolicy::kFail;
     Launch(p);
     return;
   }

@@ -149,8 +149,10 @@ std::string ServerMetrics::Render(const EngineStats& stats) const {
     w.Sample("kv_transfer_pulls_total", Label("outcome", "ok"), load(kv_pulls_[1]));
     w.Sample("kv_transfer_pulls_total", Label("outcome", "failed"), load(kv_pulls_[0]));
     w.Counter("kv_transfer_bytes_total", "Bytes of KV pages a decode server received.", load(kv_bytes_));
-    w.Counter("kv_transfer_recomputed_total", "Requests whose KV transfer failed and whose prompt was computed here.",
-              load(kv_recomputed_));
+    w.Counter("kv_transfer_recomputed_total",
+              "Requests whose KV transfer failed, or whose transferred KV did not load, and whose prompt was "
+              "computed here.",
+              load(kv_recomputed_) + count(stats.kv_imports_recomputed));
     RenderHistogram(w, "kv_transfer_seconds",
                     "Histogram of a decode request's wait for its KV (the prefill's compute and the transfer).",
                     kv_transfer_);

@@ -280,3 +280,10 @@ def test_a_decode_server_killed_mid_stream_ends_in_an_error_event():
 def test_a_mode_without_a_secret_does_not_start():
     with pytest.raises(RuntimeError, match="secret"):
         Server(["--disaggregation-mode", "prefill", "--disaggregation-bootstrap-port", str(free_port())])
+
+
+def test_a_cpu_prefill_server_refuses_cuda_ipc():
+    # The pages of a cuda_ipc prefill server stay on its GPU: without one it does not start.
+    with pytest.raises(RuntimeError, match="cuda_ipc"):
+        Server(["--disaggregation-mode", "prefill", "--disaggregation-bootstrap-port", str(free_port()),
+                "--disaggregation-transfer-backend", "cuda_ipc"], env={"PEREGRINE_DISAGGREGATION_SECRET": "0123456789abcdef"})

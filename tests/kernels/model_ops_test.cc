@@ -1,17 +1,20 @@
 // The small ops the CUDA model runner adds around the kernels: the cuBLAS projection
 // (bf16 and f32, against cpu::Linear), row copies (the window ring update), the
-// deterministic random fills of synthetic weights, and the overlapped step's token feed and
-// flagged-row save.
+// deterministic random fills of synthetic weights, the overlapped step's token feed and
+// flagged-row save, and the CUDA-IPC transfer's page copy with its checksum (against the CPU
+// reference, runtime/kv_page_checksum.h).
 #include <cmath>
 
 #include "backend/cpu/cpu_ops.h"
 #include "backend/cpu/thread_pool.h"
 #include "backend/cuda/blas.h"
 #include "backend/cuda/ops/copy_rows.h"
+#include "backend/cuda/ops/kv_copy.h"
 #include "backend/cuda/ops/linear.h"
 #include "backend/cuda/ops/random_fill.h"
 #include "backend/cuda/ops/step_feed.h"
 #include "gpu_test_util.h"
+#include "runtime/kv_page_checksum.h"
 
 namespace peregrine::testing {
 namespace {
@@ -161,6 +164,52 @@ TEST_F(ModelOpsTest, CopyFlaggedRowsCopiesOnlyFlaggedRows) {
       ASSERT_EQ(got[i], want[i]) << "row " << r << " column " << c;
     }
   }
+}
+
+TEST_F(ModelOpsTest, KvCopyGathersPagesAndChecksumsThemAsTheCpuDoes) {
+  // Three pages gathered from five regions of a source buffer (one region longer than a
+  // kernel segment, so it is split), plus one page only checksummed (no destination).
+  std::mt19937 rng(11);
+  const size_t src_bytes = 3u << 20;
+  std::vector<uint8_t> src(src_bytes);
+  for (uint8_t& b : src) b = static_cast<uint8_t>(rng());
+  struct Region {
+    size_t at, bytes, page;
+  };
+  const std::vector<Region> regions = {{0, 4096, 0}, {8192, 1u << 20, 0}, {2u << 20, 8, 1}, {100000, 65536 + 8, 1},
+                                       {(2u << 20) + 4096, 40000, 2}};
+  cuda::DeviceBuffer s = Upload(src), d = Poisoned(src_bytes), sums = Poisoned(4 * 8);
+  std::vector<std::vector<uint8_t>> pages(4);
+  std::vector<cuda::KvCopyRange> ranges;
+  size_t out = 0;
+  for (const Region& r : regions) {
+    std::vector<uint8_t>& page = pages[r.page];
+    ranges.push_back({s.as<uint8_t>() + r.at, d.as<uint8_t>() + out, r.bytes, page.size(), r.page});
+    page.insert(page.end(), src.begin() + static_cast<std::ptrdiff_t>(r.at),
+                src.begin() + static_cast<std::ptrdiff_t>(r.at + r.bytes));
+    out += r.bytes;
+  }
+  pages[3].assign(src.begin(), src.begin() + 256);
+  ranges.push_back({s.as<uint8_t>(), nullptr, 256, 0, 3});
+  std::vector<kernels::KvCopySegment> segments;
+  PG_ASSERT_OK(cuda::PlanKvCopy(ranges, &segments));
+  EXPECT_GT(segments.size(), ranges.size());  // the long region was split
+  cuda::DeviceBuffer seg = Upload(segments);
+  PG_ASSERT_OK(cuda::KvCopy(seg.as<const kernels::KvCopySegment>(), static_cast<int64_t>(segments.size()),
+                            sums.as<uint64_t>(), 4, stream_.get()));
+  Sync();
+  const std::vector<uint64_t> got = Download<uint64_t>(sums, 4);
+  for (size_t p = 0; p < 4; ++p) EXPECT_EQ(got[p], KvPageChecksum(pages[p])) << "page " << p;
+  const std::vector<uint8_t> copied = Download<uint8_t>(d, out);
+  std::vector<uint8_t> want;
+  for (size_t p = 0; p < 3; ++p) want.insert(want.end(), pages[p].begin(), pages[p].end());
+  EXPECT_TRUE(copied == want);
+  // Pieces that are not whole aligned words are refused before anything runs.
+  segments.clear();
+  const cuda::KvCopyRange odd = {s.as<uint8_t>(), d.as<uint8_t>(), 12, 0, 0};
+  EXPECT_EQ(cuda::PlanKvCopy({&odd, 1}, &segments).code(), StatusCode::kInvalidArgument);
+  const cuda::KvCopyRange misaligned = {s.as<uint8_t>() + 4, d.as<uint8_t>(), 16, 0, 0};
+  EXPECT_EQ(cuda::PlanKvCopy({&misaligned, 1}, &segments).code(), StatusCode::kInvalidArgument);
 }
 
 }  // namespace

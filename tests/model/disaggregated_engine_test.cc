@@ -261,6 +261,38 @@ TEST(DisaggregatedEngine, MismatchedTransfersAreRefusedAtSubmission) {
   EXPECT_EQ(engine->Submit(e, Into(&c)).code(), StatusCode::kInvalidArgument);
 }
 
+TEST(DisaggregatedEngine, KvThatDoesNotLoadIsRecomputedOrFailsAsThePolicySays) {
+  // Device pages (CUDA IPC) reach a CPU engine: its runner cannot load them. Counted either
+  // way; the request computes its prompt (the colocated tokens) or, import_required, fails.
+  const std::vector<EngineRequest> requests = Requests();
+  const auto kvs = RunPrefill({requests[1]});
+  ASSERT_NE(kvs[0], nullptr);
+  auto device = std::make_shared<TransferredKv>(*kvs[0]);
+  auto pages = std::make_shared<DeviceKvPages>();
+  for (const std::vector<uint8_t>& p : device->pages) pages->sizes.push_back(p.size());
+  pages->offsets.assign(pages->sizes.size(), 0);
+  pages->checksums.assign(pages->sizes.size(), 0);
+  device->pages.clear();
+  device->device = pages;
+  auto engine = MakeEngine(RunSetup{});
+  ASSERT_NE(engine, nullptr);
+  Collected recomputed, failed;
+  EngineRequest r = requests[1];
+  r.import_kv = device;
+  ASSERT_TRUE(engine->Submit(r, Into(&recomputed)).ok());
+  r.id += "-required";
+  r.import_required = true;
+  ASSERT_TRUE(engine->Submit(r, Into(&failed)).ok());
+  Drain(*engine);
+  const auto want = RunColocated({requests[1]});
+  EXPECT_EQ(recomputed.tokens, want[0].tokens);
+  EXPECT_EQ(recomputed.logprobs, want[0].logprobs);
+  EXPECT_EQ(failed.finish, FinishReason::kError);
+  EXPECT_TRUE(failed.tokens.empty());
+  EXPECT_EQ(engine->Stats().kv_imports_failed, 2);
+  EXPECT_EQ(engine->Stats().kv_imports_recomputed, 1);
+}
+
 TEST(DisaggregatedEngine, AnAbortedPrefillExportsItsReason) {
   auto engine = MakeEngine(RunSetup{});
   ASSERT_NE(engine, nullptr);

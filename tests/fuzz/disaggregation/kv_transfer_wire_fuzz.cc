@@ -3,8 +3,9 @@
 //   0: a message header;
 //   1: a whole meta message under the deployment's secret (almost never authentic);
 //   2: the rest as the meta's inner CBOR, signed here, so the field checks behind the MAC run.
-// Nothing may crash; an accepted meta is consistent: one digest per page size, and without an
-// error a prompt of num_tokens ids and at least one page.
+// Nothing may crash; an accepted meta is consistent: one digest per page size (device pages:
+// one offset and checksum each, inside the arena), and without an error a prompt of
+// num_tokens ids and at least one page.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -29,7 +30,17 @@ void Check(const peregrine::Result<peregrine::disaggregation::RoomMeta>& meta) {
     Require(!meta.status().message().empty());
     return;
   }
-  Require(meta->page_sizes.size() == meta->page_digests.size());
+  const size_t n = meta->page_sizes.size();
+  if (meta->device) {
+    // Device pages: no digests; an offset and a checksum per page, every page in the arena.
+    Require(meta->page_digests.empty() && meta->page_offsets.size() == n && meta->page_checksums.size() == n);
+    Require(meta->ipc_handle.size() == 64);
+    for (size_t i = 0; i < n; ++i)
+      Require(meta->page_offsets[i] <= meta->arena_bytes &&
+              meta->page_sizes[i] <= meta->arena_bytes - meta->page_offsets[i]);
+  } else {
+    Require(meta->page_digests.size() == n);
+  }
   if (meta->error.empty()) {
     Require(meta->num_tokens == static_cast<int64_t>(meta->prompt_ids.size()));
     Require(!meta->page_sizes.empty());

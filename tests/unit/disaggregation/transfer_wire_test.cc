@@ -88,6 +88,64 @@ TEST(TransferWire, PullMacDependsOnSecretAndRoom) {
   const Digest d = PullMac("a", 1);
   EXPECT_TRUE(DigestEquals(d, d));
   EXPECT_FALSE(DigestEquals(d, std::span<const uint8_t>(d.data(), 31)));
+  // A release cannot be made from a pull's MAC.
+  EXPECT_NE(ReleaseMac("a", 1), PullMac("a", 1));
+  EXPECT_NE(ReleaseMac("a", 1), ReleaseMac("a", 2));
+}
+
+RoomMeta DeviceMeta() {
+  TransferredKv kv = SomeKv();
+  kv.pages.clear();
+  auto pages = std::make_shared<DeviceKvPages>();
+  pages->ipc_handle.assign(64, 7);
+  pages->host = "boot-id";
+  pages->arena_bytes = 1000;
+  pages->offsets = {0, 512};
+  pages->sizes = {512, 488};
+  pages->checksums = {0xdeadbeefcafef00dull, 3};
+  kv.device = pages;
+  return MetaOf(kv);
+}
+
+TEST(TransferWire, DeviceMetaRoundTripsWithoutDigests) {
+  const RoomMeta meta = DeviceMeta();
+  EXPECT_TRUE(meta.page_digests.empty());
+  Result<RoomMeta> back = DecodeMeta(EncodeMeta(meta, "s3cret", 5), "s3cret", 5);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_TRUE(back->device);
+  EXPECT_EQ(back->ipc_handle, std::vector<uint8_t>(64, 7));
+  EXPECT_EQ(back->ipc_host, "boot-id");
+  EXPECT_EQ(back->arena_bytes, 1000u);
+  EXPECT_EQ(back->page_sizes, (std::vector<uint64_t>{512, 488}));
+  EXPECT_EQ(back->page_offsets, (std::vector<uint64_t>{0, 512}));
+  EXPECT_EQ(back->page_checksums, (std::vector<uint64_t>{0xdeadbeefcafef00dull, 3}));
+  // A host meta says it is not one.
+  Result<RoomMeta> host = DecodeMeta(EncodeMeta(MetaOf(SomeKv()), "s3cret", 5), "s3cret", 5);
+  ASSERT_TRUE(host.ok());
+  EXPECT_FALSE(host->device);
+}
+
+TEST(TransferWire, InconsistentDeviceMetaIsRefused) {
+  auto refused = [](RoomMeta m) { return !DecodeMeta(EncodeMeta(m, "s", 1), "s", 1).ok(); };
+  RoomMeta m = DeviceMeta();
+  m.page_offsets[1] = 600;  // 600 + 488 > 1000
+  EXPECT_TRUE(refused(m));
+  m = DeviceMeta();
+  m.page_offsets.pop_back();
+  EXPECT_TRUE(refused(m));
+  m = DeviceMeta();
+  m.page_checksums.push_back(1);
+  EXPECT_TRUE(refused(m));
+  m = DeviceMeta();
+  m.ipc_handle.resize(63);
+  EXPECT_TRUE(refused(m));
+  m = DeviceMeta();
+  m.page_digests.resize(2);  // digests too: not one kind of page or the other
+  EXPECT_TRUE(refused(m));
+  m = DeviceMeta();
+  m.page_offsets[0] = ~uint64_t{0};  // no wrap-around
+  EXPECT_TRUE(refused(m));
+  EXPECT_FALSE(refused(DeviceMeta()));
 }
 
 }  // namespace
