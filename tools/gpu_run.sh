@@ -37,10 +37,12 @@
 #   bash tools/gpu_run.sh structured every gpu-labelled test (TESTS narrows it), then serve + bench at
 #                                   V4-Flash shapes with 16 and 64 streams, unconstrained and under a
 #                                   JSON schema (--extra-body), for the decode-throughput ratio
-#   bash tools/gpu_run.sh pd        prefill/decode disaggregation on one GPU: the KV transfer benchmark
-#                                   (UCX on the host against memcpy), then at 4-layer V4-Flash shapes
-#                                   the colocated server and a prefill + decode pair (two processes)
-#                                   behind the router at the same load (16 and 64 streams)
+#   bash tools/gpu_run.sh pd        prefill/decode disaggregation on one GPU: the KV transfer benchmarks
+#                                   (UCX on the host against memcpy; CUDA IPC between two processes
+#                                   against cudaMemcpy), then at 4-layer V4-Flash shapes the colocated
+#                                   server and a prefill + decode pair (two processes) per transfer
+#                                   backend (PD_BACKENDS, default "ucx cuda_ipc") behind the router at
+#                                   the same load (PD_LEVELS streams, default 16 and 64)
 # Results go to $OUT (default ./gpu-out).
 set -uo pipefail
 
@@ -540,28 +542,44 @@ if [ "$PHASE" = "pd" ]; then
     timeout 120 "$BIN/kv_transfer_bench" --tls default,tcp --pages 65 --page-bytes 1048576 --reps 8 \
       --json "$OUT/kv_transfer.jsonl" 2>"$OUT/kv_transfer.log" | tee -a "$OUT/kv_transfer.log" || status=1
   fi
+  if [ -x "$BIN/peregrine_kv_ipc_bench" ]; then
+    echo "== KV transfer (CUDA IPC, two processes)"
+    # A 1,024-token request at 4 layers (~1.5 MB), and 65 MB (a long prompt at more layers).
+    for shape in "5 12 24576" "65 16 65536"; do
+      set -- $shape
+      timeout 60 "$BIN/peregrine_kv_ipc_bench" --pages "$1" --regions "$2" --region-bytes "$3" \
+        --json "$OUT/kv_ipc.jsonl" 2>&1 | tee -a "$OUT/kv_ipc.log" || status=1
+    done
+  fi
   PD_ARGS="$FLASH4 --max-num-seqs 64 --max-model-len 4096 --max-num-batched-tokens 2048"
   LOAD="--num-prompts ${PD_PROMPTS:-128} --input-len ${PD_INPUT:-1024} --output-len ${PD_OUTPUT:-128}"
   start_server colocated 8301 "$PEREGRINE" $PD_ARGS --gpu-memory-utilization 0.85
   for c in ${PD_LEVELS:-16 64}; do bench_run "colocated_c$c" 8301 $LOAD --concurrency "$c"; done
   stop_server
-  start_server prefill 8302 "$PEREGRINE" $PD_ARGS --gpu-memory-utilization 0.42 \
-    --disaggregation-mode prefill --disaggregation-bootstrap-port 8998
-  PREFILL=$SERVER
-  # The fraction counts what the prefill process holds as used: 0.85 leaves the decode ~0.43.
-  start_server decode 8303 "$PEREGRINE" $PD_ARGS --gpu-memory-utilization 0.85 --disaggregation-mode decode
-  DECODE=$SERVER
-  "$PEREGRINE" router --port 8304 --pd-disaggregation --prefill http://127.0.0.1:8302 8998 \
-    --decode http://127.0.0.1:8303 >"$OUT/router.log" 2>&1 &
-  ROUTER=$!
-  for i in $(seq 1 30); do curl -sf http://127.0.0.1:8304/health >/dev/null 2>&1 && break; sleep 0.5; done
-  for c in ${PD_LEVELS:-16 64}; do bench_run "pd_c$c" 8304 $LOAD --concurrency "$c"; done
-  for p in 8302 8303; do
-    curl -s "http://127.0.0.1:$p/metrics" | grep -E "^peregrine:(kv_transfer|num_requests|kv_cache_usage)" \
-      | sed "s/^/  $p /" | tee -a "$OUT/metrics_pd.txt"
+  for backend in ${PD_BACKENDS:-ucx cuda_ipc}; do
+    start_server "prefill_$backend" 8302 "$PEREGRINE" $PD_ARGS --gpu-memory-utilization 0.42 \
+      --disaggregation-mode prefill --disaggregation-bootstrap-port 8998 --disaggregation-transfer-backend "$backend"
+    PREFILL=$SERVER
+    # The fraction counts what the prefill process holds as used: 0.85 leaves the decode ~0.43.
+    start_server "decode_$backend" 8303 "$PEREGRINE" $PD_ARGS --gpu-memory-utilization 0.85 \
+      --disaggregation-mode decode --disaggregation-transfer-backend "$backend"
+    DECODE=$SERVER
+    "$PEREGRINE" router --port 8304 --pd-disaggregation --prefill http://127.0.0.1:8302 8998 \
+      --decode http://127.0.0.1:8303 >"$OUT/router_$backend.log" 2>&1 &
+    ROUTER=$!
+    for i in $(seq 1 30); do curl -sf http://127.0.0.1:8304/health >/dev/null 2>&1 && break; sleep 0.5; done
+    # Without a live prefill server the router serves whole requests on the decode server:
+    # that is not a disaggregated run.
+    kill -0 $PREFILL 2>/dev/null || { echo "the $backend prefill server is not running: no pd run"; status=1; }
+    for c in ${PD_LEVELS:-16 64}; do bench_run "pd_${backend}_c$c" 8304 $LOAD --concurrency "$c"; done
+    for p in 8302 8303; do
+      curl -s "http://127.0.0.1:$p/metrics" | grep -E "^peregrine:(kv_transfer|num_requests|kv_cache_usage)" \
+        | sed "s/^/  $backend $p /" | tee -a "$OUT/metrics_pd.txt"
+    done
+    grep -c "through host memory\|did not load" "$OUT/serve_prefill_$backend.log" "$OUT/serve_decode_$backend.log"
+    kill -INT $ROUTER 2>/dev/null; wait $ROUTER 2>/dev/null
+    kill -INT $DECODE $PREFILL 2>/dev/null; wait $DECODE $PREFILL 2>/dev/null
   done
-  kill -INT $ROUTER 2>/dev/null; wait $ROUTER 2>/dev/null
-  kill -INT $DECODE $PREFILL 2>/dev/null; wait $DECODE $PREFILL 2>/dev/null
   exit $status
 fi
 
