@@ -31,11 +31,16 @@ TransferredKv DeviceRoom(std::shared_ptr<std::atomic<bool>> freed) {
   return kv;
 }
 
-bool WaitFor(const std::atomic<bool>& flag, double seconds) {
+// Whether `done()` holds within `seconds` (the sender's thread counts after it has sent).
+template <typename Done>
+bool WaitUntil(Done done, double seconds = 5.0) {
   const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
-  while (!flag.load() && std::chrono::steady_clock::now() < until)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  return flag.load();
+  while (!done() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  return done();
+}
+
+bool WaitFor(const std::atomic<bool>& flag, double seconds) {
+  return WaitUntil([&flag] { return flag.load(); }, seconds);
 }
 
 TEST(DeviceKvPages, AreNamedNotSentAndFreedOnceTheDecodeSideReleasesThem) {
@@ -56,14 +61,14 @@ TEST(DeviceKvPages, AreNamedNotSentAndFreedOnceTheDecodeSideReleasesThem) {
   EXPECT_EQ(got->device->sizes, (std::vector<uint64_t>{4096, 8192, 256}));
   EXPECT_EQ(got->device->checksums, (std::vector<uint64_t>{11, 22, 33}));
   EXPECT_EQ(got->prompt_ids, (std::vector<int32_t>{11, 12, 13, 14}));
-  EXPECT_EQ(sender->stats().bytes_sent, 4096 + 8192 + 256);
+  EXPECT_TRUE(WaitUntil([&] { return sender->stats().bytes_sent == 4096 + 8192 + 256; }));
   EXPECT_EQ(receiver->stats().bytes_received, 4096 + 8192 + 256);
   // Pulled but not copied yet: the prefill side still holds them.
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   EXPECT_FALSE(freed->load());
   got = Unavailable("copied");  // the decode engine is done with them
   EXPECT_TRUE(WaitFor(*freed, 5.0));
-  EXPECT_EQ(sender->stats().rooms_released, 1);
+  EXPECT_TRUE(WaitUntil([&] { return sender->stats().rooms_released == 1; }));
   // The receiver goes on working.
   sender->Publish(32, MakeKv(2, 100, 2));
   EXPECT_TRUE(PullNow(*receiver, sender->port(), 32).ok());
