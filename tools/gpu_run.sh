@@ -43,6 +43,11 @@
 #                                   server and a prefill + decode pair (two processes) per transfer
 #                                   backend (PD_BACKENDS, default "ucx cuda_ipc") behind the router at
 #                                   the same load (PD_LEVELS streams, default 16 and 64)
+#   bash tools/gpu_run.sh load      checkpoint loading from page cache: a V4-Flash-width checkpoint
+#                                   written by HF transformers (bf16, LOAD_LAYERS layers, default 2,
+#                                   into LOAD_DIR), then `peregrine serve` loading it with bf16
+#                                   experts, MXFP4 experts, and MXFP4 experts + FP8 dense: GB/s of
+#                                   checkpoint bytes (load.jsonl)
 # Results go to $OUT (default ./gpu-out).
 set -uo pipefail
 
@@ -579,6 +584,32 @@ if [ "$PHASE" = "pd" ]; then
     grep -c "through host memory\|did not load" "$OUT/serve_prefill_$backend.log" "$OUT/serve_decode_$backend.log"
     kill -INT $ROUTER 2>/dev/null; wait $ROUTER 2>/dev/null
     kill -INT $DECODE $PREFILL 2>/dev/null; wait $DECODE $PREFILL 2>/dev/null
+  done
+  exit $status
+fi
+
+if [ "$PHASE" = "load" ]; then
+  CKPT="${LOAD_DIR:-/tmp/peregrine-flash-hf}"
+  if [ ! -f "$CKPT/config.json" ]; then
+    echo "== writing the checkpoint"
+    timeout 400 $PY "$ROOT/tools/write_hf_flash_checkpoint.py" "$CKPT" --layers "${LOAD_LAYERS:-2}" 2>&1 | tail -3 \
+      | tee "$OUT/load_write.log"
+  fi
+  BYTES=$(cat "$CKPT"/*.safetensors | wc -c)
+  cat "$CKPT"/*.safetensors >/dev/null  # in the page cache
+  echo "== checkpoint: $BYTES bytes in $(ls "$CKPT"/*.safetensors | wc -l) shards"
+  for fmt in "bf16 bf16" "mxfp4 bf16" "mxfp4 fp8"; do
+    set -- $fmt
+    start_server "load_$1_$2" 8401 "$PEREGRINE" --model-path "$CKPT" --expert-format "$1" --dense-format "$2" \
+      --max-model-len 4096 --max-num-seqs 8
+    secs=$(grep -o "loaded in [0-9.]* s" "$OUT/serve_load_$1_$2.log" | grep -o "[0-9.]*" | head -1)
+    if [ -n "$secs" ]; then
+      echo "{\"experts\":\"$1\",\"dense\":\"$2\",\"checkpoint_bytes\":$BYTES,\"seconds\":$secs,\"gb_per_s\":$($PY -c "print(round($BYTES / 1e9 / $secs, 3))")}" \
+        | tee -a "$OUT/load.jsonl"
+    else
+      echo "load $1/$2: the server did not load the checkpoint"; status=1
+    fi
+    stop_server
   done
   exit $status
 fi

@@ -84,6 +84,7 @@ class SafetensorsCheckpoint final : public Checkpoint {
   Result<std::optional<Fp8BlockTensor>> ReadFp8Blocks(std::string_view name,
                                                       const Shape& expected) const override;
   Result<std::optional<Mxfp4Tensor>> ReadMxfp4(std::string_view name, const Shape& expected) const override;
+  Result<std::optional<HostTensor>> ReadBF16(std::string_view name, const Shape& expected) const override;
   Result<Shape> LogicalShape(std::string_view name) const override;
   std::vector<std::string> CanonicalNames() const override;
   uint64_t TotalBytes() const override { return total_bytes_; }
@@ -244,6 +245,14 @@ Result<HostTensor> SafetensorsCheckpoint::ReadF32(std::string_view name,
   return out;
 }
 
+Result<std::optional<HostTensor>> SafetensorsCheckpoint::ReadBF16(std::string_view name, const Shape& expected) const {
+  PG_ASSIGN_OR_RETURN(const F32Plan plan, PlanExpected(name, expected));
+  const StoredTensor& w = *plan.weight;
+  if (plan.encoding != Encoding::kElementwise || w.dtype != DType::kBF16 || !IsAligned(w.data, 2))
+    return std::optional<HostTensor>();
+  return std::optional<HostTensor>(Borrowed(w, DType::kBF16, plan.logical));
+}
+
 Result<std::optional<Fp8BlockTensor>> SafetensorsCheckpoint::ReadFp8Blocks(
     std::string_view name, const Shape& expected) const {
   PG_ASSIGN_OR_RETURN(const F32Plan plan, PlanExpected(name, expected));
@@ -310,6 +319,10 @@ Result<std::optional<Fp8BlockTensor>> Checkpoint::ReadFp8Blocks(std::string_view
 
 Result<std::optional<Mxfp4Tensor>> Checkpoint::ReadMxfp4(std::string_view, const Shape&) const {
   return std::optional<Mxfp4Tensor>();
+}
+
+Result<std::optional<HostTensor>> Checkpoint::ReadBF16(std::string_view, const Shape&) const {
+  return std::optional<HostTensor>();
 }
 
 Result<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::filesystem::path& dir) {

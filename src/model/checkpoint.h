@@ -80,6 +80,10 @@ class Checkpoint {
   // directly; nullopt when the tensor is stored in another format. `expected` is the logical
   // shape (twice the stored columns). Fails like ReadF32. The default always says nullopt.
   virtual Result<std::optional<Mxfp4Tensor>> ReadMxfp4(std::string_view canonical_name, const Shape& expected) const;
+  // The stored bf16 values of a tensor kept elementwise as bf16, borrowing the mapping (for
+  // loaders that upload them as they are); nullopt when it is stored in another type. Fails
+  // like ReadF32. The default always says nullopt.
+  virtual Result<std::optional<HostTensor>> ReadBF16(std::string_view canonical_name, const Shape& expected) const;
   // Reads an integer tensor (I64 or I32 on disk) as i64.
   virtual Result<HostTensor> ReadI64(std::string_view canonical_name,
                                      const Shape& expected) const = 0;

@@ -1,8 +1,9 @@
 // The small ops the CUDA model runner adds around the kernels: the cuBLAS projection
 // (bf16 and f32, against cpu::Linear), row copies (the window ring update), the
 // deterministic random fills of synthetic weights, the overlapped step's token feed and
-// flagged-row save, and the CUDA-IPC transfer's page copy with its checksum (against the CPU
-// reference, runtime/kv_page_checksum.h).
+// flagged-row save, the CUDA-IPC transfer's page copy with its checksum (against the CPU
+// reference, runtime/kv_page_checksum.h), and the load-time MXFP4 quantiser (against the
+// host's QuantizeMxfp4).
 #include <cmath>
 
 #include "backend/cpu/cpu_ops.h"
@@ -11,9 +12,11 @@
 #include "backend/cuda/ops/copy_rows.h"
 #include "backend/cuda/ops/kv_copy.h"
 #include "backend/cuda/ops/linear.h"
+#include "backend/cuda/ops/quantize_mxfp4.h"
 #include "backend/cuda/ops/random_fill.h"
 #include "backend/cuda/ops/step_feed.h"
 #include "gpu_test_util.h"
+#include "model/dequant.h"
 #include "runtime/kv_page_checksum.h"
 
 namespace peregrine::testing {
@@ -210,6 +213,42 @@ TEST_F(ModelOpsTest, KvCopyGathersPagesAndChecksumsThemAsTheCpuDoes) {
   EXPECT_EQ(cuda::PlanKvCopy({&odd, 1}, &segments).code(), StatusCode::kInvalidArgument);
   const cuda::KvCopyRange misaligned = {s.as<uint8_t>() + 4, d.as<uint8_t>(), 16, 0, 0};
   EXPECT_EQ(cuda::PlanKvCopy({&misaligned, 1}, &segments).code(), StatusCode::kInvalidArgument);
+}
+
+TEST_F(ModelOpsTest, QuantizeMxfp4MatchesTheHostBitForBit) {
+  // Random rows at several scales, plus groups that hit the rule's edges: all zeros (the
+  // 1e-4 floor), amax exactly 6 * 2^k (a power-of-two ratio), values on e2m1 midpoints
+  // (ties to the even code), negative zeros, and a NaN.
+  const int64_t rows = 67, cols = 320;
+  std::mt19937 rng(5);
+  std::vector<float> w = RandomNormal(rng, static_cast<size_t>(rows * cols));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) w[static_cast<size_t>(r * cols + c)] *= std::ldexp(1.0f, static_cast<int>(r % 40) - 20);
+  auto group = [&](int64_t r, int64_t g) { return w.data() + r * cols + g * 32; };
+  std::fill(group(0, 0), group(0, 0) + 32, 0.0f);
+  std::fill(group(1, 1), group(1, 1) + 32, -0.0f);
+  for (int i = 0; i < 32; ++i) group(2, 0)[i] = 0.25f * static_cast<float>(i % 25);  // amax 6
+  group(3, 2)[0] = 6.0f * 0.125f;
+  const float ties[] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f, 6.0f};
+  for (int i = 0; i < 32; ++i) group(4, 3)[i] = (i % 2 == 0 ? 1.0f : -1.0f) * ties[i % 8];
+  group(5, 4)[7] = std::nanf("");
+  const std::vector<uint16_t> bf = ToBF16(w);
+  std::vector<float> exact(bf.size());
+  for (size_t i = 0; i < bf.size(); ++i) exact[i] = BF16ToF32(bf[i]);
+  std::vector<uint8_t> want_codes(static_cast<size_t>(rows * cols / 2)), want_scales(static_cast<size_t>(rows * cols / 32));
+  QuantizeMxfp4(exact.data(), rows, cols, want_codes.data(), want_scales.data());
+  cuda::DeviceBuffer w_d = Upload(bf), codes = Poisoned(want_codes.size()), scales = Poisoned(want_scales.size());
+  PG_ASSERT_OK(cuda::QuantizeMxfp4({View(w_d, DType::kBF16, {rows, cols}), View(codes, DType::kU8, {rows, cols / 2}),
+                                    View(scales, DType::kU8, {rows, cols / 32})},
+                                   stream_.get()));
+  Sync();
+  EXPECT_EQ(Download<uint8_t>(scales, want_scales.size()), want_scales);
+  EXPECT_EQ(Download<uint8_t>(codes, want_codes.size()), want_codes);
+  EXPECT_EQ(cuda::QuantizeMxfp4({View(w_d, DType::kBF16, {rows, 40}), View(codes, DType::kU8, {rows, 20}),
+                                 View(scales, DType::kU8, {rows, 1})},
+                                stream_.get())
+                .code(),
+            StatusCode::kInvalidArgument);  // not a multiple of 32 columns
 }
 
 }  // namespace

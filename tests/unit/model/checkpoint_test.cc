@@ -141,6 +141,20 @@ TEST(CheckpointTest, F32IsBorrowedOtherTypesConvert) {
   ASSERT_TRUE(i32.ok());
   EXPECT_EQ(i32->i64()[1], -1);
   EXPECT_EQ(i32->view.dtype, DType::kI64);
+  // The stored bf16 values, borrowed from the mapping; other types say they are not bf16.
+  auto raw = ckpt->ReadBF16("bf16", Shape{4});
+  ASSERT_TRUE(raw.ok()) << raw.status().ToString();
+  ASSERT_TRUE(raw->has_value());
+  EXPECT_EQ((*raw)->storage, nullptr);
+  EXPECT_EQ((*raw)->view.dtype, DType::kBF16);
+  EXPECT_EQ(std::memcmp((*raw)->view.data, bf16.data(), bf16.size() * 2), 0);
+  for (const char* name : {"f32", "f16", "fp8.weight"}) {
+    auto none = ckpt->ReadBF16(name, std::string(name) == "f32" ? Shape{2, 2} : Shape{4});
+    ASSERT_TRUE(none.ok()) << name;
+    EXPECT_FALSE(none->has_value()) << name;
+  }
+  EXPECT_FALSE(ckpt->ReadBF16("bf16", Shape{2, 2}).ok());  // another shape
+  EXPECT_FALSE(ckpt->ReadBF16("missing", Shape{4}).ok());
 }
 
 TEST(CheckpointTest, UnalignedF32IsCopied) {

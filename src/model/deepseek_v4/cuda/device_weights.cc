@@ -9,7 +9,9 @@
 #include "backend/cuda/cuda_status.h"
 #include "backend/cuda/ops/fp8_projection.h"
 #include "backend/cuda/ops/fp8_w8a16.h"
+#include "backend/cuda/ops/quantize_mxfp4.h"
 #include "backend/cuda/ops/random_fill.h"
+#include "backend/cuda/uploader.h"
 #include "model/dequant.h"
 
 namespace peregrine::deepseek_v4::cuda {
@@ -29,8 +31,8 @@ uint64_t HashName(const std::string& name, uint64_t seed) {
 class Loader {
  public:
   Loader(const Checkpoint& checkpoint, const WeightLoadOptions& options, CachingAllocator& allocator,
-         cudaStream_t stream)
-      : checkpoint_(checkpoint), options_(options), allocator_(allocator), stream_(stream) {}
+         cudaStream_t stream, peregrine::cuda::Uploader& up)
+      : checkpoint_(checkpoint), options_(options), allocator_(allocator), stream_(stream), up_(up) {}
 
   uint64_t bytes() const { return bytes_; }
   size_t fp8_workspace_bytes() const { return fp8_workspace_bytes_; }
@@ -57,7 +59,7 @@ class Loader {
       for (float& v : scaled) v *= scale;
       src = scaled.data();
     }
-    PG_CUDA_RETURN_IF_ERROR(cudaMemcpy(out->view.data, src, static_cast<size_t>(shape.numel()) * 4, cudaMemcpyHostToDevice));
+    PG_RETURN_IF_ERROR(up_.Upload(out->view.data, src, static_cast<size_t>(shape.numel()) * 4));
     return Status::Ok();
   }
 
@@ -77,11 +79,24 @@ class Loader {
       return peregrine::cuda::RandomUniform(t, HashName(name, options_.seed), positive ? 0.0f : -spread, spread,
                                             stream_);
     }
+    const size_t bytes = static_cast<size_t>(shape.numel()) * 2;
+    // Stored as bf16: uploaded as it is (or scaled on the way); else read as f32 and narrowed
+    // on the way, on the uploader's threads.
+    PG_ASSIGN_OR_RETURN(std::optional<HostTensor> stored, checkpoint_.ReadBF16(name, shape));
+    if (stored.has_value()) {
+      if (scale == 1.0f) return up_.Upload(dst, stored->view.data, bytes);
+      const auto* in = stored->view.as<const uint16_t>();
+      return up_.UploadFilled(dst, bytes, [in, scale](uint8_t* out, size_t offset, size_t n) {
+        auto* o = reinterpret_cast<uint16_t*>(out);
+        for (size_t i = 0; i < n / 2; ++i) o[i] = F32ToBF16(BF16ToF32(in[offset / 2 + i]) * scale);
+      }, 2);
+    }
     PG_ASSIGN_OR_RETURN(HostTensor host, checkpoint_.ReadF32(name, shape));
-    std::vector<uint16_t> bf(static_cast<size_t>(shape.numel()));
-    for (size_t i = 0; i < bf.size(); ++i) bf[i] = F32ToBF16(host.f32()[i] * scale);
-    PG_CUDA_RETURN_IF_ERROR(cudaMemcpy(dst, bf.data(), bf.size() * 2, cudaMemcpyHostToDevice));
-    return Status::Ok();
+    const float* in = host.f32();
+    return up_.UploadFilled(dst, bytes, [in, scale](uint8_t* out, size_t offset, size_t n) {
+      auto* o = reinterpret_cast<uint16_t*>(out);
+      for (size_t i = 0; i < n / 2; ++i) o[i] = F32ToBF16(in[offset / 2 + i] * scale);
+    }, 2);
   }
 
   // A dense projection stacked from `names`, each [part_rows, cols]: FP8 (e4m3 + f32 block
@@ -118,10 +133,8 @@ class Loader {
     if (!options_.synthetic_matrices) {
       PG_ASSIGN_OR_RETURN(std::optional<Fp8BlockTensor> stored, checkpoint_.ReadFp8Blocks(name, shape));
       if (stored.has_value()) {
-        PG_CUDA_RETURN_IF_ERROR(cudaMemcpy(codes, stored->codes.view.data, static_cast<size_t>(shape.numel()),
-                                           cudaMemcpyHostToDevice));
-        PG_CUDA_RETURN_IF_ERROR(cudaMemcpy(scales, stored->scales.view.data, static_cast<size_t>(blocks) * 4,
-                                           cudaMemcpyHostToDevice));
+        PG_RETURN_IF_ERROR(up_.Upload(codes, stored->codes.view.data, static_cast<size_t>(shape.numel())));
+        PG_RETURN_IF_ERROR(up_.Upload(scales, stored->scales.view.data, static_cast<size_t>(blocks) * 4));
         return Status::Ok();
       }
     }
@@ -138,17 +151,64 @@ class Loader {
     return Status::Ok();
   }
 
+  // One expert's weight [rows, cols] quantised to MXFP4 with the release's rule
+  // (QuantizeMxfp4), rows split over the uploader's threads (bf16 rows widened per thread).
+  Status QuantizeExpert(const std::string& name, int64_t rows, int64_t cols, std::vector<uint8_t>* packed,
+                        std::vector<uint8_t>* exponents) {
+    PG_ASSIGN_OR_RETURN(std::optional<HostTensor> bf16, checkpoint_.ReadBF16(name, {rows, cols}));
+    std::optional<HostTensor> f32;
+    if (!bf16.has_value()) {
+      PG_ASSIGN_OR_RETURN(HostTensor host, checkpoint_.ReadF32(name, {rows, cols}));
+      f32 = std::move(host);
+    }
+    packed->assign(static_cast<size_t>(rows * cols / 2), 0);
+    exponents->assign(static_cast<size_t>(rows * cols / 32), 0);
+    const auto n = static_cast<size_t>(cols);
+    peregrine::cuda::ParallelRanges(static_cast<size_t>(rows), up_.threads(), [&](size_t r0, size_t r1) {
+      std::vector<float> widened;
+      const float* src = nullptr;
+      if (bf16.has_value()) {
+        const uint16_t* in = bf16->view.as<const uint16_t>() + r0 * n;
+        widened.resize((r1 - r0) * n);
+        for (size_t i = 0; i < widened.size(); ++i) widened[i] = BF16ToF32(in[i]);
+        src = widened.data();
+      } else {
+        src = f32->f32() + r0 * n;
+      }
+      QuantizeMxfp4(src, static_cast<int64_t>(r1 - r0), cols, packed->data() + r0 * n / 2,
+                    exponents->data() + r0 * n / 32);
+    });
+    return Status::Ok();
+  }
+
   // Routed experts read into MXFP4 [E, rows, cols/2] codes + [E, rows, cols/32] scales: the
-  // checkpoint's own bytes when it stores them as MXFP4 (the release), else its float values
-  // quantised on the host with the release's rule (QuantizeMxfp4).
+  // checkpoint's own bytes when it stores them as MXFP4 (the release), else its values
+  // quantised with the release's rule (QuantizeMxfp4): bf16 ones on the device, others on
+  // the host.
   Status Mxfp4Experts(const std::string& fp, const char* which, int64_t e_n, int64_t rows, int64_t cols,
                       const DeviceTensor& codes, const DeviceTensor& scales) {
     const size_t code_bytes = static_cast<size_t>(rows * cols / 2), scale_bytes = static_cast<size_t>(rows * cols / 32);
     std::vector<uint8_t> packed, exponents;
+    peregrine::cuda::DeviceBuffer staging;  // bf16 experts, quantised on the device
     for (int64_t x = 0; x < e_n; ++x) {
       const std::string name = fp + "experts." + std::to_string(x) + "." + which + ".weight";
       char* code_dst = static_cast<char*>(codes.view.data) + static_cast<size_t>(x) * code_bytes;
       char* scale_dst = static_cast<char*>(scales.view.data) + static_cast<size_t>(x) * scale_bytes;
+      PG_ASSIGN_OR_RETURN(std::optional<HostTensor> bf16, checkpoint_.ReadBF16(name, {rows, cols}));
+      if (bf16.has_value()) {
+        // Uploaded as stored and quantised there, in order on the stream (the next expert's
+        // upload into the same staging waits for this one's kernel).
+        if (staging.empty()) {
+          PG_ASSIGN_OR_RETURN(staging, allocator_.Allocate(static_cast<size_t>(rows * cols) * 2));
+        }
+        PG_RETURN_IF_ERROR(up_.Upload(staging.data(), bf16->view.data, static_cast<size_t>(rows * cols) * 2));
+        PG_RETURN_IF_ERROR(peregrine::cuda::QuantizeMxfp4(
+            {Tensor::Contiguous(staging.data(), DType::kBF16, {rows, cols}, Device::kCuda),
+             Tensor::Contiguous(code_dst, DType::kU8, {rows, cols / 2}, Device::kCuda),
+             Tensor::Contiguous(scale_dst, DType::kU8, {rows, cols / 32}, Device::kCuda)},
+            stream_));
+        continue;
+      }
       PG_ASSIGN_OR_RETURN(std::optional<Mxfp4Tensor> stored, checkpoint_.ReadMxfp4(name, {rows, cols}));
       const void* code_src = nullptr;
       const void* scale_src = nullptr;
@@ -156,15 +216,12 @@ class Loader {
         code_src = stored->codes.view.data;
         scale_src = stored->scales.view.data;
       } else {
-        PG_ASSIGN_OR_RETURN(HostTensor host, checkpoint_.ReadF32(name, {rows, cols}));
-        packed.assign(code_bytes, 0);
-        exponents.assign(scale_bytes, 0);
-        QuantizeMxfp4(host.f32(), rows, cols, packed.data(), exponents.data());
+        PG_RETURN_IF_ERROR(QuantizeExpert(name, rows, cols, &packed, &exponents));
         code_src = packed.data();
         scale_src = exponents.data();
       }
-      PG_CUDA_RETURN_IF_ERROR(cudaMemcpy(code_dst, code_src, code_bytes, cudaMemcpyHostToDevice));
-      PG_CUDA_RETURN_IF_ERROR(cudaMemcpy(scale_dst, scale_src, scale_bytes, cudaMemcpyHostToDevice));
+      PG_RETURN_IF_ERROR(up_.Upload(code_dst, code_src, code_bytes));
+      PG_RETURN_IF_ERROR(up_.Upload(scale_dst, scale_src, scale_bytes));
     }
     return Status::Ok();
   }
@@ -203,7 +260,7 @@ class Loader {
       ids[i] = static_cast<int32_t>(id);
     }
     PG_ASSIGN_OR_RETURN(*out, Allocate(DType::kI32, shape));
-    PG_CUDA_RETURN_IF_ERROR(cudaMemcpy(out->view.data, ids.data(), ids.size() * 4, cudaMemcpyHostToDevice));
+    PG_RETURN_IF_ERROR(up_.Upload(out->view.data, ids.data(), ids.size() * 4));
     return Status::Ok();
   }
 
@@ -288,6 +345,7 @@ class Loader {
   const WeightLoadOptions& options_;
   CachingAllocator& allocator_;
   cudaStream_t stream_;
+  peregrine::cuda::Uploader& up_;  // every host-to-device copy, in order on stream_
   uint64_t bytes_ = 0;
   size_t fp8_workspace_bytes_ = 0;
 };
@@ -297,7 +355,10 @@ class Loader {
 Result<DeviceWeights> LoadDeviceWeights(const ModelConfig& c, const Checkpoint& checkpoint,
                                         const WeightLoadOptions& options, CachingAllocator& allocator,
                                         cudaStream_t stream) {
-  Loader ld(checkpoint, options, allocator, stream);
+  // Synthetic weights are generated on the device: the uploader's buffers stay small.
+  PG_ASSIGN_OR_RETURN(peregrine::cuda::Uploader up,
+                      peregrine::cuda::Uploader::Create(stream, options.synthetic_matrices ? size_t{1} << 20 : size_t{64} << 20));
+  Loader ld(checkpoint, options, allocator, stream, up);
   DeviceWeights w;
   PG_RETURN_IF_ERROR(ld.Matrix("embed.weight", {c.vocab_size, c.hidden_size}, &w.embed));
   PG_RETURN_IF_ERROR(ld.Matrix("head.weight", {c.vocab_size, c.hidden_size}, &w.head));
