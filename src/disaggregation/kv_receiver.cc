@@ -146,7 +146,11 @@ struct KvReceiver::Impl {
     if (st->ep != nullptr) {
       // Device pages: the endpoint stays for the release.
       if (result.ok() && result->device != nullptr) {
-        lent[st->room] = st->ep;
+        auto [it, fresh] = lent.try_emplace(st->room, st->ep);
+        if (!fresh) {  // an earlier pull of the same room was never released: its endpoint goes
+          ucx->Close(it->second);
+          it->second = st->ep;
+        }
       } else {
         ucx->Close(st->ep);
       }
