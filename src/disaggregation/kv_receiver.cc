@@ -77,6 +77,13 @@ struct KvReceiver::Impl {
 
   static void OnEpError(void* arg, ucp_ep_h ep, ucs_status_t /*status*/) { static_cast<Impl*>(arg)->failed.push_back(ep); }
 
+  // Closes an endpoint and forgets any error it reported: once freed, its address may come
+  // back for a new endpoint, which an old entry in `failed` would then fail.
+  void CloseEp(ucp_ep_h ep) {
+    ucx->Close(ep);
+    std::erase(failed, ep);
+  }
+
   static void RecvDone(void* request, ucs_status_t status, size_t /*length*/, void* user_data) {
     auto* ctx = static_cast<RecvContext*>(user_data);
     --ctx->pull->pending;
@@ -148,11 +155,11 @@ struct KvReceiver::Impl {
       if (result.ok() && result->device != nullptr) {
         auto [it, fresh] = lent.try_emplace(st->room, st->ep);
         if (!fresh) {  // an earlier pull of the same room was never released: its endpoint goes
-          ucx->Close(it->second);
+          CloseEp(it->second);
           it->second = st->ep;
         }
       } else {
-        ucx->Close(st->ep);
+        CloseEp(st->ep);
       }
     }
     st->ep = nullptr;
@@ -249,7 +256,7 @@ struct KvReceiver::Impl {
     }
     for (size_t i = 0; i < closing.size();) {
       if (closing[i].at <= now) {
-        ucx->Close(closing[i].ep);
+        CloseEp(closing[i].ep);
         closing[i] = closing.back();
         closing.pop_back();
       } else {
@@ -269,13 +276,13 @@ struct KvReceiver::Impl {
     for (auto it = lent.begin(); it != lent.end(); ++it) {
       if (it->second != ep) continue;
       lent.erase(it);
-      ucx->Close(ep);
+      CloseEp(ep);
       return;
     }
     for (size_t i = 0; i < closing.size(); ++i) {
       if (closing[i].ep != ep) continue;
       closing.erase(closing.begin() + static_cast<std::ptrdiff_t>(i));
-      ucx->Close(ep);
+      CloseEp(ep);
       return;
     }
   }
@@ -344,8 +351,8 @@ struct KvReceiver::Impl {
       std::lock_guard<std::mutex> lock(releases->mu);
       releases->ucx = nullptr;  // later releases are dropped: the rooms expire on the prefill server
     }
-    for (const auto& [room, ep] : lent) ucx->Close(ep);
-    for (const Closing& c : closing) ucx->Close(c.ep);
+    for (const auto& [room, ep] : lent) CloseEp(ep);
+    for (const Closing& c : closing) CloseEp(c.ep);
     lent.clear();
     closing.clear();
     std::lock_guard<std::mutex> lock(mu);

@@ -24,6 +24,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr size_t kGoneRemembered = 4096;  // rooms whose late pulls hear why they are gone
+constexpr double kLentExpiries = 10;       // device pages pulled but not released: expiries kept
 
 uint16_t PortOf(const sockaddr_storage& a) {
   if (a.ss_family == AF_INET) return ntohs(reinterpret_cast<const sockaddr_in&>(a).sin_port);
@@ -159,7 +160,9 @@ struct KvSender::Impl {
       // The decode server copies the pages itself and says when it is done (or they expire).
       int64_t bytes = 0;
       for (uint64_t size : room.device->sizes) bytes += static_cast<int64_t>(size);
-      lent[p.room] = {std::move(room.device), Clock::now() + Seconds(config.expiry_s)};
+      // Longer than a room waits for its pull: the decode server may queue the request
+      // before it copies (a slab freed early is caught by the checksum, but costs a recompute).
+      lent[p.room] = {std::move(room.device), Clock::now() + Seconds(kLentExpiries * config.expiry_s)};
       std::lock_guard<std::mutex> lock(mu);
       ++counts.rooms_sent;
       counts.bytes_sent += bytes;
@@ -188,6 +191,10 @@ struct KvSender::Impl {
       room.deadline = Clock::now() + Seconds(config.expiry_s);
       if (!kv.ok()) {
         room.error = kv.status().message();
+      } else if (lent.count(id) != 0) {
+        // A room id is one request's: a second publish while the first one's device pages are
+        // still being copied would make their releases ambiguous.
+        room.error = "the room id is still in use by an earlier request";
       } else {
         RoomMeta meta = MetaOf(*kv);
         room.device = std::move(kv->device);

@@ -3,7 +3,8 @@
 // holds the deployment's secret pulls the room once, page by page, and the room is gone. A
 // pull that arrives before its room is published waits for it; a room nobody pulls within
 // expiry_s is dropped (a later pull hears that it expired). Device pages (CUDA IPC) are
-// kept after the pull until the decode server releases them, or for expiry_s more.
+// kept after the pull until the decode server releases them, or for 10 x expiry_s more; a
+// room id published again while its device pages are kept is answered with an error.
 //
 // Threads: one thread owns the UCX worker (accepts, answers pulls, sends pages, expires
 // rooms); Publish and stats are thread-safe and never block on the network.

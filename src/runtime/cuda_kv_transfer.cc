@@ -1,6 +1,8 @@
 // CudaModelRunner's half of disaggregated serving: a slot's state and its blocks' entries
 // (DeviceModel::SlotRegions / BlockRegions) exported to host pages or to the CUDA-IPC staging
 // arena, and imported from either.
+#include <cuda.h>
+#include <cudaTypedefs.h>
 #include <cuda_runtime_api.h>
 
 #include <cstring>
@@ -15,6 +17,28 @@ namespace peregrine {
 namespace {
 
 namespace pc = peregrine::cuda;
+
+// How many bytes of its allocation follow a mapped pointer (the driver's cuMemGetAddressRange,
+// from the driver the runtime loaded: the binary links no libcuda).
+Result<uint64_t> MappedBytes(const void* p) {
+  static PFN_cuMemGetAddressRange_v3020 fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+    if (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &f, 12000, cudaEnableDefault, &found) != cudaSuccess ||
+        found != cudaDriverEntryPointSuccess) {
+      (void)cudaGetLastError();
+      return PFN_cuMemGetAddressRange_v3020{nullptr};
+    }
+    return reinterpret_cast<PFN_cuMemGetAddressRange_v3020>(f);
+  }();
+  if (fn == nullptr) return Unavailable("the CUDA driver cannot say how large a CUDA IPC mapping is");
+  CUdeviceptr base = 0;
+  size_t size = 0;
+  const auto at = reinterpret_cast<CUdeviceptr>(p);
+  if (fn(&base, &size, at) != CUDA_SUCCESS || at < base || at - base > size)
+    return Unavailable("the CUDA driver does not know the CUDA IPC mapping");
+  return static_cast<uint64_t>(size - (at - base));
+}
 
 size_t TotalBytes(const std::vector<DeviceRegion>& regions) {
   size_t n = 0;
@@ -144,13 +168,35 @@ Status CudaModelRunner::ImportKvFromPeer(const std::vector<std::vector<DeviceReg
   const std::string key(pages.ipc_handle.begin(), pages.ipc_handle.end());
   auto it = kv_peers_.find(key);
   if (it == kv_peers_.end()) {
+    // A prefill server that restarted left its old arena mapped here: past a few peers the
+    // least recently used mapping goes (imports are synchronous: nothing still reads it).
+    if (kv_peers_.size() >= kMaxKvPeers) {
+      auto oldest = kv_peers_.begin();
+      for (auto p = kv_peers_.begin(); p != kv_peers_.end(); ++p)
+        if (p->second.last_use < oldest->second.last_use) oldest = p;
+      (void)cudaIpcCloseMemHandle(oldest->second.base);
+      kv_peers_.erase(oldest);
+    }
     cudaIpcMemHandle_t h;
     std::memcpy(&h, pages.ipc_handle.data(), sizeof h);
     void* p = nullptr;
-    PG_CUDA_RETURN_IF_ERROR(cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess));
-    it = kv_peers_.emplace(key, p).first;
+    if (const cudaError_t e = cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess); e != cudaSuccess) {
+      (void)cudaGetLastError();  // not sticky: the next launch must not see it
+      return Unavailable(std::string("cannot open the prefill server's CUDA IPC handle: ") + cudaGetErrorString(e));
+    }
+    Result<uint64_t> mapped = MappedBytes(p);
+    if (!mapped.ok()) {
+      (void)cudaIpcCloseMemHandle(p);
+      return mapped.status();
+    }
+    it = kv_peers_.emplace(key, KvPeer{p, *mapped, 0}).first;
   }
-  const auto* peer = static_cast<const uint8_t*>(it->second);
+  it->second.last_use = ++kv_peer_uses_;
+  // The meta's offsets were checked against the arena size it names; the mapping is the truth.
+  for (size_t i = 0; i < where.size(); ++i)
+    if (pages.offsets[i] > it->second.bytes || pages.sizes[i] > it->second.bytes - pages.offsets[i])
+      return InvalidArgument("a device KV page lies outside the prefill server's arena");
+  const auto* peer = static_cast<const uint8_t*>(it->second.base);
   std::vector<pc::KvCopyRange> ranges;
   for (size_t i = 0; i < where.size(); ++i) {
     uint64_t in_page = 0;
@@ -163,7 +209,10 @@ Status CudaModelRunner::ImportKvFromPeer(const std::vector<std::vector<DeviceReg
   // its state; the next step of this one reads it after the copy. The checksums are of what
   // was written, so pages the exporter reused meanwhile are refused.
   std::vector<uint64_t> sums;
-  PG_RETURN_IF_ERROR(CopyKvPages(ranges, where.size(), executor_->stream(), &sums));
+  if (Status s = CopyKvPages(ranges, where.size(), executor_->stream(), &sums); !s.ok()) {
+    (void)cudaGetLastError();  // a launch error that is not sticky must not fail the next step
+    return s;
+  }
   for (size_t i = 0; i < where.size(); ++i)
     if (sums[i] != pages.checksums[i])
       return DataLoss("KV page " + std::to_string(i) + " read over CUDA IPC does not match its checksum");
@@ -208,7 +257,7 @@ Status CudaModelRunner::ImportKv(int32_t slot, std::span<const int32_t> blocks, 
 }
 
 void CudaModelRunner::CloseKvPeers() {
-  for (const auto& [handle, p] : kv_peers_) (void)cudaIpcCloseMemHandle(p);
+  for (const auto& [handle, peer] : kv_peers_) (void)cudaIpcCloseMemHandle(peer.base);
   kv_peers_.clear();
 }
 

@@ -145,7 +145,14 @@ class CudaModelRunner final : public ModelRunner {
   // Disaggregation over CUDA IPC (cuda_kv_transfer.cc): the export arena, the peers' arenas
   // this process opened (by handle), the copy kernel's buffers and the export stream.
   std::shared_ptr<KvStagingArena> kv_staging_;
-  std::map<std::string, void*> kv_peers_;  // handle bytes -> this process's mapping
+  struct KvPeer {
+    void* base = nullptr;   // this process's mapping of a prefill server's arena
+    uint64_t bytes = 0;     // its size, from the driver
+    uint64_t last_use = 0;
+  };
+  static constexpr size_t kMaxKvPeers = 8;
+  std::map<std::string, KvPeer> kv_peers_;  // by handle bytes
+  uint64_t kv_peer_uses_ = 0;
   peregrine::cuda::DeviceBuffer kv_segments_d_, kv_checksums_d_;
   peregrine::cuda::Stream kv_stream_;
   // Where each page of a slot and its blocks lies in the pools (the slot's page, then one per block).
