@@ -56,6 +56,7 @@ __global__ void __launch_bounds__(kThreads) QuantizeMxfp4Kernel(const QuantizeMx
       const float a = fabsf(x[i]);
       amax = amax < a ? a : amax;  // std::max: a NaN leaves amax as it is
     }
+    amax = fminf(amax, 3.402823466e38f);  // an infinite input scales as the largest finite (the host's rule)
     const int exponent = CeilLog2(fmax(static_cast<double>(amax), 1e-4) / 6.0);
     const int biased = min(max(exponent + 127, 0), 254);
     p.scales[g] = static_cast<uint8_t>(biased);

@@ -4,6 +4,7 @@
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "base/check.h"
 
@@ -132,6 +133,7 @@ void QuantizeMxfp4(const float* src, int64_t rows, int64_t cols, uint8_t* packed
       const float* x = row + b * kMxfp4BlockSize;
       float amax = 0.0f;
       for (int64_t i = 0; i < kMxfp4BlockSize; ++i) amax = std::max(amax, std::fabs(x[i]));
+      amax = std::min(amax, std::numeric_limits<float>::max());  // an infinite input scales as the largest finite
       const int exponent = static_cast<int>(std::ceil(std::log2(std::max<double>(amax, 1e-4) / 6.0)));
       const int biased = std::clamp(exponent + 127, 0, 254);
       scale[r * (cols / kMxfp4BlockSize) + b] = static_cast<uint8_t>(biased);

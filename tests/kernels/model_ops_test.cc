@@ -5,6 +5,7 @@
 // reference, runtime/kv_page_checksum.h), and the load-time MXFP4 quantiser (against the
 // host's QuantizeMxfp4).
 #include <cmath>
+#include <limits>
 
 #include "backend/cpu/cpu_ops.h"
 #include "backend/cpu/thread_pool.h"
@@ -218,7 +219,7 @@ TEST_F(ModelOpsTest, KvCopyGathersPagesAndChecksumsThemAsTheCpuDoes) {
 TEST_F(ModelOpsTest, QuantizeMxfp4MatchesTheHostBitForBit) {
   // Random rows at several scales, plus groups that hit the rule's edges: all zeros (the
   // 1e-4 floor), amax exactly 6 * 2^k (a power-of-two ratio), values on e2m1 midpoints
-  // (ties to the even code), negative zeros, and a NaN.
+  // (ties to the even code), negative zeros, a NaN and an infinity.
   const int64_t rows = 67, cols = 320;
   std::mt19937 rng(5);
   std::vector<float> w = RandomNormal(rng, static_cast<size_t>(rows * cols));
@@ -232,6 +233,7 @@ TEST_F(ModelOpsTest, QuantizeMxfp4MatchesTheHostBitForBit) {
   const float ties[] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f, 6.0f};
   for (int i = 0; i < 32; ++i) group(4, 3)[i] = (i % 2 == 0 ? 1.0f : -1.0f) * ties[i % 8];
   group(5, 4)[7] = std::nanf("");
+  group(6, 5)[3] = -std::numeric_limits<float>::infinity();
   const std::vector<uint16_t> bf = ToBF16(w);
   std::vector<float> exact(bf.size());
   for (size_t i = 0; i < bf.size(); ++i) exact[i] = BF16ToF32(bf[i]);

@@ -21,16 +21,21 @@ void ParallelRanges(size_t n, int threads, const std::function<void(size_t, size
   for (std::thread& th : pool) th.join();
 }
 
-Result<Uploader> Uploader::Create(cudaStream_t stream, size_t chunk_bytes, int threads) {
-  Uploader u;
-  u.stream_ = stream;
-  u.chunk_ = std::max<size_t>(chunk_bytes, 1 << 20);
-  u.threads_ = threads > 0 ? threads : static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 16u));
+Result<std::unique_ptr<Uploader>> Uploader::Create(cudaStream_t stream, size_t chunk_bytes, int threads) {
+  std::unique_ptr<Uploader> u(new Uploader());
+  u->stream_ = stream;
+  u->chunk_ = std::max<size_t>(chunk_bytes, 1 << 20);
+  u->threads_ = threads > 0 ? threads : static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 16u));
   for (int i = 0; i < 2; ++i) {
-    PG_ASSIGN_OR_RETURN(u.staging_[static_cast<size_t>(i)], PinnedHostBuffer::Allocate(u.chunk_));
-    PG_ASSIGN_OR_RETURN(u.copied_[static_cast<size_t>(i)], Event::Create(false));
+    PG_ASSIGN_OR_RETURN(u->staging_[static_cast<size_t>(i)], PinnedHostBuffer::Allocate(u->chunk_));
+    PG_ASSIGN_OR_RETURN(u->copied_[static_cast<size_t>(i)], Event::Create(false));
   }
   return u;
+}
+
+Uploader::~Uploader() {
+  for (size_t b = 0; b < 2; ++b)
+    if (busy_[b]) (void)copied_[b].Synchronize();
 }
 
 Status Uploader::Upload(void* dst, const void* src, size_t bytes) {

@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 
 #include "backend/cuda/allocator.h"
 #include "backend/cuda/stream.h"
@@ -28,7 +29,12 @@ void ParallelRanges(size_t n, int threads, const std::function<void(size_t, size
 class Uploader {
  public:
   // `threads` <= 0: the host's cores, at most 16.
-  static Result<Uploader> Create(cudaStream_t stream, size_t chunk_bytes = size_t{64} << 20, int threads = 0);
+  static Result<std::unique_ptr<Uploader>> Create(cudaStream_t stream, size_t chunk_bytes = size_t{64} << 20,
+                                                  int threads = 0);
+  // Waits for the copies still reading the pinned buffers (an upload that failed half way).
+  ~Uploader();
+  Uploader(const Uploader&) = delete;
+  Uploader& operator=(const Uploader&) = delete;
 
   // dst[0, bytes) = src[0, bytes).
   Status Upload(void* dst, const void* src, size_t bytes);
@@ -39,6 +45,8 @@ class Uploader {
   int threads() const { return threads_; }
 
  private:
+  Uploader() = default;
+
   cudaStream_t stream_ = nullptr;
   size_t chunk_ = 0;
   int threads_ = 1;

@@ -356,9 +356,9 @@ Result<DeviceWeights> LoadDeviceWeights(const ModelConfig& c, const Checkpoint& 
                                         const WeightLoadOptions& options, CachingAllocator& allocator,
                                         cudaStream_t stream) {
   // Synthetic weights are generated on the device: the uploader's buffers stay small.
-  PG_ASSIGN_OR_RETURN(peregrine::cuda::Uploader up,
+  PG_ASSIGN_OR_RETURN(std::unique_ptr<peregrine::cuda::Uploader> up,
                       peregrine::cuda::Uploader::Create(stream, options.synthetic_matrices ? size_t{1} << 20 : size_t{64} << 20));
-  Loader ld(checkpoint, options, allocator, stream, up);
+  Loader ld(checkpoint, options, allocator, stream, *up);
   DeviceWeights w;
   PG_RETURN_IF_ERROR(ld.Matrix("embed.weight", {c.vocab_size, c.hidden_size}, &w.embed));
   PG_RETURN_IF_ERROR(ld.Matrix("head.weight", {c.vocab_size, c.hidden_size}, &w.head));
