@@ -158,8 +158,7 @@ struct KvSender::Impl {
     ucx->Send(p.ep, h, room.meta, false);
     if (room.device != nullptr) {
       // The decode server copies the pages itself and says when it is done (or they expire).
-      int64_t bytes = 0;
-      for (uint64_t size : room.device->sizes) bytes += static_cast<int64_t>(size);
+      const auto bytes = static_cast<int64_t>(room.device->bytes());
       // Longer than a room waits for its pull: the decode server may queue the request
       // before it copies (a slab freed early is caught by the checksum, but costs a recompute).
       lent[p.room] = {std::move(room.device), Clock::now() + Seconds(kLentExpiries * config.expiry_s)};

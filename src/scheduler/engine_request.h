@@ -32,6 +32,12 @@ struct DeviceKvPages {
   std::vector<uint64_t> offsets;    // per page: where it starts in the arena
   std::vector<uint64_t> sizes;      // per page: its bytes (a multiple of 8)
   std::vector<uint64_t> checksums;  // per page: KvPageChecksum (runtime/kv_page_checksum.h)
+
+  uint64_t bytes() const {
+    uint64_t n = 0;
+    for (uint64_t s : sizes) n += s;
+    return n;
+  }
 };
 
 struct TransferredKv {
@@ -47,12 +53,9 @@ struct TransferredKv {
 
   size_t num_pages() const { return device != nullptr ? device->sizes.size() : pages.size(); }
   uint64_t num_bytes() const {
+    if (device != nullptr) return device->bytes();
     uint64_t n = 0;
-    if (device != nullptr) {
-      for (uint64_t s : device->sizes) n += s;
-    } else {
-      for (const std::vector<uint8_t>& p : pages) n += p.size();
-    }
+    for (const std::vector<uint8_t>& p : pages) n += p.size();
     return n;
   }
 };
