@@ -11,6 +11,7 @@ DEBS=(
   clang libclang-rt-14-dev
   libboost-dev libboost-system-dev nlohmann-json3-dev libcli11-dev libfmt-dev libspdlog-dev
   libpcre2-dev libgtest-dev libgmock-dev libbenchmark-dev libssl-dev
+  libgloo-dev  # the CPU communicator of tensor/expert-parallel ranks (tests run them as processes)
   libucx-dev  # the KV transfer of prefill/decode disaggregation (UCX over TCP and shared memory)
   systemd  # systemd-analyze verify checks deploy/systemd (no running systemd needed)
   prometheus  # the dashboard test runs the binary on a temporary config, never the service
