@@ -4,16 +4,6 @@
 
 namespace peregrine::cli {
 
-namespace {
-
-// A validator that accepts exactly one value, explaining what else would be needed.
-CLI::Validator Only(const std::string& value, const std::string& why) {
-  return CLI::Validator(
-      [value, why](std::string& v) { return v == value ? std::string() : why + " (supported: " + value + ")"; },
-      value, "only " + value);
-}
-
-}  // namespace
 
 void AddCompatFlags(CLI::App& cmd, ServeOptions& o) {
   // vLLM: `vllm serve MODEL` and --model; SGLang: --model-path (Peregrine's own).
@@ -22,8 +12,8 @@ void AddCompatFlags(CLI::App& cmd, ServeOptions& o) {
   cmd.add_option("--context-length", o.max_model_len, "SGLang's name for --max-model-len")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 24));
   cmd.add_option("--tensor-parallel-size,--tp,--tp-size", o.tensor_parallel_size,
-                 "Ranks to shard the model over (one GPU per rank)")
-      ->check(Only("1", "this build runs on one GPU"));
+                 "Ranks to shard the model over, one process each (one GPU each on --device cuda)")
+      ->check(CLI::Range(1, 64));
   cmd.add_option("--dtype", o.dtype, "Activation dtype (the model's bf16)")
       ->check(CLI::IsMember({"auto", "bfloat16", "bf16"}));
   cmd.add_option("--quantization,-q", o.quantization,

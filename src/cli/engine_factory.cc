@@ -12,6 +12,7 @@
 #include "model/deepseek_v4/model.h"
 #include "model/synthetic_checkpoint.h"
 #include "runtime/cpu_model_runner.h"
+#include "runtime/host_ranks.h"
 #ifdef PEREGRINE_WITH_CUDA
 #include <cuda_runtime_api.h>
 
@@ -27,12 +28,24 @@ namespace {
 constexpr uint64_t kSyntheticSeed = 20260424;  // the demo model's seed
 
 Result<std::unique_ptr<ModelRunner>> MakeRunner(const EngineOptions& o, ModelSource source) {
+  if (o.parallel.is_distributed() && o.device != "cpu") return CheckParallelDevices(o);
   if (o.device == "cpu") {
-    HostModelRegistry registry;
-    deepseek_v4::RegisterHostModel(registry);
-    PG_ASSIGN_OR_RETURN(HostModelFactory factory, registry.Find(source.config.model_type));
-    PG_ASSIGN_OR_RETURN(std::unique_ptr<HostModel> model,
-                        factory(source.config, std::move(source.checkpoint), o.threads));
+    std::unique_ptr<HostModel> model;
+    if (o.parallel.is_distributed()) {
+      // Rank 0 of the group: its shard, behind the model that replays every call on the others.
+      distributed::Rendezvous r;
+      r.host = o.rendezvous_host;
+      r.port = o.rendezvous_port;
+      r.size = o.parallel.world_size();
+      r.server = o.rendezvous_server;
+      PG_ASSIGN_OR_RETURN(std::unique_ptr<distributed::Communicator> comm, distributed::CreateGlooCommunicator(r));
+      PG_ASSIGN_OR_RETURN(std::unique_ptr<HostModel> local, MakeHostModel(o, std::move(source), comm.get()));
+      LogInfo("tensor parallel over {} ranks ({}), routed experts {}", r.size, comm->name(),
+              o.parallel.expert_parallel ? "partitioned (expert parallel)" : "split by intermediate");
+      model = std::make_unique<RankedHostModel>(std::move(local), std::move(comm));
+    } else {
+      PG_ASSIGN_OR_RETURN(model, MakeHostModel(o, std::move(source), nullptr));
+    }
     CpuRunnerOptions ro;
     ro.num_slots = static_cast<int32_t>(o.max_num_seqs);
     ro.kv_tokens = o.kv_cache_tokens > 0 ? o.kv_cache_tokens : int64_t{1} << 18;
@@ -99,6 +112,36 @@ Result<std::unique_ptr<ModelRunner>> MakeRunner(const EngineOptions& o, ModelSou
 }
 
 }  // namespace
+
+Result<std::unique_ptr<HostModel>> MakeHostModel(const EngineOptions& o, ModelSource source,
+                                                 distributed::Communicator* comm) {
+  HostModelRegistry registry;
+  deepseek_v4::RegisterHostModel(registry);
+  PG_ASSIGN_OR_RETURN(HostModelFactory factory, registry.Find(source.config.model_type));
+  HostModelOptions mo;
+  mo.num_threads = o.threads;
+  mo.comm = comm;
+  mo.expert_parallel = o.parallel.expert_parallel;
+  return factory(source.config, std::move(source.checkpoint), mo);
+}
+
+Status CheckParallelDevices(const EngineOptions& o) {
+  if (!o.parallel.is_distributed() || o.device == "cpu") return Status::Ok();
+  if (o.device != "cuda") return InvalidArgument("unknown device '" + o.device + "' (cpu or cuda)");
+#ifdef PEREGRINE_WITH_CUDA
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) count = 0;
+  cudaGetLastError();
+  const int needed = o.parallel.ranks_per_node();
+  if (count < needed)
+    return InvalidArgument("--tp " + std::to_string(o.parallel.tp_size) + " needs " + std::to_string(needed) +
+                           " GPUs on this node (one per rank); it has " + std::to_string(count));
+  return Unimplemented("tensor parallel on the CUDA backend is not built yet: --tp > 1 runs on --device cpu");
+#else
+  return InvalidArgument("--tp " + std::to_string(o.parallel.tp_size) +
+                         " on --device cuda needs a GPU per rank; this build has no CUDA backend");
+#endif
+}
 
 Result<ModelSource> OpenModel(const EngineOptions& o) {
   ModelSource source;

@@ -7,7 +7,10 @@
 #include <string>
 
 #include "config/model_config.h"
+#include "distributed/communicator.h"
+#include "distributed/parallel_config.h"
 #include "engine/engine.h"
+#include "model/host_model.h"
 #include "model/checkpoint.h"
 #include "speculative/speculative_config.h"
 
@@ -40,6 +43,12 @@ struct EngineOptions {
   int cuda_device = 0;
   uint64_t kv_staging_bytes = 0;          // CUDA, > 0: exported KV waits in a device arena of this size (CUDA IPC)
   speculative::SpeculativeConfig speculative;  // CPU backend only for now
+  // Tensor/expert parallel (cli/rank_launch.h): the split, and where this rank's group meets
+  // (rank 0 brings the rendezvous server it started before spawning the others).
+  distributed::ParallelConfig parallel;
+  std::string rendezvous_host = "127.0.0.1";
+  int rendezvous_port = 0;
+  std::shared_ptr<distributed::TcpStoreServer> rendezvous_server;
 };
 
 // The model config and checkpoint `options` name: the demo model, a checkpoint directory,
@@ -50,6 +59,14 @@ struct ModelSource {
   std::unique_ptr<Checkpoint> checkpoint;
 };
 Result<ModelSource> OpenModel(const EngineOptions& options);
+
+// The CPU model for `options` from `source`: whole, or (comm != nullptr) this rank's shard.
+Result<std::unique_ptr<HostModel>> MakeHostModel(const EngineOptions& options, ModelSource source,
+                                                 distributed::Communicator* comm);
+
+// Whether this machine can run `options.parallel`'s ranks on `options.device` (CUDA: a GPU
+// per local rank; tensor parallel on the CUDA backend is not built yet).
+Status CheckParallelDevices(const EngineOptions& options);
 
 // A started engine (its step loop running), or why it could not be built.
 Result<std::unique_ptr<Engine>> MakeEngine(const EngineOptions& options);

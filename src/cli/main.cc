@@ -1,11 +1,13 @@
 // The `peregrine` binary: one entry point, one subcommand per file.
 #include <CLI/CLI.hpp>
 
+#include "base/log.h"
 #include "base/version.h"
 #include "cli/bench_command.h"
 #include "cli/engine_factory.h"
 #include "cli/generate_command.h"
 #include "cli/profile_command.h"
+#include "cli/rank_launch.h"
 #include "cli/score_command.h"
 #include "cli/render_chat_command.h"
 #include "cli/router_command.h"
@@ -14,9 +16,8 @@
 
 namespace {
 
-// `peregrine serve` on the CPU backend: the model from --model-path, or the embedded demo.
-peregrine::Result<std::unique_ptr<peregrine::EngineClient>> MakeServingEngine(
-    const peregrine::cli::ServeOptions& serve) {
+// The engine knobs of `peregrine serve`'s flags.
+peregrine::Result<peregrine::cli::EngineOptions> EngineOptionsOf(const peregrine::cli::ServeOptions& serve) {
   peregrine::cli::EngineOptions o;
   o.model_path = serve.model_path == "demo" ? "" : serve.model_path;
   o.threads = serve.threads;
@@ -44,8 +45,29 @@ peregrine::Result<std::unique_ptr<peregrine::EngineClient>> MakeServingEngine(
   o.speculative.num_steps = serve.speculative_num_steps;
   o.speculative.num_draft_tokens = serve.speculative_num_draft_tokens;
   o.speculative.topk = serve.speculative_eagle_topk;
+  o.parallel = serve.parallel();
+  if (!serve.dist_init_addr.empty())
+    PG_RETURN_IF_ERROR(peregrine::distributed::ParseHostPort(serve.dist_init_addr, &o.rendezvous_host, &o.rendezvous_port));
+  o.rendezvous_server = serve.rendezvous_server;
+  return o;
+}
+
+// `peregrine serve`: the model from --model-path, or the embedded demo.
+peregrine::Result<std::unique_ptr<peregrine::EngineClient>> MakeServingEngine(
+    const peregrine::cli::ServeOptions& serve) {
+  PG_ASSIGN_OR_RETURN(peregrine::cli::EngineOptions o, EngineOptionsOf(serve));
   PG_ASSIGN_OR_RETURN(std::unique_ptr<peregrine::Engine> engine, peregrine::cli::MakeEngine(o));
   return std::unique_ptr<peregrine::EngineClient>(std::move(engine));
+}
+
+// A rank of a sharded model other than 0 (no HTTP server).
+int RunServingRank(const peregrine::cli::ServeOptions& serve) {
+  auto o = EngineOptionsOf(serve);
+  if (!o.ok()) {
+    peregrine::LogError("{}", o.status().message());
+    return 1;
+  }
+  return peregrine::cli::RunModelRank(*o, serve.rank);
 }
 
 }  // namespace
@@ -54,7 +76,7 @@ int main(int argc, char** argv) {
   CLI::App app{"Peregrine: DeepSeek-V4 inference server"};
   app.set_version_flag("--version", std::string(peregrine::kVersion));
   app.require_subcommand(1);
-  peregrine::cli::AddServeCommand(app, MakeServingEngine);
+  peregrine::cli::AddServeCommand(app, MakeServingEngine, RunServingRank, std::vector<std::string>(argv, argv + argc));
   peregrine::cli::AddGenerateCommand(app);
   peregrine::cli::AddTokenizerCommands(app);
   peregrine::cli::AddRenderChatCommand(app);

@@ -59,7 +59,7 @@ class CpuScorer final : public RowScorer {
     deepseek_v4::RegisterHostModel(registry);
     PG_ASSIGN_OR_RETURN(HostModelFactory factory, registry.Find(source.config.model_type));
     auto s = std::make_unique<CpuScorer>();
-    PG_ASSIGN_OR_RETURN(s->model_, factory(source.config, std::move(source.checkpoint), threads));
+    PG_ASSIGN_OR_RETURN(s->model_, factory(source.config, std::move(source.checkpoint), HostModelOptions{threads}));
     const KvLayout layout = s->model_->kv_layout(256);
     const auto blocks = static_cast<int32_t>(std::max<int64_t>(layout.BlocksFor(seq_len), 1));
     s->kv_ = s->model_->CreateKvPools(layout.block_tokens, 1, blocks, 0);

@@ -1,6 +1,7 @@
 #include "cli/serve_command.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -20,6 +21,7 @@
 #include "cli/compat_flags.h"
 #include "cli/demo_tokenizer.h"
 #include "cli/kv_transfer_setup.h"
+#include "cli/rank_launch.h"
 #include "server/server.h"
 #include "tokenizer/tokenizer.h"
 
@@ -113,9 +115,65 @@ class StatsLogger {
 
 }  // namespace
 
-int RunServe(const ServeOptions& options, const EngineFactory& factory) {
+distributed::ParallelConfig ServeOptions::parallel() const {
+  distributed::ParallelConfig p;
+  p.tp_size = static_cast<int>(tensor_parallel_size);
+  p.expert_parallel = enable_expert_parallel || (expert_parallel_size > 1 && expert_parallel_size == tensor_parallel_size);
+  p.nnodes = nnodes;
+  p.node_rank = node_rank;
+  p.dist_init_addr = dist_init_addr;
+  return p;
+}
+
+int RunServe(const ServeOptions& in, const EngineFactory& factory, const RankRunner& rank_runner) {
   const auto started = std::chrono::steady_clock::now();
-  if (auto level = ParseLogLevel(options.log_level); level.ok()) SetLogLevel(*level);
+  if (auto level = ParseLogLevel(in.log_level); level.ok()) SetLogLevel(*level);
+  ServeOptions options = in;
+  const distributed::ParallelConfig parallel = options.parallel();
+  if (Status s = distributed::ValidateParallelConfig(parallel); !s.ok()) {
+    LogError("{}", s.message());
+    return 1;
+  }
+  if (options.expert_parallel_size != 1 && options.expert_parallel_size != options.tensor_parallel_size) {
+    LogError("--ep must be 1 or equal to --tp (the routed experts are partitioned over the tensor-parallel ranks)");
+    return 1;
+  }
+  if (options.rank > 0) return rank_runner(options);  // a rank this command started
+  // The other ranks of this node, started now (CPU backend); the node's first rank is ours.
+  std::unique_ptr<RankSupervisor> ranks;
+  std::atomic<bool> rank_died{false};
+  if (parallel.is_distributed() && options.device == "cpu") {
+    const int first = parallel.node_rank * parallel.ranks_per_node();
+    std::string host = "127.0.0.1";
+    int port = 0;
+    if (!parallel.dist_init_addr.empty()) (void)distributed::ParseHostPort(parallel.dist_init_addr, &host, &port);
+    if (first == 0) {
+      auto server = distributed::TcpStoreServer::Start(host, port);
+      if (!server.ok()) {
+        LogError("--dist-init-addr: {}", server.status().message());
+        return 1;
+      }
+      options.rendezvous_server = std::move(server).value();
+      port = options.rendezvous_server->port();
+    }
+    std::vector<int> others;
+    for (int r = first + 1; r < first + parallel.ranks_per_node(); ++r) others.push_back(r);
+    options.dist_init_addr = host + ":" + std::to_string(port);
+    auto spawned = RankSupervisor::Spawn(options.argv, others, options.dist_init_addr,
+                                         [&rank_died](int, int) { rank_died = true; });
+    if (!spawned.ok()) {
+      LogError("{}", spawned.status().message());
+      return 1;
+    }
+    ranks = std::move(spawned).value();
+    LogInfo("started ranks {}..{} of {}", first + 1, first + parallel.ranks_per_node() - 1, parallel.tp_size);
+    if (first > 0) {
+      options.rank = first;
+      const int rc = rank_runner(options);
+      ranks->Stop();
+      return rc;
+    }
+  }
   if (Status s = CheckListenAddress(options.server.host, options.server.port); !s.ok()) {
     LogError("{}", s.message());
     return 1;
@@ -125,6 +183,10 @@ int RunServe(const ServeOptions& options, const EngineFactory& factory) {
       LogError("--metrics-port: {}", s.message());
       return 1;
     }
+  }
+  if (parallel.is_distributed() && options.disaggregation_mode != "null") {
+    LogError("--disaggregation-mode with --tp > 1 is not supported yet");
+    return 1;
   }
   if (options.disaggregation_transfer_backend == "cuda_ipc" && options.disaggregation_mode == "prefill" &&
       options.device != "cuda") {
@@ -174,7 +236,6 @@ int RunServe(const ServeOptions& options, const EngineFactory& factory) {
   }
   std::optional<StatsLogger> stats;
   if (!options.disable_log_stats) stats.emplace(**engine, server, options.log_stats_interval_s);
-
   // The first SIGINT/SIGTERM drains (readiness false, in-flight requests finish or are
   // aborted after the drain timeout); a second one ends the drain now (open streams still get
   // their final error event and [DONE]); a third stops at once.
@@ -197,15 +258,41 @@ int RunServe(const ServeOptions& options, const EngineFactory& factory) {
       });
     });
   });
+  // A dead rank (or an engine that cannot run any more) ends the process with an error: the
+  // streams it broke got their error events, then the server stops.
+  int exit_code = 0;
+  std::atomic<bool> watching{true};
+  std::thread watcher;
+  if (parallel.is_distributed()) {
+    watcher = std::thread([&] {
+      while (watching) {
+        const std::string fatal = (*engine)->Stats().fatal_error;
+        if (rank_died || !fatal.empty()) {
+          LogError("a rank of the model is gone{}{}; stopping", fatal.empty() ? "" : ": ", fatal);
+          exit_code = 1;
+          std::this_thread::sleep_for(std::chrono::milliseconds(500));
+          server.Stop();
+          signals_io.stop();
+          return;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
+    });
+  }
+
   signals_io.run();
+  if (ranks != nullptr) ranks->ExpectExit();
+  watching = false;
+  if (watcher.joinable()) watcher.join();
   if (drainer.joinable()) drainer.join();
   stats.reset();
   LogInfo("stopped");
-  return 0;
+  return exit_code;
 }
 
-void AddServeCommand(CLI::App& app, EngineFactory factory) {
+void AddServeCommand(CLI::App& app, EngineFactory factory, RankRunner rank_runner, std::vector<std::string> argv) {
   auto options = std::make_shared<ServeOptions>();
+  options->argv = std::move(argv);
   auto drain_seconds = std::make_shared<double>(30.0);
   auto idle_seconds = std::make_shared<double>(60.0);
   auto enable_prefix_caching = std::make_shared<bool>(true);
@@ -344,7 +431,19 @@ void AddServeCommand(CLI::App& app, EngineFactory factory) {
                   "pulled yet; a request whose KV does not fit goes through host memory")
       ->check(CLI::Range(0.001, 4096.0))->capture_default_str();
   AddCompatFlags(*cmd, *options);
-  cmd->callback([options, drain_seconds, idle_seconds, metrics_prefix, metrics_port, factory = std::move(factory)] {
+  cmd->add_option("--ep,--expert-parallel-size,--ep-size", options->expert_parallel_size,
+                  "Partition the routed experts over the tensor-parallel ranks (1, or equal to --tp)")
+      ->check(CLI::Range(1, 64));
+  cmd->add_flag("--enable-expert-parallel", options->enable_expert_parallel, "vLLM's spelling of --ep equal to --tp");
+  cmd->add_option("--nnodes", options->nnodes, "Nodes the ranks span (--tp is over all of them)")
+      ->check(CLI::Range(1, 64))->capture_default_str();
+  cmd->add_option("--node-rank", options->node_rank, "This node's index; node 0 serves HTTP")
+      ->check(CLI::Range(0, 63))->capture_default_str();
+  cmd->add_option("--dist-init-addr", options->dist_init_addr,
+                  "host:port where the ranks meet (node 0 listens there; default: a free loopback port)");
+  cmd->add_option("--rank", options->rank, "")->group("");  // set on the ranks serve starts
+  cmd->callback([options, drain_seconds, idle_seconds, metrics_prefix, metrics_port, factory = std::move(factory),
+                 rank_runner = std::move(rank_runner)] {
     options->server.metrics_naming =
         *metrics_prefix == "vllm" ? server::MetricsNaming::kVllm : server::MetricsNaming::kPeregrine;
     if (*metrics_port >= 0) options->server.metrics_port = static_cast<uint16_t>(*metrics_port);
@@ -363,7 +462,7 @@ void AddServeCommand(CLI::App& app, EngineFactory factory) {
                                                         : server::DisaggregationFailurePolicy::kRecompute;
     options->server.limits.max_choices =
         std::max(options->server.limits.max_choices, options->server.limits.max_n);
-    const int rc = RunServe(*options, factory);
+    const int rc = RunServe(*options, factory, rank_runner);
     if (rc != 0) throw CLI::RuntimeError(rc);
   });
 }

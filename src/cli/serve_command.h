@@ -10,6 +10,8 @@
 #include <CLI/CLI.hpp>
 
 #include "base/status.h"
+#include "distributed/parallel_config.h"
+#include "distributed/tcp_store.h"
 #include "engine/engine_client.h"
 #include "server/server_config.h"
 
@@ -72,17 +74,35 @@ struct ServeOptions {
   double disaggregation_transfer_timeout_s = 60.0;
   double disaggregation_max_held_gb = 16.0;  // prefill: host memory for rooms not pulled yet
   double disaggregation_staging_gb = 2.0;    // prefill over cuda_ipc: device memory for rooms not pulled yet
+  // Tensor/expert parallel (SGLang's flags; --tp above): routed experts partitioned over the
+  // ranks (--ep equal to --tp, or vLLM's --enable-expert-parallel), nodes, this node's index,
+  // rank 0's rendezvous host:port (default: a free loopback port on one node).
+  int64_t expert_parallel_size = 1;
+  bool enable_expert_parallel = false;
+  int nnodes = 1;
+  int node_rank = 0;
+  std::string dist_init_addr;
+  int rank = -1;                  // hidden: the global rank serve gave a process it started
+  std::vector<std::string> argv;  // this process's command line (other ranks start with it)
+  // Set by RunServe on rank 0: the rendezvous it serves, started before the other ranks.
+  std::shared_ptr<distributed::TcpStoreServer> rendezvous_server;
   server::ServerConfig server;
+
+  distributed::ParallelConfig parallel() const;
 };
 
 // Builds a started engine for `options`, or says why it cannot.
 using EngineFactory =
     std::function<Result<std::unique_ptr<EngineClient>>(const ServeOptions& options)>;
 
-void AddServeCommand(CLI::App& app, EngineFactory factory);
+// Runs a rank other than 0 of a sharded model (no HTTP server); returns its exit code.
+using RankRunner = std::function<int(const ServeOptions& options)>;
+
+void AddServeCommand(CLI::App& app, EngineFactory factory, RankRunner rank_runner, std::vector<std::string> argv);
 
 // Serves until SIGINT or SIGTERM, then drains (a second signal stops at once). Returns the
-// process exit code: 0 after a clean drain, 1 when the engine, tokenizer or socket fails.
-int RunServe(const ServeOptions& options, const EngineFactory& factory);
+// process exit code: 0 after a clean drain, 1 when the engine, tokenizer or socket fails or a
+// rank of a sharded model dies (the server turns not-ready and stops).
+int RunServe(const ServeOptions& options, const EngineFactory& factory, const RankRunner& rank_runner);
 
 }  // namespace peregrine::cli

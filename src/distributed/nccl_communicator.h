@@ -1,6 +1,6 @@
 // The GPU implementation of Communicator: NCCL, loaded at run time (dlopen) so that the
 // binary carries no copy of it; the library comes from the CUDA toolkit or the
-// nvidia-nccl PyPI wheel (`--nccl-library`, default libnccl.so.2 on the loader's path).
+// nvidia-nccl PyPI wheel (NcclOptions::library, default libnccl.so.2 on the loader's path).
 // Buffers are device memory; every call enqueues on `stream` and returns.
 #pragma once
 

@@ -140,6 +140,7 @@ Status Engine::Submit(EngineRequest request, EventSink sink) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_) return Unavailable("the engine is shutting down");
+    if (!stats_.fatal_error.empty()) return Unavailable("the model cannot run any more: " + stats_.fatal_error);
     if (num_queued_ - stats_.num_running >= config_.scheduler.max_num_waiting)
       return ResourceExhausted("the waiting queue is full");
     ++num_queued_;
@@ -302,6 +303,21 @@ void Engine::AdmitImports() {
 void Engine::FailStep(const SchedulerOutput& out, const Status& status) {
   for (const ScheduledChunk& c : out.chunks)
     if (!c.seq->finished) Finish(c.seq, FinishReason::kError, status.ToString());
+  const Status health = runner_->health();
+  if (health.ok()) return;
+  // The runner cannot run again: nothing it holds can finish, nothing new may start.
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!stats_.fatal_error.empty()) return;
+    stats_.fatal_error = health.ToString();
+    stats_.is_ready = false;
+  }
+  LogError("engine: the model cannot run any more: {}", health.ToString());
+  TakeInbox();
+  std::vector<Sequence*> left;
+  for (auto& [id, seq] : live_)
+    if (!seq->finished) left.push_back(seq.get());
+  for (Sequence* seq : left) Finish(seq, FinishReason::kError, "the model cannot run any more: " + health.message());
 }
 
 void Engine::Emit(Sequence* seq, std::vector<SampleResult> samples, std::chrono::steady_clock::time_point now) {

@@ -48,6 +48,9 @@ struct EngineStats {
   std::vector<int64_t> spec_accepted_per_position;
   int32_t spec_lookahead = 0;  // draft positions per verify (0: no speculation)
   bool is_ready = false;
+  // Non-empty once the engine cannot run any more (its model's group of ranks broke): it is
+  // not ready, every request it held ended with an error, and it refuses new ones.
+  std::string fatal_error;
 };
 
 class EngineClient {

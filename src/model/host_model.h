@@ -71,6 +71,9 @@ class HostModel {
                             std::span<const int32_t> /*path*/) {
     return Unimplemented("this model cannot verify draft trees");
   }
+  // Ok while the model can run; a model split over ranks whose group broke (a rank died)
+  // reports why, for good.
+  virtual Status health() const { return Status::Ok(); }
   // Whether Draft works (a drafter in the checkpoint, e.g. MTP layers).
   virtual bool has_drafter() const { return false; }
   // Extends each slot's drafter state over the rows of the last step (whose chunks had
@@ -83,11 +86,22 @@ class HostModel {
 };
 
 class Checkpoint;
+namespace distributed {
+class Communicator;
+}
+
+// How a host model is made: threads, and for a model split over ranks (tensor parallel over
+// comm->size() ranks, this one comm->rank(); routed experts partitioned with
+// expert_parallel) the group, which must outlive the model. comm == nullptr: the whole model.
+struct HostModelOptions {
+  int num_threads = 2;
+  distributed::Communicator* comm = nullptr;
+  bool expert_parallel = false;
+};
 
 // Creates a host model from a config and its checkpoint (which it keeps alive).
-using HostModelFactory =
-    std::function<Result<std::unique_ptr<HostModel>>(const ModelConfig& config, std::unique_ptr<Checkpoint> checkpoint,
-                                                     int num_threads)>;
+using HostModelFactory = std::function<Result<std::unique_ptr<HostModel>>(
+    const ModelConfig& config, std::unique_ptr<Checkpoint> checkpoint, const HostModelOptions& options)>;
 
 // CPU model families by model_type (model/model_registry.h).
 using HostModelRegistry = ModelRegistry<HostModelFactory>;

@@ -57,6 +57,7 @@ class CpuModelRunner final : public ModelRunner {
                   const TransferredKv& kv) override;
   std::string kv_fingerprint() const override;
   int64_t vocab_size() const override { return model_->config().vocab_size; }
+  Status health() const override { return model_->health(); }
   int64_t max_context() const override { return max_context_; }
   std::vector<int32_t> eos_token_ids() const override;
 

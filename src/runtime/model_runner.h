@@ -133,6 +133,9 @@ class ModelRunner {
   }
   virtual bool defers_masks() const { return false; }
   virtual KvCapacity kv_capacity() const = 0;
+  // Ok while the runner can run steps; why not, for good, once it cannot (a rank of its
+  // model died). The engine checks it after a failed step.
+  virtual Status health() const { return Status::Ok(); }
   // Scored rows a step may hold besides one sampled row per slot (0: no prompt logprobs).
   virtual int64_t max_scored_rows() const = 0;
   virtual DeviceTime device_time() const { return {}; }

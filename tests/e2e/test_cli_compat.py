@@ -63,8 +63,8 @@ def test_sglang_style_launch_and_quiet_logs():
 
 
 @pytest.mark.parametrize("args,needle", [
-    (["--tensor-parallel-size", "2"], "supported: 1"),
-    (["--tp", "4"], "supported: 1"),
+    (["--tensor-parallel-size", "3"], "num_attention_heads"),  # the demo's 8 heads do not split 3 ways
+    (["--tp", "65"], "not in range 1 to 64"),
     (["--quantization", "awq"], "--quantization"),
     (["--kv-cache-dtype", "fp8"], "--kv-cache-dtype"),
     (["--chat-template", "template.jinja"], "chat encoding is built in"),

@@ -77,14 +77,14 @@ struct Projected {
   std::vector<float> ikv, igate;       // [N, 2*Id] indexer compressor inputs
   std::vector<float> iq, iw;           // [N, IH*Id] rotated, [N, IH] scaled
   std::vector<int64_t> positions;      // [N]
+  int64_t num_heads = 0;               // H on this rank (all of them unless tensor parallel)
 };
 
 // Every head of one token over its gathered rows, then the rotation undone (K = V carries
 // it on the trailing dims) at the token's position.       -> o [H, Dh]
 void AttendToken(const AttentionContext& ctx, const AttentionWeights& w, const Projected& pr, int64_t t,
                  const std::vector<const float*>& rows, float* o) {
-  const ModelConfig& c = ctx.config;
-  const int64_t h_n = c.num_heads, hd = c.head_dim;
+  const int64_t h_n = pr.num_heads, hd = ctx.config.head_dim;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   for (int64_t h = 0; h < h_n; ++h)
     SinkAttentionHead(pr.q.data() + (t * h_n + h) * hd, rows, hd, scale, w.sink.f32()[h], o + h * hd);
@@ -115,7 +115,7 @@ void AddCompressedRows(const AttentionContext& ctx, const AttentionWeights& w, c
 void AttendRun(const AttentionContext& ctx, const AttentionWeights& w, int64_t layer, const Segment& seg,
                const Projected& pr, float* o) {
   const ModelConfig& c = ctx.config;
-  const int64_t h_n = c.num_heads, hd = c.head_dim, id = c.index_head_dim;
+  const int64_t h_n = pr.num_heads, hd = c.head_dim, id = c.index_head_dim;
   const float eps = static_cast<float>(c.rms_norm_eps);
   const int64_t window = c.sliding_window;
   CpuKvStore& kvs = *seg.kv;
@@ -169,7 +169,7 @@ void AttendRun(const AttentionContext& ctx, const AttentionWeights& w, int64_t l
 void AttendTree(const AttentionContext& ctx, const AttentionWeights& w, int64_t layer, const Segment& seg,
                 const Projected& pr, float* o) {
   const ModelConfig& c = ctx.config;
-  const int64_t h_n = c.num_heads, hd = c.head_dim, id = c.index_head_dim;
+  const int64_t h_n = pr.num_heads, hd = c.head_dim, id = c.index_head_dim;
   const float eps = static_cast<float>(c.rms_norm_eps);
   const int64_t window = c.sliding_window;
   const int64_t n = seg.num_tokens, first = seg.first_position;
@@ -255,11 +255,12 @@ void Attention(const AttentionContext& ctx, const AttentionWeights& w, int64_t l
                const float* x, int64_t num_rows, float* out) {
   const ModelConfig& c = ctx.config;
   const int64_t t_n = num_rows;
-  const int64_t h_n = c.num_heads;
+  const int64_t h_n = w.sink.view.shape[0];  // this rank's heads
   const int64_t hd = c.head_dim;
   const float eps = static_cast<float>(c.rms_norm_eps);
 
   Projected pr;
+  pr.num_heads = h_n;
   std::vector<float> qr = Project(ctx.pool, x, w.wq_a, t_n);  // [T, q_lora]
   cpu::RmsNorm(qr.data(), w.q_norm.f32(), qr.data(), t_n, c.q_lora_rank, eps);
   pr.q = Project(ctx.pool, qr.data(), w.wq_b, t_n);  // [T, H*Dh]
@@ -304,10 +305,11 @@ void Attention(const AttentionContext& ctx, const AttentionWeights& w, int64_t l
     else AttendTree(ctx, w, layer, seg, pr, o.data());
   }
 
-  // Grouped low-rank output: each group of H/G heads projects to o_lora, then wo_b mixes.
-  const int64_t groups = c.o_groups;
-  const int64_t group_in = h_n * hd / groups;
+  // Grouped low-rank output: each group of H/G heads projects to o_lora, then wo_b mixes
+  // (this rank's groups: its part of the sum over all of them).
   const int64_t rank = c.o_lora_rank;
+  const int64_t groups = w.wo_a.view.shape[0] / rank;
+  const int64_t group_in = w.wo_a.view.shape[1];  // h_n * hd / groups
   std::vector<float> group_x(static_cast<size_t>(t_n * group_in));
   std::vector<float> group_y(static_cast<size_t>(t_n * rank));
   std::vector<float> mid(static_cast<size_t>(t_n * groups * rank));

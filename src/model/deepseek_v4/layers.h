@@ -58,11 +58,14 @@ struct Segment {
 // Attention of layer `layer` over a batch of segments (tokens of several sequences):
 // projections run over all rows at once, then each segment walks its tokens in order,
 // extending its window ring, compressor and indexer state, attending, and writing the
-// snapshots of the block boundaries it passes.          x [N, D] -> out [N, D]
+// snapshots of the block boundaries it passes. With sharded weights (ShardSpec) it runs this
+// rank's heads and groups and `out` is its part of the sum over the ranks.
+//                                                        x [N, D] -> out [N, D]
 void Attention(const AttentionContext& ctx, const AttentionWeights& w, int64_t layer, std::span<const Segment> segments,
                const float* x, int64_t num_rows, float* out);
 
-// Routed + shared experts.                  x [T, D], token_ids [T] -> out [T, D]
+// Routed + shared experts; with sharded weights, this rank's part of the sum over the ranks
+// (the router runs whole everywhere).        x [T, D], token_ids [T] -> out [T, D]
 void Moe(const ModelConfig& c, cpu::ThreadPool& pool, const MoeWeights& w, MoeType type,
          std::span<const int32_t> token_ids, const float* x, float* out);
 

@@ -18,14 +18,20 @@ Result<std::unique_ptr<Model>> Model::Load(const std::filesystem::path& dir, int
 }
 
 Result<std::unique_ptr<Model>> Model::Create(ModelConfig config, std::unique_ptr<Checkpoint> checkpoint,
-                                             int num_threads) {
+                                             int num_threads, const ShardSpec& shard,
+                                             distributed::Communicator* comm) {
   PG_RETURN_IF_ERROR(ValidateModelConfig(config));
-  PG_ASSIGN_OR_RETURN(ModelWeights weights, LoadWeights(config, *checkpoint));
-  return std::unique_ptr<Model>(new Model(std::move(config), std::move(checkpoint), std::move(weights), num_threads));
+  if (!shard.is_whole() && (comm == nullptr || comm->size() != shard.size || comm->rank() != shard.rank))
+    return InvalidArgument("a sharded model needs the communicator of its group, at its rank");
+  PG_ASSIGN_OR_RETURN(ModelWeights weights, LoadWeights(config, *checkpoint, shard));
+  return std::unique_ptr<Model>(new Model(std::move(config), std::move(checkpoint), std::move(weights), num_threads,
+                                          shard.is_whole() ? nullptr : comm));
 }
 
-Model::Model(ModelConfig config, std::unique_ptr<Checkpoint> checkpoint, ModelWeights weights, int num_threads)
+Model::Model(ModelConfig config, std::unique_ptr<Checkpoint> checkpoint, ModelWeights weights, int num_threads,
+             distributed::Communicator* comm)
     : config_(std::move(config)),
+      comm_(comm),
       checkpoint_(std::move(checkpoint)),
       weights_(std::move(weights)),
       rope_main_(config_.rope_main, config_.rope_head_dim),
@@ -136,14 +142,46 @@ Status Model::Forward(std::span<const ChunkView> chunks, HostKvPools& kv, std::v
 
 void RegisterHostModel(HostModelRegistry& registry) {
   registry.Register("deepseek_v4", [](const ModelConfig& config, std::unique_ptr<Checkpoint> checkpoint,
-                                      int num_threads) -> Result<std::unique_ptr<HostModel>> {
-    PG_ASSIGN_OR_RETURN(std::unique_ptr<Model> model, Model::Create(config, std::move(checkpoint), num_threads));
+                                      const HostModelOptions& o) -> Result<std::unique_ptr<HostModel>> {
+    ShardSpec shard;
+    if (o.comm != nullptr) shard = {o.comm->rank(), o.comm->size(), o.expert_parallel};
+    PG_ASSIGN_OR_RETURN(std::unique_ptr<Model> model,
+                        Model::Create(config, std::move(checkpoint), o.num_threads, shard, o.comm));
     return std::unique_ptr<HostModel>(std::move(model));
   });
 }
 
-void Model::RunLayer(const ModelConfig& c, const LayerWeights& lw, int64_t layer, std::span<const Segment> segments,
-                     std::span<const int32_t> ids, float* streams, int64_t t_n) {
+Status Model::SumOverRanks(std::vector<float>& partial) {
+  if (comm_ == nullptr) return Status::Ok();
+  return comm_->AllReduceSum(partial.data(), static_cast<int64_t>(partial.size()), DType::kF32);
+}
+
+Status Model::Head(const float* x, int64_t rows, std::vector<float>* logits) {
+  const int64_t d = config_.hidden_size, vocab = config_.vocab_size;
+  logits->resize(static_cast<size_t>(rows * vocab));
+  if (comm_ == nullptr) {
+    cpu::Linear(pool_, x, weights_.head.f32(), logits->data(), rows, d, vocab);
+    return Status::Ok();
+  }
+  // Each rank's part padded to the same width, gathered [ranks, R, part], then laid out by row.
+  const int ranks = comm_->size();
+  const int64_t part = distributed::PaddedShard(vocab, 0, ranks).size();
+  const int64_t mine = weights_.head.view.shape[0];
+  std::vector<float> local(static_cast<size_t>(rows * part), 0.0f), gathered(local.size() * static_cast<size_t>(ranks));
+  std::vector<float> y(static_cast<size_t>(rows * mine));
+  if (mine > 0) cpu::Linear(pool_, x, weights_.head.f32(), y.data(), rows, d, mine);
+  for (int64_t r = 0; r < rows; ++r) std::copy_n(y.data() + r * mine, mine, local.data() + r * part);
+  PG_RETURN_IF_ERROR(comm_->AllGather(local.data(), gathered.data(), rows * part, DType::kF32));
+  for (int k = 0; k < ranks; ++k) {
+    const distributed::ShardRange v = distributed::PaddedShard(vocab, k, ranks);
+    for (int64_t r = 0; r < rows; ++r)
+      std::copy_n(gathered.data() + (k * rows + r) * part, v.size(), logits->data() + r * vocab + v.begin);
+  }
+  return Status::Ok();
+}
+
+Status Model::RunLayer(const ModelConfig& c, const LayerWeights& lw, int64_t layer, std::span<const Segment> segments,
+                       std::span<const int32_t> ids, float* streams, int64_t t_n) {
   const int64_t d = c.hidden_size;
   const int64_t hc = c.hc_mult;
   std::vector<float> x(static_cast<size_t>(t_n * d)), f(x.size());  // [N, D]
@@ -155,12 +193,15 @@ void Model::RunLayer(const ModelConfig& c, const LayerWeights& lw, int64_t layer
   HyperConnectionPre(c, lw.hc_attn, streams, t_n, x.data(), post.data(), comb.data());
   cpu::RmsNorm(x.data(), lw.attn_norm.f32(), x.data(), t_n, d, eps);
   Attention(ctx, lw.attn, layer, segments, x.data(), t_n, f.data());
+  PG_RETURN_IF_ERROR(SumOverRanks(f));
   HyperConnectionPost(c, streams, f.data(), post.data(), comb.data(), t_n);
 
   HyperConnectionPre(c, lw.hc_ffn, streams, t_n, x.data(), post.data(), comb.data());
   cpu::RmsNorm(x.data(), lw.ffn_norm.f32(), x.data(), t_n, d, eps);
   Moe(c, pool_, lw.ffn, c.mlp_layer_types[static_cast<size_t>(layer)], ids, x.data(), f.data());
+  PG_RETURN_IF_ERROR(SumOverRanks(f));
   HyperConnectionPost(c, streams, f.data(), post.data(), comb.data(), t_n);
+  return Status::Ok();
 }
 
 Status Model::Run(std::span<const Segment> segments, std::span<const int32_t> ids, std::span<const uint8_t> wanted,
@@ -179,7 +220,7 @@ Status Model::Run(std::span<const Segment> segments, std::span<const int32_t> id
       std::copy_n(weights_.embed.f32() + static_cast<int64_t>(ids[static_cast<size_t>(t)]) * d, d,
                   streams.data() + (t * hc + i) * d);
   for (int64_t i = 0; i < c.num_layers; ++i)
-    RunLayer(c, weights_.layers[static_cast<size_t>(i)], i, segments, ids, streams.data(), t_n);
+    PG_RETURN_IF_ERROR(RunLayer(c, weights_.layers[static_cast<size_t>(i)], i, segments, ids, streams.data(), t_n));
   if (final_streams != nullptr) *final_streams = streams;
 
   // Gather the rows that need logits, then one head pass over all of them.
@@ -193,8 +234,7 @@ Status Model::Run(std::span<const Segment> segments, std::span<const int32_t> id
   std::vector<float> x(static_cast<size_t>(rows * d));
   HyperConnectionHead(c, weights_.hc_head, head_in.data(), rows, x.data());
   cpu::RmsNorm(x.data(), weights_.norm.f32(), x.data(), rows, d, static_cast<float>(c.rms_norm_eps));
-  cpu::Linear(pool_, x.data(), weights_.head.f32(), logits->data(), rows, d, c.vocab_size);
-  return Status::Ok();
+  return Head(x.data(), rows, logits);
 }
 
 Status Model::MtpLogits(std::span<const int32_t> tokens, std::vector<float>* logits) {
@@ -221,12 +261,12 @@ Status Model::MtpLogits(std::span<const int32_t> tokens, std::vector<float>* log
   const Segment seg{mtp.kv.get(), 0, mtp.blocks, {}, 0, 0, n};
   const std::vector<uint8_t> all(static_cast<size_t>(n), 1);
   std::vector<float> out;
-  MtpRun(std::span(&seg, 1), h, tokens.subspan(1), all, &out, logits);
-  return Status::Ok();
+  return MtpRun(std::span(&seg, 1), h, tokens.subspan(1), all, &out, logits);
 }
 
-void Model::MtpRun(std::span<const Segment> segments, std::span<const float* const> h, std::span<const int32_t> next,
-                   std::span<const uint8_t> wanted, std::vector<float>* out_streams, std::vector<float>* logits) {
+Status Model::MtpRun(std::span<const Segment> segments, std::span<const float* const> h,
+                     std::span<const int32_t> next, std::span<const uint8_t> wanted, std::vector<float>* out_streams,
+                     std::vector<float>* logits) {
   const ModelConfig& c = config_;
   const int64_t d = c.hidden_size;
   const int64_t hc = c.hc_mult;
@@ -251,17 +291,17 @@ void Model::MtpRun(std::span<const Segment> segments, std::span<const float* con
 
   // Its decoder layer (one window-attention layer), then its head mixer and norm and the
   // main model's head over the wanted pairs.
-  RunLayer(MtpLayerConfig(c), m.layer, 0, segments, next, x.data(), n);
+  PG_RETURN_IF_ERROR(RunLayer(MtpLayerConfig(c), m.layer, 0, segments, next, x.data(), n));
   std::vector<float> head_in;
   for (int64_t t = 0; t < n; ++t)
     if (wanted[static_cast<size_t>(t)]) head_in.insert(head_in.end(), x.begin() + t * hc * d, x.begin() + (t + 1) * hc * d);
   const int64_t rows = static_cast<int64_t>(head_in.size()) / (hc * d);
   logits->resize(static_cast<size_t>(rows * c.vocab_size));
-  if (rows == 0) return;
+  if (rows == 0) return Status::Ok();
   std::vector<float> y(static_cast<size_t>(rows * d));
   HyperConnectionHead(c, m.hc_head, head_in.data(), rows, y.data());
   cpu::RmsNorm(y.data(), m.norm.f32(), y.data(), rows, d, eps);
-  cpu::Linear(pool_, y.data(), weights_.head.f32(), logits->data(), rows, d, c.vocab_size);
+  return Head(y.data(), rows, logits);
 }
 
 }  // namespace peregrine::deepseek_v4

@@ -11,6 +11,7 @@
 
 #include "backend/cpu/thread_pool.h"
 #include "config/model_config.h"
+#include "distributed/communicator.h"
 #include "model/checkpoint.h"
 #include "model/deepseek_v4/layers.h"
 #include "model/deepseek_v4/rope.h"
@@ -26,8 +27,14 @@ class Model final : public HostModel {
   // Reads DIR/config.json and the safetensors shards; weights stay mapped where stored fp32.
   static Result<std::unique_ptr<Model>> Load(const std::filesystem::path& dir, int num_threads);
   // Builds the model from any Checkpoint (e.g. synthetic weights), which it keeps alive.
+  // Sharded (tensor/expert parallel): this process holds `shard`'s part of the weights and
+  // sums with the other ranks over `comm` (of shard.size ranks, this one shard.rank), which
+  // must outlive the model. Every rank runs every call with the same arguments and gets the
+  // same logits; a failed collective fails the call (Unavailable) and leaves the KV state
+  // undefined.
   static Result<std::unique_ptr<Model>> Create(ModelConfig config, std::unique_ptr<Checkpoint> checkpoint,
-                                               int num_threads);
+                                               int num_threads, const ShardSpec& shard = {},
+                                               distributed::Communicator* comm = nullptr);
 
   const ModelConfig& config() const override { return config_; }
   KvLayout kv_layout(int64_t block_tokens) const override { return Geometry(block_tokens).Layout(); }
@@ -88,7 +95,8 @@ class Model final : public HostModel {
   Status MtpLogits(std::span<const int32_t> tokens, std::vector<float>* logits);
 
  private:
-  Model(ModelConfig config, std::unique_ptr<Checkpoint> checkpoint, ModelWeights weights, int num_threads);
+  Model(ModelConfig config, std::unique_ptr<Checkpoint> checkpoint, ModelWeights weights, int num_threads,
+        distributed::Communicator* comm);
   // The forward over segments that name their own stores.
   // `final_streams` (may be null) gets every token's streams before the head mixer [N, hc, D].
   Status Run(std::span<const Segment> segments, std::span<const int32_t> ids, std::span<const uint8_t> logit_rows,
@@ -96,13 +104,19 @@ class Model final : public HostModel {
   // The first MTP layer over pairs (hidden streams h[i] [hc, D], the token after it) laid out
   // as `segments` on the drafter's stores: `out_streams` gets the layer's output streams
   // [n, hc, D], `logits` one row per wanted pair.
-  void MtpRun(std::span<const Segment> segments, std::span<const float* const> h, std::span<const int32_t> next,
-              std::span<const uint8_t> wanted, std::vector<float>* out_streams, std::vector<float>* logits);
+  Status MtpRun(std::span<const Segment> segments, std::span<const float* const> h, std::span<const int32_t> next,
+                std::span<const uint8_t> wanted, std::vector<float>* out_streams, std::vector<float>* logits);
   // One decoder layer over `streams` [N, hc, D] in place.
-  void RunLayer(const ModelConfig& c, const LayerWeights& lw, int64_t layer, std::span<const Segment> segments,
+  Status RunLayer(const ModelConfig& c, const LayerWeights& lw, int64_t layer, std::span<const Segment> segments,
                 std::span<const int32_t> ids, float* streams, int64_t num_rows);
 
+  // A sub-layer's partial output [N, D] summed over the ranks (nothing when whole).
+  Status SumOverRanks(std::vector<float>& partial);
+  // The head over rows x [R, D] (normed): this rank's vocabulary part, gathered -> logits [R, vocab].
+  Status Head(const float* x, int64_t rows, std::vector<float>* logits);
+
   ModelConfig config_;
+  distributed::Communicator* comm_ = nullptr;  // null: the whole model in this process
   std::unique_ptr<Checkpoint> checkpoint_;  // owns the mappings `weights_` may borrow
   ModelWeights weights_;
   RopeTable rope_main_;

@@ -74,7 +74,8 @@ void Moe(const ModelConfig& c, cpu::ThreadPool& pool, const MoeWeights& w, MoeTy
   std::vector<float> xs, ys;
   for (int64_t e = 0; e < e_n; ++e) {
     const auto& hits = by_expert[static_cast<size_t>(e)];
-    if (hits.empty()) continue;
+    // Experts another rank holds (expert parallel) add their part there.
+    if (hits.empty() || w.experts[static_cast<size_t>(e)].w1.view.data == nullptr) continue;
     const int64_t n = static_cast<int64_t>(hits.size());
     xs.resize(static_cast<size_t>(n * d));
     ys.resize(static_cast<size_t>(n * d));

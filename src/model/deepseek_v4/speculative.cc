@@ -159,7 +159,7 @@ Status Model::Draft(HostKvPools& pools, std::span<const DraftInput> inputs,
     }
   }
   std::vector<float> streams, logits;
-  if (!h.empty()) MtpRun(segments, h, next, wanted, &streams, &logits);
+  if (!h.empty()) PG_RETURN_IF_ERROR(MtpRun(segments, h, next, wanted, &streams, &logits));
   // Pending rows are copied only now: h may point into them.
   std::vector<std::vector<float>> chain_h(inputs.size());  // the streams the chain feeds back
   for (size_t i = 0, wanted_row = 0; i < inputs.size(); ++i) {
@@ -213,7 +213,7 @@ Status Model::Draft(HostKvPools& pools, std::span<const DraftInput> inputs,
     }
     if (who.empty()) break;
     const std::vector<uint8_t> all(who.size(), 1);
-    MtpRun(segments, h, next, all, &streams, &logits);
+    PG_RETURN_IF_ERROR(MtpRun(segments, h, next, all, &streams, &logits));
     for (size_t j = 0; j < who.size(); ++j) {
       chain_h[who[j]].assign(streams.begin() + static_cast<int64_t>(j) * hcd,
                              streams.begin() + static_cast<int64_t>(j + 1) * hcd);

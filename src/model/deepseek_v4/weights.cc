@@ -1,10 +1,35 @@
 #include "model/deepseek_v4/weights.h"
 
+#include <algorithm>
+#include <cstring>
 #include <string>
+
+#include "distributed/parallel_config.h"
 
 namespace peregrine::deepseek_v4 {
 
 namespace {
+
+// Rows [begin, end) of a 2-D (or 1-D) tensor, sharing its storage.
+HostTensor Rows(const HostTensor& t, int64_t begin, int64_t end) {
+  HostTensor out = t;
+  const int64_t row = t.view.ndim() > 1 ? t.view.stride(0) : 1;
+  out.view.data = static_cast<char*>(t.view.data) + begin * row * static_cast<int64_t>(sizeof(float));
+  out.view.shape = t.view.ndim() > 1 ? Shape{end - begin, t.view.shape[1]} : Shape{end - begin};
+  return out;
+}
+
+// Columns [begin, end) of a 2-D f32 tensor, copied.
+HostTensor Columns(const HostTensor& t, int64_t begin, int64_t end) {
+  const int64_t rows = t.view.shape[0], cols = end - begin;
+  auto storage = std::shared_ptr<float[]>(new float[static_cast<size_t>(rows * cols)]);
+  for (int64_t r = 0; r < rows; ++r)
+    std::memcpy(storage.get() + r * cols, t.f32() + r * t.view.stride(0) + begin, static_cast<size_t>(cols) * sizeof(float));
+  HostTensor out;
+  out.view = Tensor::Contiguous(storage.get(), DType::kF32, {rows, cols});
+  out.storage = std::static_pointer_cast<void>(std::shared_ptr<float>(storage, storage.get()));
+  return out;
+}
 
 class Reader {
  public:
@@ -40,10 +65,18 @@ Status LoadCompressor(Reader& rd, const std::string& prefix, int64_t ratio, bool
   return Status::Ok();
 }
 
-Status LoadExpert(Reader& rd, const std::string& prefix, int64_t hidden, int64_t inter, ExpertWeights* e) {
+// An expert, whole or its intermediate part `part` of `parts`.
+Status LoadExpert(Reader& rd, const std::string& prefix, int64_t hidden, int64_t inter, int part, int parts,
+                  ExpertWeights* e) {
   PG_RETURN_IF_ERROR(rd.F32(prefix + "w1.weight", {inter, hidden}, &e->w1));
   PG_RETURN_IF_ERROR(rd.F32(prefix + "w2.weight", {hidden, inter}, &e->w2));
   PG_RETURN_IF_ERROR(rd.F32(prefix + "w3.weight", {inter, hidden}, &e->w3));
+  if (parts > 1) {
+    const distributed::ShardRange r = distributed::EvenShard(inter, part, parts);
+    e->w1 = Rows(e->w1, r.begin, r.end);
+    e->w3 = Rows(e->w3, r.begin, r.end);
+    e->w2 = Columns(e->w2, r.begin, r.end);
+  }
   return Status::Ok();
 }
 
@@ -56,7 +89,8 @@ Status LoadHc(Reader& rd, const std::string& prefix, int64_t mixes, int64_t flat
 }
 
 // Layer i of `c` under `p` ("layers.<i>." or an MTP layer's "mtp.<n>.").
-Status LoadLayer(Reader& rd, const ModelConfig& c, int64_t i, const std::string& p, LayerWeights* l) {
+Status LoadLayer(Reader& rd, const ModelConfig& c, const ShardSpec& sh, int64_t i, const std::string& p,
+                 LayerWeights* l) {
   const int64_t d = c.hidden_size;
   const int64_t hc = c.hc_mult;
   PG_RETURN_IF_ERROR(rd.F32(p + "attn_norm.weight", {d}, &l->attn_norm));
@@ -76,6 +110,19 @@ Status LoadLayer(Reader& rd, const ModelConfig& c, int64_t i, const std::string&
       rd.F32(ap + "wo_a.weight", {c.o_groups * c.o_lora_rank, c.num_heads * hd / c.o_groups}, &a.wo_a));
   PG_RETURN_IF_ERROR(rd.F32(ap + "wo_b.weight", {d, c.o_groups * c.o_lora_rank}, &a.wo_b));
   PG_RETURN_IF_ERROR(rd.F32(ap + "attn_sink", {c.num_heads}, &a.sink));
+  if (!sh.is_whole()) {
+    // The rank's heads are whole groups (G % size == 0) or part of one (size % G == 0); its
+    // wo_a block is those groups' rows and its heads' columns, its wo_b those groups' columns.
+    const distributed::ShardRange heads = distributed::EvenShard(c.num_heads, sh.rank, sh.size);
+    const int64_t per_group = c.num_heads / c.o_groups;
+    const int64_t g0 = heads.begin / per_group, g1 = (heads.end + per_group - 1) / per_group;
+    const int64_t col0 = (heads.begin - g0 * per_group) * hd;
+    const int64_t cols = std::min(heads.size(), per_group) * hd;
+    a.wq_b = Rows(a.wq_b, heads.begin * hd, heads.end * hd);
+    a.sink = Rows(a.sink, heads.begin, heads.end);
+    a.wo_a = Columns(Rows(a.wo_a, g0 * c.o_lora_rank, g1 * c.o_lora_rank), col0, col0 + cols);
+    a.wo_b = Columns(a.wo_b, g0 * c.o_lora_rank, g1 * c.o_lora_rank);
+  }
   const int64_t ratio = c.CompressRatio(i);
   const bool is_csa = c.layer_types[static_cast<size_t>(i)] == AttentionType::kCompressedSparse;
   if (ratio > 0) {
@@ -106,11 +153,14 @@ Status LoadLayer(Reader& rd, const ModelConfig& c, int64_t i, const std::string&
     PG_RETURN_IF_ERROR(rd.F32(fp + "gate.bias", {e}, &m.bias));
   }
   m.experts.resize(static_cast<size_t>(e));
-  for (int64_t x = 0; x < e; ++x)
+  const distributed::ShardRange local =
+      sh.expert_parallel ? distributed::EvenShard(e, sh.rank, sh.size) : distributed::ShardRange{0, e};
+  const int expert_parts = sh.expert_parallel ? 1 : sh.size;
+  for (int64_t x = local.begin; x < local.end; ++x)
     PG_RETURN_IF_ERROR(LoadExpert(rd, fp + "experts." + std::to_string(x) + ".", d, c.moe_intermediate_size,
-                                  &m.experts[static_cast<size_t>(x)]));
-  PG_RETURN_IF_ERROR(
-      LoadExpert(rd, fp + "shared_experts.", d, c.moe_intermediate_size * c.num_shared_experts, &m.shared));
+                                  sh.rank, expert_parts, &m.experts[static_cast<size_t>(x)]));
+  PG_RETURN_IF_ERROR(LoadExpert(rd, fp + "shared_experts.", d, c.moe_intermediate_size * c.num_shared_experts,
+                                sh.rank, sh.size, &m.shared));
   return Status::Ok();
 }
 
@@ -124,16 +174,39 @@ ModelConfig MtpLayerConfig(const ModelConfig& config) {
   return c;
 }
 
-Result<ModelWeights> LoadWeights(const ModelConfig& c, const Checkpoint& checkpoint) {
+Status ValidateShard(const ModelConfig& c, const ShardSpec& sh) {
+  if (sh.size < 1 || sh.rank < 0 || sh.rank >= sh.size) return InvalidArgument("shard rank outside its group");
+  if (sh.is_whole()) return Status::Ok();
+  auto divides = [&](int64_t n, const char* what) -> Status {
+    if (n % sh.size == 0) return Status::Ok();
+    return InvalidArgument(std::string("the model cannot be split over ") + std::to_string(sh.size) +
+                           " ranks: " + what + " (" + std::to_string(n) + ") does not divide");
+  };
+  PG_RETURN_IF_ERROR(divides(c.num_heads, "num_attention_heads"));
+  if (c.o_groups % sh.size != 0 && sh.size % c.o_groups != 0)
+    return InvalidArgument("the model cannot be split over " + std::to_string(sh.size) + " ranks: o_groups (" +
+                           std::to_string(c.o_groups) + ") neither divides nor is a divisor of it");
+  PG_RETURN_IF_ERROR(divides(c.moe_intermediate_size * c.num_shared_experts, "the shared experts' intermediate size"));
+  if (sh.expert_parallel) PG_RETURN_IF_ERROR(divides(c.num_experts, "n_routed_experts"));
+  else PG_RETURN_IF_ERROR(divides(c.moe_intermediate_size, "moe_intermediate_size"));
+  return Status::Ok();
+}
+
+Result<ModelWeights> LoadWeights(const ModelConfig& c, const Checkpoint& checkpoint, const ShardSpec& sh) {
+  PG_RETURN_IF_ERROR(ValidateShard(c, sh));
   Reader rd(checkpoint);
   ModelWeights w;
   PG_RETURN_IF_ERROR(rd.F32("embed.weight", {c.vocab_size, c.hidden_size}, &w.embed));
   PG_RETURN_IF_ERROR(rd.F32("head.weight", {c.vocab_size, c.hidden_size}, &w.head));
+  if (!sh.is_whole()) {
+    const distributed::ShardRange v = distributed::PaddedShard(c.vocab_size, sh.rank, sh.size);
+    w.head = Rows(w.head, v.begin, v.end);
+  }
   PG_RETURN_IF_ERROR(rd.F32("norm.weight", {c.hidden_size}, &w.norm));
   PG_RETURN_IF_ERROR(LoadHc(rd, "hc_head_", c.hc_mult, c.hc_mult * c.hidden_size, 1, &w.hc_head));
   w.layers.resize(static_cast<size_t>(c.num_layers));
   for (int64_t i = 0; i < c.num_layers; ++i)
-    PG_RETURN_IF_ERROR(LoadLayer(rd, c, i, "layers." + std::to_string(i) + ".", &w.layers[static_cast<size_t>(i)]));
+    PG_RETURN_IF_ERROR(LoadLayer(rd, c, sh, i, "layers." + std::to_string(i) + ".", &w.layers[static_cast<size_t>(i)]));
   if (c.num_nextn_predict_layers > 0 && checkpoint.Has("mtp.0.e_proj.weight")) {
     const ModelConfig mc = MtpLayerConfig(c);
     const int64_t d = c.hidden_size;
@@ -147,7 +220,7 @@ Result<ModelWeights> LoadWeights(const ModelConfig& c, const Checkpoint& checkpo
       PG_RETURN_IF_ERROR(rd.F32(p + "e_proj.weight", {d, d}, &m.e_proj));
       PG_RETURN_IF_ERROR(rd.F32(p + "h_proj.weight", {d, d}, &m.h_proj));
       PG_RETURN_IF_ERROR(LoadHc(rd, p + "hc_head_", c.hc_mult, c.hc_mult * d, 1, &m.hc_head));
-      PG_RETURN_IF_ERROR(LoadLayer(rd, mc, 0, p, &m.layer));
+      PG_RETURN_IF_ERROR(LoadLayer(rd, mc, sh, 0, p, &m.layer));
     }
   }
   return w;

@@ -89,10 +89,30 @@ struct ModelWeights {
   std::vector<MtpWeights> mtp;
 };
 
+// Which part of the model one rank holds (distributed/parallel_config.h). Rank r of `size`:
+// query heads [r, r + 1) * H / size with their wq_b rows and sinks, and the output-projection
+// groups they fall in (whole groups when G % size == 0, one group's part when size % G == 0)
+// with those wo_a rows (its heads' columns) and wo_b columns; the shared expert's intermediate slice (w1/w3 rows, w2
+// columns); the routed experts' intermediate slice the same way, or with `expert_parallel`
+// whole experts [r, r + 1) * E / size (the others stay empty); head rows PaddedShard(vocab).
+// Everything else (embedding, norms, mHC, the shared KV head, compressors, indexer, router) is
+// whole on every rank, so each rank's sub-layer output is a partial sum over the ranks.
+struct ShardSpec {
+  int rank = 0;
+  int size = 1;
+  bool expert_parallel = false;
+  bool is_whole() const { return size == 1; }
+};
+
+// Whether `config` splits as `shard` asks (the dimensions each rank divides); says which does not.
+Status ValidateShard(const ModelConfig& config, const ShardSpec& shard);
+
 // The config of an MTP layer seen as a one-layer model: window-only attention, learned routing.
 ModelConfig MtpLayerConfig(const ModelConfig& config);
 
-// Reads and shape-checks every tensor the config implies. Errors name the tensor.
-Result<ModelWeights> LoadWeights(const ModelConfig& config, const Checkpoint& checkpoint);
+// Reads and shape-checks every tensor the config implies, keeping this rank's part of the
+// split ones (row slices borrow, column slices copy). Errors name the tensor.
+Result<ModelWeights> LoadWeights(const ModelConfig& config, const Checkpoint& checkpoint,
+                                 const ShardSpec& shard = {});
 
 }  // namespace peregrine::deepseek_v4
