@@ -64,7 +64,7 @@ PY="${PYTHON:-python3}"
 export PYTHONUNBUFFERED=1
 export PEREGRINE_SOURCE_DIR="$ROOT"
 
-# cuBLAS 13: the toolkit's, else the one in PyTorch's nvidia wheels.
+# cuBLAS 13 (and NCCL): the toolkit's, else the ones in PyTorch's nvidia wheels.
 CUBLAS_DIRS="$("$PY" - <<'PYEOF' 2>/dev/null
 import glob, os, sys
 dirs = []
@@ -73,6 +73,9 @@ for base in ["/usr/local/cuda/lib64", "/usr/local/cuda/targets/x86_64-linux/lib"
         dirs.append(base)
 for p in sys.path:
     for hit in glob.glob(os.path.join(p, "nvidia", "**", "libcublas.so.13*"), recursive=True):
+        dirs.append(os.path.dirname(hit))
+    # NCCL (loaded at run time by the tensor-parallel communicator): PyTorch's nvidia-nccl wheel.
+    for hit in glob.glob(os.path.join(p, "nvidia", "**", "libnccl.so.2*"), recursive=True):
         dirs.append(os.path.dirname(hit))
 print(":".join(dict.fromkeys(dirs)))
 PYEOF
