@@ -1,7 +1,6 @@
 #include "runtime/host_ranks.h"
 
 #include <cstring>
-#include <mutex>
 #include <string>
 
 namespace peregrine {
@@ -156,15 +155,10 @@ Status ReceiveCall(distributed::Communicator& comm, Call* call, std::vector<uint
 // The communicator and whether the group still holds (shared by the model and its pools).
 struct RankedHostModel::Group {
   std::unique_ptr<distributed::Communicator> comm;
-  mutable std::mutex mu;  // guards `failed` (the supervisor writes it from its thread)
-  Status failed = Status::Ok();
+  Status failed = Status::Ok();  // the first collective failure; the group never recovers
 
-  Status health() const {
-    std::lock_guard lock(mu);
-    return failed;
-  }
+  Status health() const { return failed; }
   void Fail(const Status& why) {
-    std::lock_guard lock(mu);
     if (failed.ok()) failed = why;
   }
   // Sends the call; a failure to send breaks the group.
@@ -267,8 +261,6 @@ Status RankedHostModel::Draft(HostKvPools& kv, std::span<const DraftInput> input
 }
 
 Status RankedHostModel::health() const { return group_->health(); }
-
-void RankedHostModel::MarkFailed(const Status& why) { group_->Fail(why); }
 
 Status RunHostRank(HostModel& local, distributed::Communicator& comm) {
   std::unique_ptr<HostKvPools> kv;

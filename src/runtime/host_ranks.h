@@ -6,7 +6,7 @@
 //
 // A call that fails its own checks fails the same way on every rank (same inputs) and the
 // group carries on; a failed collective (a rank died) breaks the group for good: health()
-// reports it and every later call fails with it.
+// reports it and every later call fails with it. Used from one thread (the runner's).
 #pragma once
 
 #include <memory>
@@ -34,9 +34,6 @@ class RankedHostModel final : public HostModel {
   Status Draft(HostKvPools& kv, std::span<const DraftInput> inputs,
                std::vector<std::vector<speculative::DepthCandidates>>* out) override;
   Status health() const override;
-
-  // Marks the group broken from outside (the supervisor saw a rank exit).
-  void MarkFailed(const Status& why);
 
   struct Group;
 

@@ -64,6 +64,32 @@ class Server:
                 self.proc.wait()
 
 
+def openai_client(server):
+    import openai
+    return openai.OpenAI(base_url=server.base_url + "/v1", api_key=API_KEY, max_retries=0, timeout=120)
+
+
+def completion_answers(client, prompts, stream, max_tokens, seed_base):
+    """(text, token logprobs) per prompt: even ones greedy, odd ones sampled (top_p, a seed)."""
+    model = client.models.list().data[0].id
+    out = []
+    for i, prompt in enumerate(prompts):
+        kw = dict(model=model, prompt=prompt, max_tokens=max_tokens, logprobs=2)
+        kw.update(dict(temperature=0) if i % 2 == 0 else dict(temperature=0.8, top_p=0.95, seed=seed_base + i))
+        if stream:
+            text, lps = "", []
+            for chunk in client.completions.create(stream=True, **kw):
+                if chunk.choices:
+                    text += chunk.choices[0].text
+                    if chunk.choices[0].logprobs is not None:
+                        lps += chunk.choices[0].logprobs.token_logprobs
+            out.append((text, lps))
+        else:
+            c = client.completions.create(**kw).choices[0]
+            out.append((c.text, c.logprobs.token_logprobs))
+    return out
+
+
 class Router:
     """`peregrine router` over `workers` (or the worker flags in worker_args)."""
 

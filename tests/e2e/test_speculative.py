@@ -7,7 +7,7 @@ import urllib.request
 
 import pytest
 
-from conftest import API_KEY, Server
+from conftest import Server, completion_answers, openai_client
 
 PROMPTS = [
     "The history of the city begins",
@@ -27,35 +27,11 @@ def spec_server(request):
     s.stop()
 
 
-def _client(server):
-    import openai
-    return openai.OpenAI(base_url=server.base_url + "/v1", api_key=API_KEY, max_retries=0, timeout=120)
-
-
-def _answers(client, stream):
-    model = client.models.list().data[0].id
-    out = []
-    for i, prompt in enumerate(PROMPTS):
-        kw = dict(model=model, prompt=prompt, max_tokens=48, logprobs=2)
-        kw.update(dict(temperature=0) if i % 2 == 0 else dict(temperature=0.8, top_p=0.95, seed=11 + i))
-        if stream:
-            text, lps = "", []
-            for chunk in client.completions.create(stream=True, **kw):
-                if chunk.choices:
-                    text += chunk.choices[0].text
-                    if chunk.choices[0].logprobs is not None:
-                        lps += chunk.choices[0].logprobs.token_logprobs
-            out.append((text, lps))
-        else:
-            c = client.completions.create(**kw).choices[0]
-            out.append((c.text, c.logprobs.token_logprobs))
-    return out
-
-
 def test_speculative_server_answers_as_the_plain_one(server, spec_server):
-    plain, spec = _client(server), _client(spec_server)
+    plain, spec = openai_client(server), openai_client(spec_server)
     for stream in (False, True):
-        want, got = _answers(plain, stream), _answers(spec, stream)
+        want = completion_answers(plain, PROMPTS, stream, max_tokens=48, seed_base=11)
+        got = completion_answers(spec, PROMPTS, stream, max_tokens=48, seed_base=11)
         for (wt, wl), (gt, gl) in zip(want, got):
             assert gt == wt
             assert gl == pytest.approx(wl, abs=1e-6)

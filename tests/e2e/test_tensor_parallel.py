@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from conftest import API_KEY, Server
+from conftest import Server, completion_answers, openai_client
 
 PROMPTS = [
     "The history of the city begins",
@@ -25,36 +25,16 @@ def tp_server(request):
     s.stop()
 
 
-def _client(server):
-    import openai
-    return openai.OpenAI(base_url=server.base_url + "/v1", api_key=API_KEY, max_retries=0, timeout=120)
-
-
 def _answers(client, stream):
+    out = completion_answers(client, PROMPTS, stream, max_tokens=40, seed_base=7)
     model = client.models.list().data[0].id
-    out = []
-    for i, prompt in enumerate(PROMPTS):
-        kw = dict(model=model, prompt=prompt, max_tokens=40, logprobs=2)
-        kw.update(dict(temperature=0) if i % 2 == 0 else dict(temperature=0.8, top_p=0.95, seed=7 + i))
-        if stream:
-            text, lps = "", []
-            for chunk in client.completions.create(stream=True, **kw):
-                if chunk.choices:
-                    text += chunk.choices[0].text
-                    if chunk.choices[0].logprobs is not None:
-                        lps += chunk.choices[0].logprobs.token_logprobs
-            out.append((text, lps))
-        else:
-            c = client.completions.create(**kw).choices[0]
-            out.append((c.text, c.logprobs.token_logprobs))
     chat = client.chat.completions.create(model=model, messages=[{"role": "user", "content": "Name three colours."}],
                                           max_tokens=30, temperature=0)
-    out.append((chat.choices[0].message.content, []))
-    return out
+    return out + [(chat.choices[0].message.content, [])]
 
 
 def test_a_sharded_server_answers_as_one_process(server, tp_server):
-    whole, sharded = _client(server), _client(tp_server)
+    whole, sharded = openai_client(server), openai_client(tp_server)
     for stream in (False, True):
         want, got = _answers(whole, stream), _answers(sharded, stream)
         for (wt, wl), (gt, gl) in zip(want, got):
@@ -74,7 +54,7 @@ def test_a_rank_killed_mid_stream_fails_the_stream_and_stops_the_server():
     try:
         ranks = _children(s.proc.pid)
         assert len(ranks) == 1
-        client = _client(s)
+        client = openai_client(s)
         model = client.models.list().data[0].id
         stream = client.completions.create(model=model, prompt="Tell me a long story", max_tokens=2000,
                                            temperature=0, stream=True, extra_body={"ignore_eos": True})
