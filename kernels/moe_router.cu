@@ -100,7 +100,10 @@ __global__ void __launch_bounds__(kRouteWarps* kWarpSize) MoeRouteKernel(const M
   const float norm = p.routed_scaling_factor / (sum + 1e-20f);
   if (lane < top_k) {
     const int64_t a = static_cast<int64_t>(t) * top_k + lane;
-    p.topk_ids[a] = my_expert;
+    int id = my_expert;
+    if (p.local_count > 0 && id >= 0)
+      id = id >= p.local_begin && id < p.local_begin + p.local_count ? id - p.local_begin : -1;
+    p.topk_ids[a] = id;
     p.topk_weights[a] = my_expert >= 0 ? my_score * norm : 0.0f;
   }
 }

@@ -27,6 +27,11 @@ struct MoeRouteParams {
   int top_k = 0;              // K <= kMoeMaxTopK
   int64_t vocab_size = 0;     // rows of tid2eid
   float routed_scaling_factor = 1.0f;
+  // Expert parallel: only experts [local_begin, local_begin + local_count) are this rank's;
+  // their ids are written as id - local_begin, every other one as -1 (weights unchanged).
+  // local_count 0: all experts, ids as chosen.
+  int local_begin = 0;
+  int local_count = 0;
 };
 
 // One warp per token: s = sqrt(softplus(logit)); learned: the top-K of s + bias, ties to the

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <initializer_list>
 #include <iterator>
+#include <utility>
 
 #include "kernels/common/mma.cuh"
 #include "kernels/common/page_table.cuh"
@@ -498,34 +499,48 @@ constexpr bool Matches(const SparseAttentionParams& p) {
 
 }  // namespace
 
-int SparseAttentionSharedBytes(int heads, int head_dim) {
-  constexpr const auto& c = kSparseAttentionConfigs;
-  static_assert(std::size(kSparseAttentionConfigs) == 4);
-  if (heads == c[0].heads && head_dim == c[0].head_dim) return Tiling<c[0].heads, c[0].head_dim>::kSmemBytes;
-  if (heads == c[1].heads && head_dim == c[1].head_dim) return Tiling<c[1].heads, c[1].head_dim>::kSmemBytes;
-  if (heads == c[2].heads && head_dim == c[2].head_dim) return Tiling<c[2].heads, c[2].head_dim>::kSmemBytes;
-  if (heads == c[3].heads && head_dim == c[3].head_dim) return Tiling<c[3].heads, c[3].head_dim>::kSmemBytes;
-  return 0;
+namespace {
+
+constexpr const auto& kConfigs = kSparseAttentionConfigs;
+using ConfigIndices = std::make_index_sequence<std::size(kSparseAttentionConfigs)>;
+
+template <size_t... I>
+int SharedBytesOf(int heads, int head_dim, std::index_sequence<I...>) {
+  int bytes = 0;
+  (((heads == kConfigs[I].heads && head_dim == kConfigs[I].head_dim)
+        ? (bytes = Tiling<kConfigs[I].heads, kConfigs[I].head_dim>::kSmemBytes, true)
+        : false) ||
+   ...);
+  return bytes;
 }
 
-cudaError_t PrepareSparseAttention() {
-  constexpr const auto& c = kSparseAttentionConfigs;
-  static_assert(std::size(kSparseAttentionConfigs) == 4);
-  for (const cudaError_t error : {PrepareConfig<c[0].heads, c[0].head_dim>(), PrepareConfig<c[1].heads, c[1].head_dim>(),
-                                  PrepareConfig<c[2].heads, c[2].head_dim>(), PrepareConfig<c[3].heads, c[3].head_dim>()})
-    if (error != cudaSuccess) return error;
-  return cudaSuccess;
+template <size_t... I>
+cudaError_t PrepareAll(std::index_sequence<I...>) {
+  cudaError_t error = cudaSuccess;
+  (((error = PrepareConfig<kConfigs[I].heads, kConfigs[I].head_dim>()) != cudaSuccess) || ...);
+  return error;
 }
+
+template <size_t... I>
+cudaError_t LaunchMatching(const SparseAttentionParams& p, cudaStream_t stream, std::index_sequence<I...>) {
+  cudaError_t error = cudaErrorInvalidValue;
+  ((Matches<kConfigs[I].heads, kConfigs[I].head_dim>(p)
+        ? (error = LaunchConfig<kConfigs[I].heads, kConfigs[I].head_dim>(p, stream), true)
+        : false) ||
+   ...);
+  return error;
+}
+
+}  // namespace
+
+int SparseAttentionSharedBytes(int heads, int head_dim) { return SharedBytesOf(heads, head_dim, ConfigIndices{}); }
+
+cudaError_t PrepareSparseAttention() { return PrepareAll(ConfigIndices{}); }
 
 cudaError_t LaunchSparseAttention(const SparseAttentionParams& p, cudaStream_t stream) {
   if (p.batch <= 0) return cudaSuccess;
   if (p.layout.num_ctas <= 0) return cudaErrorInvalidValue;
-  constexpr const auto& c = kSparseAttentionConfigs;
-  if (Matches<c[0].heads, c[0].head_dim>(p)) return LaunchConfig<c[0].heads, c[0].head_dim>(p, stream);
-  if (Matches<c[1].heads, c[1].head_dim>(p)) return LaunchConfig<c[1].heads, c[1].head_dim>(p, stream);
-  if (Matches<c[2].heads, c[2].head_dim>(p)) return LaunchConfig<c[2].heads, c[2].head_dim>(p, stream);
-  if (Matches<c[3].heads, c[3].head_dim>(p)) return LaunchConfig<c[3].heads, c[3].head_dim>(p, stream);
-  return cudaErrorInvalidValue;
+  return LaunchMatching(p, stream, ConfigIndices{});
 }
 
 }  // namespace peregrine::kernels

@@ -86,8 +86,10 @@ struct SparseAttentionConfig {
   int heads;
   int head_dim;
 };
-// (H, D) pairs the kernels are built for: DeepSeek-V4-Flash's 64 x 512, and small ones.
-inline constexpr SparseAttentionConfig kSparseAttentionConfigs[] = {{64, 512}, {8, 512}, {64, 64}, {8, 64}};
+// (H, D) pairs the kernels are built for: DeepSeek-V4-Flash's 64 x 512 whole and per rank at
+// tensor-parallel 2, 4 and 8, and small ones (the test fixtures whole and at TP 2).
+inline constexpr SparseAttentionConfig kSparseAttentionConfigs[] = {{64, 512}, {32, 512}, {16, 512}, {8, 512},
+                                                                    {64, 64},  {8, 64},   {4, 64}};
 
 // Dynamic shared memory the main kernel needs for (heads, head_dim), 0 if unsupported.
 int SparseAttentionSharedBytes(int heads, int head_dim);

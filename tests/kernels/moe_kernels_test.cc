@@ -582,6 +582,47 @@ TEST_F(MoeKernelsTest, GraphReplayWithNewInputs) {
   }
 }
 
+// Expert parallel: routing over all experts, then this rank's range written as local ids
+// and every other expert as -1, the weights those of the whole routing.
+TEST_F(MoeKernelsTest, RouteKeepsOnlyTheLocalExperts) {
+  const int64_t n = 37, e = 16, k = 6;
+  std::vector<float> logits(static_cast<size_t>(n * e)), bias(static_cast<size_t>(e));
+  for (size_t i = 0; i < logits.size(); ++i) logits[i] = std::sin(0.37f * static_cast<float>(i)) * 3.0f;
+  for (size_t i = 0; i < bias.size(); ++i) bias[i] = 0.1f * static_cast<float>(i % 5);
+  const Routing want = RouteRef(logits, &bias, nullptr, nullptr, n, e, k, 1.5f);
+  const cuda::DeviceBuffer d_logits = Upload(logits), d_bias = Upload(bias);
+  const cuda::DeviceBuffer ids = Poisoned(static_cast<size_t>(n * k) * 4, 0xab);
+  const cuda::DeviceBuffer weights = Poisoned(static_cast<size_t>(n * k) * 4);
+  for (const auto [begin, count] : {std::pair<int, int>{0, 4}, {4, 4}, {12, 4}, {0, 16}}) {
+    cuda::MoeRouteArgs route;
+    route.logits = View(d_logits, DType::kF32, {n, e});
+    route.bias = View(d_bias, DType::kF32, {e});
+    route.topk_ids = View(ids, DType::kI32, {n, k});
+    route.topk_weights = View(weights, DType::kF32, {n, k});
+    route.routed_scaling_factor = 1.5f;
+    route.local_begin = begin;
+    route.local_count = count;
+    PG_ASSERT_OK(cuda::MoeRoute(route, stream_.get()));
+    Sync();
+    const auto got_ids = Download<int32_t>(ids, static_cast<size_t>(n * k));
+    const auto got_weights = Download<float>(weights, static_cast<size_t>(n * k));
+    for (size_t a = 0; a < got_ids.size(); ++a) {
+      const int32_t id = want.ids[a];
+      const int32_t local = id >= begin && id < begin + count ? id - begin : -1;
+      ASSERT_EQ(got_ids[a], local) << "range " << begin << "+" << count << " assignment " << a;
+      EXPECT_NEAR(got_weights[a], want.weights[a], 1e-6f * std::abs(want.weights[a]) + 1e-7f);
+    }
+  }
+  cuda::MoeRouteArgs bad;
+  bad.logits = View(d_logits, DType::kF32, {n, e});
+  bad.bias = View(d_bias, DType::kF32, {e});
+  bad.topk_ids = View(ids, DType::kI32, {n, k});
+  bad.topk_weights = View(weights, DType::kF32, {n, k});
+  bad.local_begin = 12;
+  bad.local_count = 8;
+  EXPECT_EQ(cuda::MoeRoute(bad, stream_.get()).code(), StatusCode::kInvalidArgument);
+}
+
 // Bad arguments are refused before anything reaches the device, so this runs without a GPU.
 TEST(MoeLauncherChecks, RejectNamingTheTensor) {
   auto fake = [](uintptr_t address, DType dtype, Shape shape) {

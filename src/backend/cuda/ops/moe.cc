@@ -57,6 +57,9 @@ Status MoeRoute(const MoeRouteArgs& a, cudaStream_t stream) {
                                        top_k.value() <= experts.value(),
                                    "K in [1, min(16, E)]"));
   PG_RETURN_IF_ERROR(check.Require(tokens.value() * top_k.value() <= kMaxInt, "N * K < 2^31"));
+  PG_RETURN_IF_ERROR(check.Require(a.local_begin >= 0 && a.local_count >= 0 &&
+                                       a.local_begin + a.local_count <= experts.value(),
+                                   "local experts inside [0, E)"));
 
   kernels::MoeRouteParams p;
   p.logits = a.logits.as<const float>();
@@ -70,6 +73,9 @@ Status MoeRoute(const MoeRouteArgs& a, cudaStream_t stream) {
   p.top_k = static_cast<int>(top_k.value());
   p.vocab_size = learned ? 0 : vocab.value();
   p.routed_scaling_factor = a.routed_scaling_factor;
+  const bool all = a.local_count == 0 || a.local_count == experts.value();
+  p.local_begin = all ? 0 : a.local_begin;
+  p.local_count = all ? 0 : a.local_count;
   PG_CUDA_RETURN_IF_ERROR(kernels::LaunchMoeRoute(p, stream));
   return Status::Ok();
 }

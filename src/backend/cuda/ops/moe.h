@@ -33,6 +33,11 @@ struct MoeRouteArgs {
   Tensor topk_ids;      // [N, K] i32 out; K <= 16. -1 for out-of-range hash entries / tokens
   Tensor topk_weights;  // [N, K] f32 out; 0 where the id is -1
   float routed_scaling_factor = 1.0f;
+  // Expert parallel: this rank's experts [local_begin, local_begin + local_count) are written
+  // as local ids (id - local_begin), the others as -1 with their weights kept (MoeAlign and
+  // MoeCombine skip them). local_count 0, or E: every expert, ids as chosen.
+  int local_begin = 0;
+  int local_count = 0;
 };
 
 // s = sqrt(softplus(logit)); ids: top-K of s + bias (ties to the lower expert) or
