@@ -38,6 +38,10 @@ class Communicator {
   virtual Status Send(const void* buf, int64_t count, DType dtype, int peer) = 0;
   virtual Status Recv(void* buf, int64_t count, DType dtype, int peer) = 0;
   virtual Status Barrier() = 0;
+  // Device implementations: the stream (a cudaStream_t) later calls enqueue on, so a model
+  // puts them on the stream its step (or the graph being captured) runs on. Host ones have
+  // no stream and ignore it.
+  virtual void UseStream(void* stream) { (void)stream; }
 };
 
 class TcpStoreServer;

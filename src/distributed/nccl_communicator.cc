@@ -148,6 +148,7 @@ class NcclCommunicator final : public Communicator {
     PG_ASSIGN_OR_RETURN(ncclDataType_t t, NcclType(dtype));
     return Check("receive", api_->Recv(buf, static_cast<size_t>(count), t, peer, comm_, stream_));
   }
+  void UseStream(void* stream) override { stream_ = static_cast<cudaStream_t>(stream); }
   // A one-element all-reduce, then waits for the stream, watching for NCCL's asynchronous
   // errors; a peer that never arrives aborts the communicator after the timeout.
   Status Barrier() override {

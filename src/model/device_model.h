@@ -137,6 +137,20 @@ class DeviceModel {
 class Checkpoint;
 
 // How weights come to the device (families read the formats they support).
+namespace distributed {
+class Communicator;
+}  // namespace distributed
+
+// This rank's part of a tensor/expert-parallel group: which part of the weights it holds and
+// the group its sub-layer outputs are summed over (collectives enqueued on the step's stream,
+// inside its graphs). size 1: the whole model, no group.
+struct DeviceParallel {
+  int rank = 0;
+  int size = 1;
+  bool expert_parallel = false;
+  distributed::Communicator* comm = nullptr;  // required when size > 1; outlives the model
+};
+
 struct DeviceWeightOptions {
   bool synthetic = false;         // generate every matrix on the device
   uint64_t seed = 0;
@@ -145,6 +159,7 @@ struct DeviceWeightOptions {
   // Called on the loading thread after each part (a layer, the embeddings): parts done of
   // `total`, bytes on the device so far. Empty: no reports.
   std::function<void(int64_t done, int64_t total, uint64_t bytes)> on_progress;
+  DeviceParallel parallel;
 };
 
 // Creates a device model: its weights loaded (or generated) through `allocator` on

@@ -25,12 +25,13 @@ Result<std::unique_ptr<SlotModel>> SlotModel::Create(const ModelConfig& config, 
   const int64_t per_slot = std::max<int64_t>(layout.BlocksFor(o.max_context), 1);
   eo.kv_tokens = o.num_slots * per_slot * layout.block_tokens;
   const deepseek_v4::cuda::WeightLoadOptions weights = o.weights;
-  const DeviceModelFactory factory = [weights](const ModelConfig& c, const Checkpoint& ckpt,
+  const DeviceParallel parallel = o.parallel;
+  const DeviceModelFactory factory = [weights, parallel](const ModelConfig& c, const Checkpoint& ckpt,
                                                const DeviceModelLimits& limits, const DeviceWeightOptions&,
                                                cuda::CachingAllocator& allocator,
                                                cudaStream_t stream) -> Result<std::unique_ptr<DeviceModel>> {
     PG_ASSIGN_OR_RETURN(std::unique_ptr<deepseek_v4::cuda::CudaModel> model,
-                        deepseek_v4::cuda::CudaModel::Create(c, ckpt, limits, weights, allocator, stream));
+                        deepseek_v4::cuda::CudaModel::Create(c, ckpt, limits, weights, allocator, stream, parallel));
     return std::unique_ptr<DeviceModel>(std::move(model));
   };
   auto m = std::unique_ptr<SlotModel>(new SlotModel());

@@ -31,6 +31,7 @@ struct SlotModelOptions {
   int64_t max_logit_rows = 0;  // 0: num_slots
   int64_t block_tokens = 256;
   deepseek_v4::cuda::WeightLoadOptions weights;
+  DeviceParallel parallel;  // this rank's part and group (size 1: the whole model)
 };
 
 // The DeepSeek-V4 device model on a DeviceExecutor; slot s owns blocks [s*K, (s+1)*K) for K

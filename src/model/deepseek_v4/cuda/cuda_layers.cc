@@ -95,7 +95,7 @@ Status CudaModel::Impl::EnqueueAttention(int64_t i, int64_t rows, int64_t chunks
   const bool sliding = type == AttentionType::kSliding;
   const bool csa = type == AttentionType::kCompressedSparse;
   const int64_t d = c.hidden_size;
-  const int64_t h = c.num_heads;
+  const int64_t h = weights.heads;  // this rank's query heads
   const int64_t hd = c.head_dim;
   const int64_t w = c.sliding_window;
   const int64_t ih = c.index_n_heads;
@@ -270,27 +270,28 @@ Status CudaModel::Impl::EnqueueAttention(int64_t i, int64_t rows, int64_t chunks
     return pc::CopyRows({window, window, MetaView(layout.ring_src, {rows}), MetaView(layout.ring_dst, {rows})}, s);
   }));
 
-  return Op(OpKind::kOutputProjection, [&] {
+  PG_RETURN_IF_ERROR(Op(OpKind::kOutputProjection, [&] {
     pc::OutputProjectionArgs a;
     a.o = View(ws.o, DType::kBF16, {rows, h, hd});
     a.wo_a = lw.wo_a.view;
     a.wo_b = lw.wo_b.w.view;
     a.wo_b_scale = lw.wo_b.scale.view;
     a.fp8_workspace = weights.fp8_workspace.view;
-    a.mid = View(ws.mid, DType::kBF16, {rows, c.o_groups, c.o_lora_rank});
+    a.mid = View(ws.mid, DType::kBF16, {rows, lw.wo_a.view.shape[0], c.o_lora_rank});
     a.out = View(ws.f, DType::kBF16, {rows, d});
     return pc::GroupedOutputProjection(blas, a, s);
-  });
+  }));
+  return SumOverRanks(ws.f.view.data, rows * d);
 }
 
 Status CudaModel::Impl::EnqueueMoe(int64_t i, int64_t rows) {
   const ModelConfig& c = config;
   const DeviceLayer& lw = weights.layers[static_cast<size_t>(i)];
   const int64_t d = c.hidden_size;
-  const int64_t e = c.num_experts;
+  const int64_t e = weights.experts;  // this rank's experts (all of them unless EP)
   const int64_t k = c.num_experts_per_tok;
-  const int64_t inter = c.moe_intermediate_size;
-  const int64_t shared = inter * c.num_shared_experts;
+  const int64_t inter = lw.experts.w1.view.shape[1];  // this rank's part of each expert
+  const int64_t shared = lw.shared_w2.w.view.shape[1];
   const float limit = static_cast<float>(c.swiglu_limit);
   const cudaStream_t s = stream;
   const Tensor x = View(ws.x, DType::kBF16, {rows, d});
@@ -298,7 +299,7 @@ Status CudaModel::Impl::EnqueueMoe(int64_t i, int64_t rows) {
   const bool mxfp4 = lw.experts.format == ExpertFormat::kMXFP4;
 
   PG_RETURN_IF_ERROR(Op(OpKind::kRouter, [&]() -> Status {
-    const Tensor logits = View(ws.router_logits, DType::kF32, {rows, e});
+    const Tensor logits = View(ws.router_logits, DType::kF32, {rows, c.num_experts});
     PG_RETURN_IF_ERROR(pc::Linear(blas, {x, lw.gate.view, logits}, s));
     pc::MoeRouteArgs a;
     a.logits = logits;
@@ -309,6 +310,10 @@ Status CudaModel::Impl::EnqueueMoe(int64_t i, int64_t rows) {
       a.bias = lw.bias.view;
     }
     a.routed_scaling_factor = static_cast<float>(c.routed_scaling_factor);
+    // EP: ids of this rank's experts become local ones, the others -1 (skipped below; their
+    // ranks add them).
+    a.local_begin = static_cast<int>(weights.expert_begin);
+    a.local_count = static_cast<int>(e);
     a.topk_ids = View(ws.topk_ids, DType::kI32, {rows, k});
     a.topk_weights = View(ws.topk_weights, DType::kF32, {rows, k});
     PG_RETURN_IF_ERROR(pc::MoeRoute(a, s));
@@ -355,7 +360,7 @@ Status CudaModel::Impl::EnqueueMoe(int64_t i, int64_t rows) {
     return ProjectWith(blas, weights.fp8_workspace.view, sh, lw.shared_w2, sy, s);
   }));
 
-  return Op(OpKind::kMoeExperts, [&] {
+  PG_RETURN_IF_ERROR(Op(OpKind::kMoeExperts, [&] {
     pc::MoeCombineArgs a;
     a.y = y;
     a.topk_ids = View(ws.topk_ids, DType::kI32, {rows, k});
@@ -363,7 +368,8 @@ Status CudaModel::Impl::EnqueueMoe(int64_t i, int64_t rows) {
     a.shared = sy;
     a.out = View(ws.f, DType::kBF16, {rows, d});
     return pc::MoeCombine(a, s);
-  });
+  }));
+  return SumOverRanks(ws.f.view.data, rows * d);
 }
 
 }  // namespace peregrine::deepseek_v4::cuda

@@ -14,6 +14,8 @@
 #include "backend/cuda/ops/step_feed.h"
 #include "backend/cuda/ops/sparse_attention.h"
 #include "backend/cuda/ops/sparse_attention_plan.h"
+#include "distributed/communicator.h"
+#include "distributed/parallel_config.h"
 #include "kernels/indexer_scores.cuh"
 #include "kernels/indexer_topk.cuh"
 #include "model/deepseek_v4/cuda/cuda_model_impl.h"
@@ -38,6 +40,7 @@ const char* OpKindName(OpKind kind) {
     case OpKind::kMoeExperts: return "moe_experts";
     case OpKind::kSharedExpert: return "shared_expert";
     case OpKind::kHead: return "head";
+    case OpKind::kCollective: return "collective";
     case OpKind::kCount: return "?";
   }
   return "?";
@@ -92,13 +95,15 @@ Status CudaModel::Impl::Allocate(cudaStream_t load_stream) {
 
   // Workspace.
   Workspace& x = ws;
-  const int64_t h = c.num_heads;
+  // This rank's parts of the split dimensions (all whole unsharded).
+  const int64_t h = weights.heads;
   const int64_t ih = c.index_n_heads;
   const int64_t id = c.index_head_dim;
-  const int64_t e = c.num_experts;
+  const int64_t e = weights.experts;
   const int64_t k = c.num_experts_per_tok;
-  const int64_t inter = c.moe_intermediate_size;
-  const int64_t shared = inter * c.num_shared_experts;
+  const int64_t inter = weights.layers.empty() ? c.moe_intermediate_size : weights.layers[0].experts.w1.view.shape[1];
+  const int64_t shared = weights.layers.empty() ? c.moe_intermediate_size * c.num_shared_experts
+                                                : weights.layers[0].shared_w2.w.view.shape[1];
   PG_RETURN_IF_ERROR(alloc(DType::kF32, {n, hc, d}, &x.streams));
   PG_RETURN_IF_ERROR(alloc(DType::kBF16, {n, d}, &x.x));
   PG_RETURN_IF_ERROR(alloc(DType::kF32, {n, hc}, &x.post));
@@ -130,8 +135,8 @@ Status CudaModel::Impl::Allocate(cudaStream_t load_stream) {
     PG_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(x.topk_workspace.view.data, 0, x.topk_workspace.buffer.bytes(), load_stream));
   }
   PG_RETURN_IF_ERROR(alloc(DType::kBF16, {n, h, hd}, &x.o));
-  PG_RETURN_IF_ERROR(alloc(DType::kBF16, {n, c.o_groups, c.o_lora_rank}, &x.mid));
-  PG_RETURN_IF_ERROR(alloc(DType::kF32, {n, e}, &x.router_logits));
+  PG_RETURN_IF_ERROR(alloc(DType::kBF16, {n, weights.groups, c.o_lora_rank}, &x.mid));
+  PG_RETURN_IF_ERROR(alloc(DType::kF32, {n, c.num_experts}, &x.router_logits));
   PG_RETURN_IF_ERROR(alloc(DType::kI32, {n, k}, &x.topk_ids));
   PG_RETURN_IF_ERROR(alloc(DType::kF32, {n, k}, &x.topk_weights));
   PG_RETURN_IF_ERROR(alloc(DType::kI32, {e + 1}, &x.expert_offsets));
@@ -143,6 +148,10 @@ Status CudaModel::Impl::Allocate(cudaStream_t load_stream) {
   PG_RETURN_IF_ERROR(alloc(DType::kBF16, {n, d}, &x.shared_y));
   PG_RETURN_IF_ERROR(alloc(DType::kBF16, {o.max_logit_rows, d}, &x.head_x));
   PG_RETURN_IF_ERROR(alloc(DType::kF32, {o.max_logit_rows, c.vocab_size}, &x.logits));
+  if (parallel.size > 1) {
+    PG_RETURN_IF_ERROR(alloc(DType::kF32, {o.max_logit_rows, weights.head_rows}, &x.head_logits));
+    PG_RETURN_IF_ERROR(alloc(DType::kF32, {parallel.size, o.max_logit_rows, weights.head_rows}, &x.gathered_logits));
+  }
 
   fast_attention = BuiltAttention(h, hd);
   fast_indexer = BuiltIndexer(ih, id);
@@ -177,7 +186,15 @@ Status CudaModel::Impl::EnqueueStep(int64_t rows, int64_t chunks, int64_t logit_
   }));
   for (int64_t i = 0; i < c.num_layers; ++i) PG_RETURN_IF_ERROR(EnqueueLayer(i, rows, chunks));
   if (logit_rows == 0) return Status::Ok();
+  return EnqueueHead(rows, logit_rows);
+}
 
+Status CudaModel::Impl::EnqueueHead(int64_t rows, int64_t logit_rows) {
+  const ModelConfig& c = config;
+  const int64_t d = c.hidden_size;
+  const int64_t hc = c.hc_mult;
+  const bool sharded = parallel.size > 1;
+  const int64_t part = weights.head_rows;
   PG_RETURN_IF_ERROR(Op(OpKind::kHead, [&]() -> Status {
     pc::HcHeadArgs a;
     a.streams = View(ws.streams, DType::kF32, {rows, hc, d});
@@ -191,12 +208,32 @@ Status CudaModel::Impl::EnqueueStep(int64_t rows, int64_t chunks, int64_t logit_
     a.hc_eps = static_cast<float>(c.hc_eps);
     a.rms_norm_eps = static_cast<float>(c.rms_norm_eps);
     PG_RETURN_IF_ERROR(pc::HyperConnectionHead(a, stream));
-    return pc::Linear(blas,
-                      {View(ws.head_x, DType::kBF16, {logit_rows, d}), weights.head.view,
-                       View(ws.logits, DType::kF32, {logit_rows, c.vocab_size})},
-                      stream);
+    const Tensor out = sharded ? View(ws.head_logits, DType::kF32, {logit_rows, part})
+                               : View(ws.logits, DType::kF32, {logit_rows, c.vocab_size});
+    return pc::Linear(blas, {View(ws.head_x, DType::kBF16, {logit_rows, d}), weights.head.view, out}, stream);
   }));
-  return Status::Ok();
+  if (!sharded) return Status::Ok();
+  // Every rank's part, then each into its columns of the logits (the padding rows of the
+  // last parts dropped).
+  return Op(OpKind::kCollective, [&]() -> Status {
+    PG_RETURN_IF_ERROR(parallel.comm->AllGather(ws.head_logits.view.data, ws.gathered_logits.view.data,
+                                                logit_rows * part, DType::kF32));
+    for (int r = 0; r < parallel.size; ++r) {
+      const distributed::ShardRange v = distributed::PaddedShard(c.vocab_size, r, parallel.size);
+      if (v.size() == 0) continue;
+      const auto* src = static_cast<const float*>(ws.gathered_logits.view.data) + r * logit_rows * part;
+      auto* dst = static_cast<float*>(ws.logits.view.data) + v.begin;
+      PG_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(dst, static_cast<size_t>(c.vocab_size) * 4, src,
+                                                static_cast<size_t>(part) * 4, static_cast<size_t>(v.size()) * 4,
+                                                static_cast<size_t>(logit_rows), cudaMemcpyDeviceToDevice, stream));
+    }
+    return Status::Ok();
+  });
+}
+
+Status CudaModel::Impl::SumOverRanks(void* data, int64_t count) {
+  if (parallel.size <= 1) return Status::Ok();
+  return Op(OpKind::kCollective, [&] { return parallel.comm->AllReduceSum(data, count, DType::kBF16); });
 }
 
 namespace {
@@ -221,8 +258,12 @@ const KvGeometry& CudaModel::geometry() const { return impl_->geometry; }
 Result<std::unique_ptr<CudaModel>> CudaModel::Create(const ModelConfig& config, const Checkpoint& checkpoint,
                                                      const DeviceModelLimits& limits,
                                                      const WeightLoadOptions& weight_options,
-                                                     pc::CachingAllocator& allocator, cudaStream_t stream) {
+                                                     pc::CachingAllocator& allocator, cudaStream_t stream,
+                                                     const DeviceParallel& parallel) {
   PG_RETURN_IF_ERROR(ValidateModelConfig(config));
+  if (parallel.size > 1 && (parallel.comm == nullptr || parallel.comm->size() != parallel.size ||
+                            parallel.comm->rank() != parallel.rank))
+    return InvalidArgument("CUDA model: a sharded model needs its group's communicator (rank and size as its own)");
   if (limits.max_tokens < 1 || limits.max_context < 2 || limits.max_logit_rows < 1)
     return InvalidArgument("CUDA model: max_tokens and max_logit_rows must be >= 1 and max_context >= 2");
   if (limits.max_context > config.max_position_embeddings)
@@ -232,8 +273,11 @@ Result<std::unique_ptr<CudaModel>> CudaModel::Create(const ModelConfig& config, 
   impl->limits = limits;
   impl->geometry = KvGeometry::For(config, limits.block_tokens, KvElementSizes{2, 2});
   impl->allocator = &allocator;
+  impl->parallel = parallel;
+  WeightLoadOptions w = weight_options;
+  w.shard = ShardSpec{parallel.rank, parallel.size, parallel.expert_parallel};
   PG_ASSIGN_OR_RETURN(impl->blas, pc::Blas::Create(allocator));
-  PG_ASSIGN_OR_RETURN(impl->weights, LoadDeviceWeights(impl->config, checkpoint, weight_options, allocator, stream));
+  PG_ASSIGN_OR_RETURN(impl->weights, LoadDeviceWeights(impl->config, checkpoint, w, allocator, stream));
   PG_RETURN_IF_ERROR(impl->Allocate(stream));
   return std::unique_ptr<CudaModel>(new CudaModel(std::move(impl)));
 }
@@ -438,6 +482,7 @@ Status CudaModel::Enqueue(const DeviceStep& step, const StepMeta& meta, cudaStre
   m.meta = &meta;
   m.stream = stream;
   m.profiler = profiler;
+  if (m.parallel.comm != nullptr) m.parallel.comm->UseStream(stream);
   const Status s = m.EnqueueStep(step.rows, step.num_chunks, step.logit_rows);
   m.profiler = nullptr;
   return s;
@@ -602,7 +647,8 @@ void RegisterDeviceModel(DeviceModelRegistry& registry) {
                        cudaStream_t stream) -> Result<std::unique_ptr<DeviceModel>> {
                       PG_ASSIGN_OR_RETURN(WeightLoadOptions w, WeightOptions(weights));
                       PG_ASSIGN_OR_RETURN(std::unique_ptr<CudaModel> model,
-                                          CudaModel::Create(config, checkpoint, limits, w, allocator, stream));
+                                          CudaModel::Create(config, checkpoint, limits, w, allocator, stream,
+                                                            weights.parallel));
                       return std::unique_ptr<DeviceModel>(std::move(model));
                     });
 }

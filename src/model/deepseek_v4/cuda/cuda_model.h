@@ -26,10 +26,14 @@ namespace peregrine::deepseek_v4::cuda {
 class CudaModel final : public DeviceModel {
  public:
   // Loads (or generates) the weights and allocates every buffer a step can need, so a step
-  // never allocates. ResourceExhausted when the device cannot hold them.
+  // never allocates. ResourceExhausted when the device cannot hold them. Sharded
+  // (`parallel.size` > 1): this rank's part of the weights (its ShardSpec overrides
+  // `weights.shard`); each step all-reduces the attention and MoE outputs and all-gathers
+  // the head's vocabulary parts over `parallel.comm`, so every rank ends with the same logits.
   static Result<std::unique_ptr<CudaModel>> Create(const ModelConfig& config, const Checkpoint& checkpoint,
                                                    const DeviceModelLimits& limits, const WeightLoadOptions& weights,
-                                                   peregrine::cuda::CachingAllocator& allocator, cudaStream_t stream);
+                                                   peregrine::cuda::CachingAllocator& allocator, cudaStream_t stream,
+                                                   const DeviceParallel& parallel = {});
   ~CudaModel() override;
   CudaModel(const CudaModel&) = delete;
   CudaModel& operator=(const CudaModel&) = delete;

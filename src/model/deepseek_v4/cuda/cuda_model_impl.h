@@ -76,6 +76,8 @@ struct Workspace {
   // Head
   DeviceTensor head_x;         // [N, D] bf16
   DeviceTensor logits;         // [N, vocab] f32
+  // Sharded head: this rank's logits [N, head_rows] and every rank's [size, N, head_rows] f32.
+  DeviceTensor head_logits, gathered_logits;
 };
 
 // Offsets (in int32s) of the step metadata inside the runtime's metadata buffer.
@@ -90,7 +92,7 @@ struct MetaLayout {
 // Op kinds of the profile, in print order.
 enum class OpKind : uint8_t {
   kEmbedding, kMhc, kNorm, kProjection, kRope, kCompressor, kIndexer, kTopK, kAttention, kOutputProjection,
-  kWindowUpdate, kRouter, kMoeExperts, kSharedExpert, kHead, kCount
+  kWindowUpdate, kRouter, kMoeExperts, kSharedExpert, kHead, kCollective, kCount
 };
 const char* OpKindName(OpKind kind);
 
@@ -101,6 +103,7 @@ struct CudaModel::Impl {
   pc::CachingAllocator* allocator = nullptr;
   pc::Blas blas;
   DeviceWeights weights;
+  DeviceParallel parallel;  // this rank's part and its group (size 1: whole)
   Workspace ws;
   DeviceTensor main_cos, main_sin, compress_cos, compress_sin;  // [max_context, rope/2] f32
   int64_t max_entries_csa = 0, max_entries_hca = 0, score_stride = 0, index_batch = 0;
@@ -133,6 +136,10 @@ struct CudaModel::Impl {
   Status EnqueueLayer(int64_t layer, int64_t rows, int64_t chunks);
   Status EnqueueAttention(int64_t layer, int64_t rows, int64_t chunks);
   Status EnqueueMoe(int64_t layer, int64_t rows);
+  // Sharded: `count` bf16 partial sums at `data` summed over the ranks, in place.
+  Status SumOverRanks(void* data, int64_t count);
+  // The head: this rank's vocabulary part, gathered into ws.logits when sharded.
+  Status EnqueueHead(int64_t rows, int64_t logit_rows);
   // Runs `op` as one profiled op of `kind` (just runs it when not profiling).
   template <typename F>
   Status Op(OpKind kind, F&& op);

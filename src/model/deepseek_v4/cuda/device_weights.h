@@ -15,6 +15,7 @@
 #include "base/tensor.h"
 #include "config/model_config.h"
 #include "model/checkpoint.h"
+#include "model/deepseek_v4/weights.h"
 
 namespace peregrine::deepseek_v4::cuda {
 
@@ -82,7 +83,7 @@ struct DeviceLayer {
 
 struct DeviceWeights {
   DeviceTensor embed;  // [vocab, D] bf16
-  DeviceTensor head;   // [vocab, D] bf16
+  DeviceTensor head;   // [vocab, D] bf16; sharded: [ceil(vocab / size), D], rows past the vocabulary zero
   DeviceTensor norm;   // [D] f32
   DeviceHyperConnection hc_head;
   std::vector<DeviceLayer> layers;
@@ -90,6 +91,10 @@ struct DeviceWeights {
   // them (one stream): u8 [max Fp8ProjectionWorkspaceBytes]; empty without FP8 projections.
   DeviceTensor fp8_workspace;
   uint64_t bytes = 0;  // device bytes held
+  // This rank's part (all whole when unsharded): query heads, output groups (one group's
+  // part counts as 1), routed experts [expert_begin, expert_begin + experts) (EP) or all of
+  // them, and head rows (ceil(vocab / size) when sharded).
+  int64_t heads = 0, groups = 0, expert_begin = 0, experts = 0, head_rows = 0;
 };
 
 struct WeightLoadOptions {
@@ -108,6 +113,10 @@ struct WeightLoadOptions {
   DenseFormat dense_format = DenseFormat::kBF16;
   // After each layer and after the embeddings/head: parts done of num_layers + 1, device bytes.
   std::function<void(int64_t done, int64_t total, uint64_t bytes)> on_progress;
+  // This rank's part of a tensor/expert-parallel group (ShardSpec, ../weights.h): the split
+  // tensors are read as their slices only (FP8 blocks and MXFP4 scale groups stay whole:
+  // a slice that would cut one is refused); synthetic ones are generated at the slice's shape.
+  ShardSpec shard;
 };
 
 // Reads (or generates) every tensor the config implies, converts and uploads it; host

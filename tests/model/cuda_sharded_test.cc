@@ -1,0 +1,166 @@
+// Tensor and expert parallel DeepSeek-V4 on the CUDA backend against the whole model on the
+// same GPU: N ranks as threads of this process, each holding its shard (deepseek_v4::ShardSpec)
+// on the one device, summing over a host-staged thread group (cuda_thread_group.h). The
+// whole model and every rank run the same steps: chunked prefill of two sequences, then
+// batched decode. Skipped without a GPU.
+//
+// What may differ: each rank rounds its partial sub-layer output to bf16 before the sum
+// (the whole model rounds the full sum once), and the GEMMs see other shapes (other
+// algorithms). Measured on the H200 (tests print it): see the tolerances below. Every rank
+// must end with bit-identical logits (the all-reduce and the head's all-gather give all the
+// same bits), since every rank samples from them.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "backend/cuda/device.h"
+#include "cuda_model_util.h"
+#include "cuda_thread_group.h"
+#include "demo_model_golden.h"
+#include "golden.h"
+#include "model/checkpoint.h"
+
+namespace peregrine::deepseek_v4::cuda {
+namespace {
+
+using testing::StepChunk;
+
+// bf16 partial sums per rank through every layer: a few bf16 ulps on top of the whole
+// model's own rounding (the CUDA-vs-CPU bound is 5e-2).
+constexpr double kShardedTolerance = 2e-2;
+
+struct Case {
+  std::string name;
+  std::filesystem::path dir;
+  int size = 2;
+  bool expert_parallel = false;
+  ExpertFormat experts = ExpertFormat::kBF16;
+};
+
+// The steps every run takes, and the logits of each.
+std::vector<std::vector<float>> RunSteps(testing::SlotModel& model, const std::vector<int32_t>& prompt) {
+  std::vector<std::vector<float>> out;
+  std::vector<float> logits;
+  const std::span<const int32_t> p(prompt);
+  const size_t half = p.size() / 2;
+  // Prefill: slot 0 in two chunks (all logits), slot 1 in one (last logits).
+  const StepChunk a{0, 0, p.first(half), true, true};
+  const StepChunk b{0, static_cast<int64_t>(half), p.subspan(half), true, true};
+  const StepChunk c{1, 0, p.first(p.size() - 3), true, false};
+  for (const StepChunk& step : {a, b, c}) {
+    const Status s = model.Forward({&step, 1}, &logits);
+    EXPECT_TRUE(s.ok()) << s.ToString();
+    out.push_back(logits);
+  }
+  // Decode: both slots together, then slot 0 alone.
+  int64_t pos0 = static_cast<int64_t>(p.size()), pos1 = static_cast<int64_t>(p.size()) - 3;
+  for (int step = 0; step < 4; ++step) {
+    const int32_t t0 = p[static_cast<size_t>(step) % p.size()], t1 = p[static_cast<size_t>(step + 5) % p.size()];
+    std::vector<StepChunk> chunks{{0, pos0++, {&t0, 1}, true, false}};
+    if (step % 2 == 0) chunks.push_back({1, pos1++, {&t1, 1}, true, false});
+    const Status s = model.Forward(chunks, &logits);
+    EXPECT_TRUE(s.ok()) << s.ToString();
+    out.push_back(logits);
+  }
+  return out;
+}
+
+int64_t Argmax(const float* row, int64_t n) { return std::max_element(row, row + n) - row; }
+
+class CudaShardedTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(CudaShardedTest, ShardsOnOneGpuEqualTheWholeModel) {
+  if (peregrine::cuda::ListDevices().empty()) GTEST_SKIP() << "no CUDA device";
+  const Case& k = GetParam();
+  const auto dir = k.dir;
+  auto config = LoadModelConfig(dir);
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
+  config->index_topk = 2048;  // the indexer keeps every entry: no top-k choice to flip
+  auto checkpoint = Checkpoint::Open(dir);
+  ASSERT_TRUE(checkpoint.ok()) << checkpoint.status().ToString();
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 40; ++i) prompt.push_back(static_cast<int32_t>((i * 7919 + 11) % std::min<int64_t>(config->vocab_size, 4000)));
+
+  testing::SlotModelOptions o;
+  o.num_slots = 2;
+  o.max_tokens = 256;
+  o.max_context = 256;
+  o.max_logit_rows = 256;
+  o.weights.expert_format = k.experts;
+  std::vector<std::vector<float>> whole;
+  {
+    auto model = testing::SlotModel::Create(*config, **checkpoint, o);
+    ASSERT_TRUE(model.ok()) << model.status().ToString();
+    whole = RunSteps(**model, prompt);
+  }
+
+  testing::ThreadGroup group(k.size);
+  std::vector<std::vector<std::vector<float>>> ranks(static_cast<size_t>(k.size));
+  std::vector<std::string> failures(static_cast<size_t>(k.size));
+  {
+    std::vector<std::thread> threads;
+    for (int r = 0; r < k.size; ++r) {
+      threads.emplace_back([&, r] {
+        std::unique_ptr<distributed::Communicator> comm = group.Member(r);
+        testing::SlotModelOptions ro = o;
+        ro.parallel = DeviceParallel{r, k.size, k.expert_parallel, comm.get()};
+        auto model = testing::SlotModel::Create(*config, **checkpoint, ro);
+        if (!model.ok()) {
+          failures[static_cast<size_t>(r)] = model.status().ToString();
+          return;
+        }
+        ranks[static_cast<size_t>(r)] = RunSteps(**model, prompt);
+      });
+    }
+    for (std::thread& t : threads) t.join();
+  }
+  for (const std::string& f : failures) ASSERT_TRUE(f.empty()) << f;
+
+  const int64_t vocab = config->vocab_size;
+  double worst = 0.0;
+  int argmax_same = 0, rows = 0;
+  ASSERT_EQ(ranks[0].size(), whole.size());
+  for (size_t step = 0; step < whole.size(); ++step) {
+    const std::vector<float>& want = whole[step];
+    const std::vector<float>& got = ranks[0][step];
+    ASSERT_EQ(got.size(), want.size()) << "step " << step;
+    const double err = testing::RelativeL2(got.data(), want.data(), static_cast<int64_t>(want.size()));
+    worst = std::max(worst, err);
+    EXPECT_LE(err, kShardedTolerance) << "step " << step;
+    for (size_t off = 0; off < want.size(); off += static_cast<size_t>(vocab), ++rows)
+      argmax_same += Argmax(got.data() + off, vocab) == Argmax(want.data() + off, vocab);
+    for (int r = 1; r < k.size; ++r)
+      EXPECT_TRUE(ranks[static_cast<size_t>(r)][step] == got) << "rank " << r << " step " << step << " differs from rank 0";
+  }
+  std::printf("%s: sharded vs whole, worst step rel L2 %.3e, argmax equal on %d of %d rows\n", k.name.c_str(), worst,
+              argmax_same, rows);
+  // Near-ties may flip under the extra rounding; most rows keep their argmax.
+  EXPECT_GE(argmax_same * 10, rows * 9);
+}
+
+std::vector<Case> Cases() {
+  std::vector<Case> cases;
+  for (const auto& dir : testing::Bf16FixtureDirs()) {
+    const std::string f = dir.filename().string();
+    cases.push_back({f + "_tp2", dir / "model", 2, false});
+    cases.push_back({f + "_tp4", dir / "model", 4, false});
+    cases.push_back({f + "_ep2", dir / "model", 2, true});
+    cases.push_back({f + "_ep4_mxfp4", dir / "model", 4, true, ExpertFormat::kMXFP4});
+  }
+  const auto demo = testing::DemoModelDir();
+  cases.push_back({"demo_tp2", demo, 2, false});
+  cases.push_back({"demo_tp2_mxfp4", demo, 2, false, ExpertFormat::kMXFP4});
+  cases.push_back({"demo_ep2", demo, 2, true});
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Shards, CudaShardedTest, ::testing::ValuesIn(Cases()),
+                         [](const auto& info) { return info.param.name; });
+
+}  // namespace
+}  // namespace peregrine::deepseek_v4::cuda
