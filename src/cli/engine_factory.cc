@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <memory>
 
@@ -17,6 +18,7 @@
 #include <cuda_runtime_api.h>
 
 #include "backend/cuda/cuda_status.h"
+#include "distributed/nccl_communicator.h"
 #include "model/deepseek_v4/cuda/cuda_model.h"
 #include "runtime/cuda_model_runner.h"
 #endif
@@ -27,8 +29,62 @@ namespace {
 
 constexpr uint64_t kSyntheticSeed = 20260424;  // the demo model's seed
 
+#ifdef PEREGRINE_WITH_CUDA
+// Rank `rank` of the group on its node's GPU (o.cuda_device + its local index): NCCL joined
+// through the rendezvous.
+Result<std::unique_ptr<distributed::Communicator>> JoinCudaGroup(const EngineOptions& o, int rank, int* device) {
+  *device = o.cuda_device + rank % o.parallel.ranks_per_node();
+  PG_CUDA_RETURN_IF_ERROR(cudaSetDevice(*device));
+  distributed::Rendezvous r;
+  r.host = o.rendezvous_host;
+  r.port = o.rendezvous_port;
+  r.rank = rank;
+  r.size = o.parallel.world_size();
+  if (rank == 0) r.server = o.rendezvous_server;
+  distributed::NcclOptions no;
+  if (const char* library = std::getenv("PEREGRINE_NCCL_LIBRARY"); library != nullptr && *library != '\0')
+    no.library = library;
+  return distributed::CreateNcclCommunicator(r, no);
+}
+
+// The device executor of rank `rank` (0 when unsharded) on `device`, holding its shard when
+// `comm` is a group.
+Result<std::unique_ptr<DeviceExecutor>> MakeCudaExecutor(const EngineOptions& o, const ModelSource& source, int device,
+                                                         int rank, std::unique_ptr<distributed::Communicator> comm,
+                                                         bool show_progress) {
+  DeviceModelRegistry registry;
+  deepseek_v4::cuda::RegisterDeviceModel(registry);
+  PG_ASSIGN_OR_RETURN(DeviceModelFactory factory, registry.Find(source.config.model_type));
+  ExecutorOptions eo;
+  eo.device = device;
+  eo.num_slots = o.max_num_seqs;
+  eo.max_tokens = o.max_num_batched_tokens;
+  eo.max_logit_rows = o.max_num_seqs + o.max_scored_rows;
+  eo.max_context = o.max_model_len > 0 ? o.max_model_len : source.config.max_position_embeddings;
+  eo.block_tokens = o.block_size;
+  eo.kv_tokens = o.kv_cache_tokens;
+  eo.gpu_memory_utilization = o.gpu_memory_utilization;
+  eo.prefix_caching = o.enable_prefix_caching;
+  eo.snapshot_fraction = o.kv_snapshot_fraction;
+  eo.weights.synthetic = o.synthetic_weights;
+  eo.weights.seed = kSyntheticSeed;
+  eo.weights.expert_format = o.expert_format;
+  eo.weights.dense_format = o.dense_format;
+  if (comm != nullptr) eo.weights.parallel = DeviceParallel{rank, comm->size(), o.parallel.expert_parallel, comm.get()};
+  if (show_progress) {
+    auto progress = std::make_shared<Progress>("loading weights");
+    eo.weights.on_progress = [progress](int64_t done, int64_t total, uint64_t bytes) {
+      progress->Update(done, total, bytes);
+    };
+  }
+  PG_ASSIGN_OR_RETURN(std::unique_ptr<DeviceExecutor> executor,
+                      DeviceExecutor::Create(source.config, *source.checkpoint, factory, eo));
+  executor->AdoptCommunicator(std::move(comm));
+  return executor;
+}
+#endif
+
 Result<std::unique_ptr<ModelRunner>> MakeRunner(const EngineOptions& o, ModelSource source) {
-  if (o.parallel.is_distributed() && o.device != "cpu") return CheckParallelDevices(o);
   if (o.device == "cpu") {
     std::unique_ptr<HostModel> model;
     if (o.parallel.is_distributed()) {
@@ -67,29 +123,15 @@ Result<std::unique_ptr<ModelRunner>> MakeRunner(const EngineOptions& o, ModelSou
   if (o.speculative.enabled())
     return Unimplemented("speculative decoding runs on the CPU backend only so far (--device cpu)");
 #ifdef PEREGRINE_WITH_CUDA
-  DeviceModelRegistry registry;
-  deepseek_v4::cuda::RegisterDeviceModel(registry);
-  PG_ASSIGN_OR_RETURN(DeviceModelFactory factory, registry.Find(source.config.model_type));
-  ExecutorOptions eo;
-  eo.device = o.cuda_device;
-  eo.num_slots = o.max_num_seqs;
-  eo.max_tokens = o.max_num_batched_tokens;
-  eo.max_logit_rows = o.max_num_seqs + o.max_scored_rows;
-  eo.max_context = o.max_model_len > 0 ? o.max_model_len : source.config.max_position_embeddings;
-  eo.block_tokens = o.block_size;
-  eo.kv_tokens = o.kv_cache_tokens;
-  eo.gpu_memory_utilization = o.gpu_memory_utilization;
-  eo.prefix_caching = o.enable_prefix_caching;
-  eo.snapshot_fraction = o.kv_snapshot_fraction;
-  eo.weights.synthetic = o.synthetic_weights;
-  eo.weights.seed = kSyntheticSeed;
-  eo.weights.expert_format = o.expert_format;
-  eo.weights.dense_format = o.dense_format;
-  auto progress = std::make_shared<Progress>("loading weights");
-  eo.weights.on_progress = [progress](int64_t done, int64_t total, uint64_t bytes) {
-    progress->Update(done, total, bytes);
-  };
   const auto start = std::chrono::steady_clock::now();
+  std::unique_ptr<distributed::Communicator> comm;
+  int device = o.cuda_device;
+  if (o.parallel.is_distributed()) {
+    PG_RETURN_IF_ERROR(CheckParallelDevices(o));
+    PG_ASSIGN_OR_RETURN(comm, JoinCudaGroup(o, /*rank=*/0, &device));
+    LogInfo("tensor parallel over {} GPUs ({}), routed experts {}", comm->size(), comm->name(),
+            o.parallel.expert_parallel ? "partitioned (expert parallel)" : "split by intermediate");
+  }
   // Before the executor: the KV pools are sized from what is left.
   std::shared_ptr<KvStagingArena> staging;
   if (o.kv_staging_bytes > 0) {
@@ -98,9 +140,10 @@ Result<std::unique_ptr<ModelRunner>> MakeRunner(const EngineOptions& o, ModelSou
     LogInfo("KV staging for CUDA IPC: {:.2f} GB of device memory", static_cast<double>(staging->bytes()) / 1e9);
   }
   PG_ASSIGN_OR_RETURN(std::unique_ptr<DeviceExecutor> executor,
-                      DeviceExecutor::Create(source.config, *source.checkpoint, factory, eo));
+                      MakeCudaExecutor(o, source, device, 0, std::move(comm), /*show_progress=*/true));
   if (!o.enforce_eager) PG_RETURN_IF_ERROR(executor->EnableGraphs(std::min<int64_t>(o.max_num_seqs, 256)));
-  LogInfo("CUDA model: {:.2f} GB of weights, loaded in {:.1f} s", static_cast<double>(executor->weight_bytes()) / 1e9,
+  LogInfo("CUDA model: {:.2f} GB of weights{}, loaded in {:.1f} s",
+          static_cast<double>(executor->weight_bytes()) / 1e9, executor->sharded() ? " on rank 0" : "",
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   LogLines(LogLevel::kInfo, executor->Describe());
   auto runner = std::make_unique<CudaModelRunner>(std::move(executor), o.device_sampling, o.overlap);
@@ -133,10 +176,10 @@ Status CheckParallelDevices(const EngineOptions& o) {
   if (cudaGetDeviceCount(&count) != cudaSuccess) count = 0;
   cudaGetLastError();
   const int needed = o.parallel.ranks_per_node();
-  if (count < needed)
+  if (count < o.cuda_device + needed)
     return InvalidArgument("--tp " + std::to_string(o.parallel.tp_size) + " needs " + std::to_string(needed) +
                            " GPUs on this node (one per rank); it has " + std::to_string(count));
-  return Unimplemented("tensor parallel on the CUDA backend is not built yet: --tp > 1 runs on --device cpu");
+  return Status::Ok();
 #else
   return InvalidArgument("--tp " + std::to_string(o.parallel.tp_size) +
                          " on --device cuda needs a GPU per rank; this build has no CUDA backend");
@@ -172,6 +215,23 @@ Result<ModelSource> OpenModel(const EngineOptions& o) {
     PG_ASSIGN_OR_RETURN(source.checkpoint, Checkpoint::Open(dir));
   }
   return source;
+}
+
+Status RunCudaRank(const EngineOptions& o, int rank) {
+#ifdef PEREGRINE_WITH_CUDA
+  PG_ASSIGN_OR_RETURN(ModelSource source, OpenModel(o));
+  int device = 0;
+  PG_ASSIGN_OR_RETURN(std::unique_ptr<distributed::Communicator> comm, JoinCudaGroup(o, rank, &device));
+  PG_ASSIGN_OR_RETURN(std::unique_ptr<DeviceExecutor> executor,
+                      MakeCudaExecutor(o, source, device, rank, std::move(comm), /*show_progress=*/false));
+  LogInfo("rank {}: {:.2f} GB of weights on GPU {}; following rank 0", rank,
+          static_cast<double>(executor->weight_bytes()) / 1e9, device);
+  return executor->Follow();
+#else
+  (void)o;
+  (void)rank;
+  return Unimplemented("this build has no CUDA backend");
+#endif
 }
 
 Result<std::unique_ptr<Engine>> MakeEngine(const EngineOptions& o) {

@@ -65,8 +65,12 @@ Result<std::unique_ptr<HostModel>> MakeHostModel(const EngineOptions& options, M
                                                  distributed::Communicator* comm);
 
 // Whether this machine can run `options.parallel`'s ranks on `options.device` (CUDA: a GPU
-// per local rank; tensor parallel on the CUDA backend is not built yet).
+// per local rank, from options.cuda_device on).
 Status CheckParallelDevices(const EngineOptions& options);
+
+// Rank `rank` (> 0) of a CUDA group: its shard on its GPU, following rank 0's executor
+// (DeviceExecutor::Follow) until rank 0 stops (Ok) or the group fails.
+Status RunCudaRank(const EngineOptions& options, int rank);
 
 // A started engine (its step loop running), or why it could not be built.
 Result<std::unique_ptr<Engine>> MakeEngine(const EngineOptions& options);

@@ -84,6 +84,14 @@ void RankSupervisor::Stop(int grace_ms) {
 RankSupervisor::~RankSupervisor() { Stop(); }
 
 int RunModelRank(const EngineOptions& o, int rank) {
+  if (o.device == "cuda") {
+    const Status s = RunCudaRank(o, rank);
+    if (!s.ok()) {
+      LogError("rank {}: {}", rank, s.ToString());
+      return 1;
+    }
+    return 0;
+  }
   Result<ModelSource> source = OpenModel(o);
   if (!source.ok()) {
     LogError("rank {}: {}", rank, source.status().ToString());

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <condition_variable>
 #include <mutex>
@@ -139,10 +140,20 @@ int RunServe(const ServeOptions& in, const EngineFactory& factory, const RankRun
     return 1;
   }
   if (options.rank > 0) return rank_runner(options);  // a rank this command started
-  // The other ranks of this node, started now (CPU backend); the node's first rank is ours.
+  if (parallel.is_distributed() && options.device != "cpu") {
+    // A GPU per rank of this node, checked before any rank starts.
+    EngineOptions check;
+    check.parallel = parallel;
+    check.device = options.device;
+    if (Status s = CheckParallelDevices(check); !s.ok()) {
+      LogError("{}", s.message());
+      return 1;
+    }
+  }
+  // The other ranks of this node, started now; the node's first rank is ours.
   std::unique_ptr<RankSupervisor> ranks;
   std::atomic<bool> rank_died{false};
-  if (parallel.is_distributed() && options.device == "cpu") {
+  if (parallel.is_distributed()) {
     const int first = parallel.node_rank * parallel.ranks_per_node();
     std::string host = "127.0.0.1";
     int port = 0;
@@ -270,6 +281,13 @@ int RunServe(const ServeOptions& in, const EngineFactory& factory, const RankRun
         if (rank_died || !fatal.empty()) {
           LogError("a rank of the model is gone{}{}; stopping", fatal.empty() ? "" : ": ", fatal);
           exit_code = 1;
+          // A GPU group's collectives do not time out: a step waiting on the dead rank never
+          // returns, so the process ends on its own if the orderly stop below hangs.
+          std::thread([] {
+            std::this_thread::sleep_for(std::chrono::seconds(10));
+            LogError("the engine did not stop after the rank failure; exiting");
+            std::_Exit(1);
+          }).detach();
           std::this_thread::sleep_for(std::chrono::milliseconds(500));
           server.Stop();
           signals_io.stop();

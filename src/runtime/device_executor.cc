@@ -91,14 +91,20 @@ Result<std::unique_ptr<DeviceExecutor>> DeviceExecutor::Create(const ModelConfig
   if (options.num_slots < 1 || options.max_tokens < 1 || options.max_context < 2)
     return InvalidArgument("CUDA runtime: num_slots and max_tokens must be >= 1 and max_context >= 2");
   if (options.num_slots > INT32_MAX / 4) return InvalidArgument("CUDA runtime: too many slots");
+  const DeviceParallel& parallel = options.weights.parallel;
+  if (parallel.size > 1 && (parallel.comm == nullptr || parallel.comm->size() != parallel.size))
+    return InvalidArgument("CUDA runtime: a sharded model needs its group's communicator");
   std::unique_ptr<DeviceExecutor> e(new DeviceExecutor());
   e->options_ = options;
+  e->comm_ = parallel.size > 1 ? parallel.comm : nullptr;
   if (e->options_.max_logit_rows <= 0) e->options_.max_logit_rows = options.num_slots;
   PG_RETURN_IF_ERROR(e->Setup(config, checkpoint, factory));
   return e;
 }
 
 DeviceExecutor::~DeviceExecutor() {
+  // The other ranks' Follow returns once they read this.
+  if (sharded() && leader() && model_ != nullptr) (void)Publish(RankCommand::kStop, {}, 0);
   if (stream_.get() != nullptr) (void)stream_.Synchronize();
   graphs_.clear();
   model_.reset();
@@ -122,6 +128,7 @@ Status DeviceExecutor::Setup(const ModelConfig& config, const Checkpoint& checkp
   limits.max_context = options_.max_context;
   limits.block_tokens = options_.block_tokens;
   PG_ASSIGN_OR_RETURN(model_, factory(config, checkpoint, limits, options_.weights, *allocator_, stream_.get()));
+  if (comm_ != nullptr) comm_->UseStream(stream_.get());
   PG_RETURN_IF_ERROR(AllocatePools());
 
   // Metadata: the model's sections for the largest step, then the runtime's: block-table
@@ -164,6 +171,7 @@ Status DeviceExecutor::AllocatePools() {
     PG_ASSIGN_OR_RETURN(capacity_, SizeKvPools(layout, allowed - used - kReserveBytes - fixed, options_.max_context,
                                                budget));
   }
+  if (sharded()) PG_RETURN_IF_ERROR(AgreeOnCapacity());
   if (capacity_.layout.BlocksFor(options_.max_context) > capacity_.num_blocks)
     return ResourceExhausted("the KV pools hold " +
                              std::to_string(static_cast<int64_t>(capacity_.num_blocks) * layout.block_tokens) +
@@ -210,6 +218,91 @@ Status DeviceExecutor::AllocatePools() {
   return model_->BindKv(pools);
 }
 
+Status DeviceExecutor::AgreeOnCapacity() {
+  // Every rank's (blocks, snapshots), gathered on the device; each takes the smallest.
+  PG_ASSIGN_OR_RETURN(pc::DeviceBuffer d, allocator_->Allocate(static_cast<size_t>(2 + 2 * comm_->size()) * 4));
+  const int32_t mine[2] = {capacity_.num_blocks, capacity_.num_snapshots};
+  PG_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(d.data(), mine, sizeof(mine), cudaMemcpyHostToDevice, stream_.get()));
+  comm_->UseStream(stream_.get());
+  PG_RETURN_IF_ERROR(comm_->AllGather(d.data(), d.as<int32_t>() + 2, 2, DType::kI32));
+  std::vector<int32_t> all(static_cast<size_t>(2 * comm_->size()));
+  PG_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(all.data(), d.as<int32_t>() + 2, all.size() * 4, cudaMemcpyDeviceToHost,
+                                          stream_.get()));
+  PG_RETURN_IF_ERROR(stream_.Synchronize());
+  for (size_t r = 0; r < all.size(); r += 2) {
+    capacity_.num_blocks = std::min(capacity_.num_blocks, all[r]);
+    capacity_.num_snapshots = std::min(capacity_.num_snapshots, all[r + 1]);
+  }
+  return Status::Ok();
+}
+
+Status DeviceExecutor::Publish(RankCommand command, std::span<const int32_t> payload, int32_t argument) {
+  const RankHeader header = MakeRankHeader(command, static_cast<int64_t>(payload.size()), argument);
+  const size_t bytes = (static_cast<size_t>(kRankHeaderWords) + payload.size()) * 4;
+  if (message_.bytes() < bytes) {
+    PG_RETURN_IF_ERROR(stream_.Synchronize());  // the old buffer may still be read
+    PG_ASSIGN_OR_RETURN(message_, allocator_->Allocate(std::max<size_t>(bytes, 4096)));
+  }
+  cudaStream_t s = stream_.get();
+  // Pageable sources: each copy returns once its bytes are staged, so the vectors may go.
+  PG_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(message_.data(), header.data(), sizeof(header), cudaMemcpyHostToDevice, s));
+  if (!payload.empty())
+    PG_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(message_.as<int32_t>() + kRankHeaderWords, payload.data(),
+                                            payload.size() * 4, cudaMemcpyHostToDevice, s));
+  comm_->UseStream(s);
+  PG_RETURN_IF_ERROR(comm_->Broadcast(message_.data(), kRankHeaderWords, DType::kI32, 0));
+  if (payload.empty()) return Status::Ok();
+  return comm_->Broadcast(message_.as<int32_t>() + kRankHeaderWords, static_cast<int64_t>(payload.size()),
+                          DType::kI32, 0);
+}
+
+Status DeviceExecutor::Receive(RankCommand* command, std::vector<int32_t>* payload, int32_t* argument) {
+  cudaStream_t s = stream_.get();
+  if (message_.bytes() < static_cast<size_t>(kRankHeaderWords) * 4) {
+    PG_ASSIGN_OR_RETURN(message_, allocator_->Allocate(4096));
+  }
+  comm_->UseStream(s);
+  PG_RETURN_IF_ERROR(comm_->Broadcast(message_.data(), kRankHeaderWords, DType::kI32, 0));
+  RankHeader header{};
+  PG_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(header.data(), message_.data(), sizeof(header), cudaMemcpyDeviceToHost, s));
+  PG_RETURN_IF_ERROR(stream_.Synchronize());
+  int64_t words = 0;
+  PG_RETURN_IF_ERROR(ReadRankHeader(header, command, &words, argument));
+  payload->resize(static_cast<size_t>(words));
+  if (words == 0) return Status::Ok();
+  const size_t bytes = static_cast<size_t>(kRankHeaderWords + words) * 4;
+  if (message_.bytes() < bytes) {
+    PG_ASSIGN_OR_RETURN(message_, allocator_->Allocate(bytes));
+  }
+  PG_RETURN_IF_ERROR(comm_->Broadcast(message_.as<int32_t>() + kRankHeaderWords, words, DType::kI32, 0));
+  PG_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(payload->data(), message_.as<int32_t>() + kRankHeaderWords,
+                                          static_cast<size_t>(words) * 4, cudaMemcpyDeviceToHost, s));
+  return stream_.Synchronize();
+}
+
+Status DeviceExecutor::Follow() {
+  if (!sharded() || leader()) return Internal("Follow is for the ranks other than the leader");
+  std::vector<int32_t> payload;
+  const LogitsHook none = [](const Tensor&, cudaStream_t) { return Status::Ok(); };
+  for (;;) {
+    RankCommand command{};
+    int32_t argument = 0;
+    PG_RETURN_IF_ERROR(Receive(&command, &payload, &argument));
+    switch (command) {
+      case RankCommand::kStop:
+        return stream_.Synchronize();
+      case RankCommand::kEnableGraphs:
+        PG_RETURN_IF_ERROR(EnableGraphs(argument));
+        break;
+      case RankCommand::kLaunch: {
+        PG_ASSIGN_OR_RETURN(DecodedChunks chunks, DecodedChunks::Decode(payload));
+        PG_RETURN_IF_ERROR(Launch(chunks.chunks(), none));
+        break;
+      }
+    }
+  }
+}
+
 std::string DeviceExecutor::Describe() const {
   const KvPoolBytes b = PoolBytes(capacity_);
   std::string s = DescribeKvCapacity(capacity_, options_.max_context);
@@ -222,6 +315,8 @@ std::string DeviceExecutor::Describe() const {
 Status DeviceExecutor::EnableGraphs(int64_t max_batch) {
   if (max_batch < 0 || max_batch > options_.max_tokens || max_batch > options_.num_slots)
     return InvalidArgument("graph batch limit must be in [0, min(max_tokens, num_slots)]");
+  if (sharded() && leader())
+    PG_RETURN_IF_ERROR(Publish(RankCommand::kEnableGraphs, {}, static_cast<int32_t>(max_batch)));
   graph_max_batch_ = max_batch;
   graphs_.clear();
   return Status::Ok();
@@ -317,6 +412,12 @@ Status DeviceExecutor::Launch(std::span<const ChunkView> chunks, const LogitsHoo
   int64_t bucket = 0;
   PG_RETURN_IF_ERROR(Prepare(chunks, /*allow_graph=*/true, &step, &bucket));
   cudaStream_t s = stream_.get();
+  if (sharded() && leader()) {
+    // The chunks passed the checks: the other ranks run them too (before this rank's
+    // forward, whose collectives wait for theirs).
+    PG_ASSIGN_OR_RETURN(std::vector<int32_t> words, EncodeChunks(chunks));
+    PG_RETURN_IF_ERROR(Publish(RankCommand::kLaunch, words, 0));
+  }
   const StepMeta meta(meta_host_[static_cast<size_t>(meta_turn_ ^ 1)].as<int32_t>(), meta_.as<int32_t>(),
                       meta_capacity_);
   if (bucket > 0) {
@@ -339,7 +440,11 @@ Status DeviceExecutor::Launch(std::span<const ChunkView> chunks, const LogitsHoo
   }
   PG_RETURN_IF_ERROR(model_->EnqueueSnapshots(chunks, step, s));
   last_host_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
-  return hook(model_->logits(step.logit_rows), s);
+  PG_RETURN_IF_ERROR(hook(model_->logits(step.logit_rows), s));
+  if (!sharded()) return Status::Ok();
+  // The leader's hook sampled into its token buffer; every rank's next fed chunks read it.
+  comm_->UseStream(s);
+  return comm_->Broadcast(slot_tokens_.data(), options_.num_slots, DType::kI32, 0);
 }
 
 Status DeviceExecutor::StoreSampledTokens(const int32_t* tokens, int64_t num_tokens) {
@@ -364,6 +469,7 @@ Status DeviceExecutor::Forward(std::span<const ChunkView> chunks, std::vector<fl
 
 Status DeviceExecutor::ProfileForward(std::span<const ChunkView> chunks, std::vector<OpProfile>* profile,
                                       double* total_ms) {
+  if (sharded()) return Unimplemented("profiling runs one unsharded model (tensor parallel 1)");
   DeviceStep step;
   int64_t bucket = 0;
   PG_RETURN_IF_ERROR(Prepare(chunks, /*allow_graph=*/false, &step, &bucket));

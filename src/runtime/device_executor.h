@@ -27,10 +27,12 @@
 #include "backend/cuda/allocator.h"
 #include "backend/cuda/stream.h"
 #include "base/status.h"
+#include "distributed/communicator.h"
 #include "model/checkpoint.h"
 #include "model/device_model.h"
 #include "runtime/kv_sizing.h"
 #include "runtime/model_runner.h"
+#include "runtime/step_message.h"
 
 namespace peregrine {
 
@@ -103,6 +105,20 @@ class DeviceExecutor {
   // Host time of the last Launch from its start until the step's GPU work was enqueued.
   double last_host_ms() const { return last_host_ms_; }
 
+  // Sharded models (options.weights.parallel.size > 1): every rank has an executor over its
+  // shard; the leader (rank 0) is driven as usual and tells the others each Launch and
+  // EnableGraphs over the group's communicator (runtime/step_message.h), so every rank runs
+  // the same device work in the same order: its own plan of the same chunks, the model's
+  // collectives, then the leader's sampled tokens broadcast into every rank's token buffer.
+  // The pools hold what the rank with the least memory can hold. The other ranks call Follow.
+  bool sharded() const { return comm_ != nullptr && comm_->size() > 1; }
+  bool leader() const { return !sharded() || comm_->rank() == 0; }
+  // A rank other than the leader: runs what the leader tells until it stops (its executor
+  // destroyed: Ok) or the group fails (the error).
+  Status Follow();
+  // Keeps the group's communicator alive as long as the executor (destroyed after the model).
+  void AdoptCommunicator(std::unique_ptr<distributed::Communicator> comm) { owned_comm_ = std::move(comm); }
+
  private:
   class Profiler;
   DeviceExecutor() = default;
@@ -111,7 +127,14 @@ class DeviceExecutor {
   // Plans the step, appends the runtime's sections, uploads, and enqueues everything before
   // the forward. `*graph_key` gets the graph bucket (0: eager).
   Status Prepare(std::span<const ChunkView> chunks, bool allow_graph, DeviceStep* step, int64_t* bucket);
+  // Leader: a message to the other ranks. Others: the next one (payload words into `payload`).
+  Status Publish(RankCommand command, std::span<const int32_t> payload, int32_t argument);
+  Status Receive(RankCommand* command, std::vector<int32_t>* payload, int32_t* argument);
+  // Sharded: the ranks' pools shrunk to the smallest rank's capacity.
+  Status AgreeOnCapacity();
 
+  std::unique_ptr<distributed::Communicator> owned_comm_;  // first: outlives everything below
+  distributed::Communicator* comm_ = nullptr;               // options_.weights.parallel.comm
   ExecutorOptions options_;
   int num_sms_ = 0;
   cuda::CudaRawAllocator raw_;
@@ -134,6 +157,7 @@ class DeviceExecutor {
   // The last launch's sampled-token slots: [R, 2] (slot, row) in the metadata.
   int64_t store_pairs_ = 0, num_store_pairs_ = 0;
   std::map<std::pair<int64_t, int64_t>, cuda::Graph> graphs_;  // by (bucket, tokens per chunk)
+  cuda::DeviceBuffer message_;                // sharded: the rank messages' device copy
   int64_t graph_max_batch_ = 0;
   double last_host_ms_ = 0.0;
 };

@@ -11,22 +11,30 @@
 
 #include <chrono>
 #include <functional>
+#include <random>
 #include <thread>
 #include <vector>
 
 namespace peregrine::testing {
 
-// A TCP port that was free a moment ago on 127.0.0.1.
+// A TCP port that was free a moment ago on 127.0.0.1, below Linux's ephemeral range
+// (32768 on): the kernel's own choice (port 0) is an ephemeral port that another test's
+// outgoing connection may take as its source port before the rendezvous binds it.
 inline int FreeLoopbackPort() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
+  std::mt19937 rng(static_cast<uint32_t>(::getpid()) * 2654435761u ^
+                   static_cast<uint32_t>(std::chrono::steady_clock::now().time_since_epoch().count()));
+  for (int attempt = 0; attempt < 200; ++attempt) {
+    const int port = 20000 + static_cast<int>(rng() % 12000);
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    const bool free = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+    ::close(fd);
+    if (free) return port;
+  }
+  return 0;
 }
 
 inline std::vector<int> RunRanks(int num_ranks, const std::function<int(int rank)>& fn,
