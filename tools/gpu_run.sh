@@ -49,8 +49,9 @@
 #   bash tools/gpu_run.sh load      checkpoint loading from page cache: a V4-Flash-width checkpoint
 #                                   written by HF transformers (bf16, LOAD_LAYERS layers, default 2,
 #                                   into LOAD_DIR), then `peregrine serve` loading it with bf16
-#                                   experts, MXFP4 experts, and MXFP4 experts + FP8 dense: GB/s of
-#                                   checkpoint bytes (load.jsonl)
+#                                   experts, MXFP4 experts, and MXFP4 experts + FP8 dense, then the
+#                                   same model converted to the official FP8/MXFP4 format (into
+#                                   LOAD_OFFICIAL_DIR): GB/s of checkpoint bytes (load.jsonl)
 # Results go to $OUT (default ./gpu-out).
 set -uo pipefail
 
@@ -617,6 +618,27 @@ if [ "$PHASE" = "load" ]; then
     fi
     stop_server
   done
+  # The same model in the official release's format (FP8 dense, MXFP4 experts as stored).
+  OFFICIAL="${LOAD_OFFICIAL_DIR:-$CKPT-official}"
+  if [ ! -f "$OFFICIAL/config.json" ]; then
+    echo "== converting to the official format"
+    timeout 400 $PY "$ROOT/tools/write_hf_flash_checkpoint.py" "$CKPT" --official "$OFFICIAL" 2>&1 | tail -2 \
+      | tee "$OUT/load_official_write.log"
+  fi
+  BYTES=$(cat "$OFFICIAL"/*.safetensors | wc -c)
+  echo "== official checkpoint: $BYTES bytes in $(ls "$OFFICIAL"/*.safetensors | wc -l) shards"
+  start_server load_official 8401 "$PEREGRINE" --model-path "$OFFICIAL" --expert-format mxfp4 \
+    --dense-format fp8 --max-model-len 4096 --max-num-seqs 8
+  secs=$(grep -o "loaded in [0-9.]* s" "$OUT/serve_load_official.log" | grep -o "[0-9.]*" | head -1)
+  if [ -n "$secs" ]; then
+    echo "{\"checkpoint\":\"official\",\"experts\":\"mxfp4\",\"dense\":\"fp8\",\"checkpoint_bytes\":$BYTES,\"seconds\":$secs,\"gb_per_s\":$($PY -c "print(round($BYTES / 1e9 / $secs, 3))")}" \
+      | tee -a "$OUT/load.jsonl"
+    curl -s http://127.0.0.1:8401/v1/completions -H 'Content-Type: application/json' \
+      -d '{"prompt":"Hello","max_tokens":4}' | head -c 300; echo
+  else
+    echo "load official: the server did not load the checkpoint"; status=1
+  fi
+  stop_server
   exit $status
 fi
 
