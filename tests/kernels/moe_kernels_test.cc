@@ -593,7 +593,7 @@ TEST_F(MoeKernelsTest, RouteKeepsOnlyTheLocalExperts) {
   const cuda::DeviceBuffer d_logits = Upload(logits), d_bias = Upload(bias);
   const cuda::DeviceBuffer ids = Poisoned(static_cast<size_t>(n * k) * 4, 0xab);
   const cuda::DeviceBuffer weights = Poisoned(static_cast<size_t>(n * k) * 4);
-  for (const auto [begin, count] : {std::pair<int, int>{0, 4}, {4, 4}, {12, 4}, {0, 16}}) {
+  for (const auto& [begin, count] : {std::pair<int, int>{0, 4}, {4, 4}, {12, 4}, {0, 16}}) {
     cuda::MoeRouteArgs route;
     route.logits = View(d_logits, DType::kF32, {n, e});
     route.bias = View(d_bias, DType::kF32, {e});

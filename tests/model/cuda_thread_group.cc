@@ -2,6 +2,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <chrono>
 #include <cstring>
 #include <string>
 
@@ -9,7 +10,24 @@
 
 namespace peregrine::testing {
 
-ThreadGroup::ThreadGroup(int size) : size_(size), barrier_(size), staged_(static_cast<size_t>(size), nullptr) {}
+ThreadGroup::ThreadGroup(int size) : size_(size), staged_(static_cast<size_t>(size), nullptr) {}
+
+bool ThreadGroup::Arrive() {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (broken_) return false;
+  const uint64_t generation = generation_;
+  if (++arrived_ == size_) {
+    arrived_ = 0;
+    ++generation_;
+    cv_.notify_all();
+    return true;
+  }
+  if (!cv_.wait_for(lock, std::chrono::seconds(60), [&] { return generation_ != generation || broken_; })) {
+    broken_ = true;
+    cv_.notify_all();
+  }
+  return !broken_;
+}
 
 class ThreadGroupMember final : public distributed::Communicator {
  public:
@@ -28,7 +46,7 @@ class ThreadGroupMember final : public distributed::Communicator {
       const std::vector<uint8_t>& part = *group_.staged_[static_cast<size_t>(r)];
       for (size_t i = 0; i < sum.size(); ++i) sum[i] += Element(part, i, dtype);
     }
-    group_.barrier_.arrive_and_wait();  // every rank has read the others' buffers
+    PG_RETURN_IF_ERROR(Meet());  // every rank has read the others' buffers
     std::vector<uint8_t> out(mine.size());
     for (size_t i = 0; i < sum.size(); ++i) {
       if (dtype == DType::kF32) {
@@ -48,7 +66,7 @@ class ThreadGroupMember final : public distributed::Communicator {
       const std::vector<uint8_t>& part = *group_.staged_[static_cast<size_t>(r)];
       all.insert(all.end(), part.begin(), part.end());
     }
-    group_.barrier_.arrive_and_wait();
+    PG_RETURN_IF_ERROR(Meet());
     return Unstage(all, out);
   }
 
@@ -57,7 +75,7 @@ class ThreadGroupMember final : public distributed::Communicator {
     std::vector<uint8_t> mine;
     PG_RETURN_IF_ERROR(Stage(buf, count, dtype, &mine));
     const std::vector<uint8_t> from_root = *group_.staged_[static_cast<size_t>(root)];
-    group_.barrier_.arrive_and_wait();
+    PG_RETURN_IF_ERROR(Meet());
     return Unstage(from_root, buf);
   }
 
@@ -65,10 +83,7 @@ class ThreadGroupMember final : public distributed::Communicator {
   Status AllToAll(const void*, void*, int64_t, DType) override { return Unsupported("all-to-all"); }
   Status Send(const void*, int64_t, DType, int) override { return Unsupported("send"); }
   Status Recv(void*, int64_t, DType, int) override { return Unsupported("receive"); }
-  Status Barrier() override {
-    group_.barrier_.arrive_and_wait();
-    return Status::Ok();
-  }
+  Status Barrier() override { return Meet(); }
 
  private:
   static Status Unsupported(const char* what) {
@@ -96,16 +111,26 @@ class ThreadGroupMember final : public distributed::Communicator {
     if (element == 0 || count < 0) return InvalidArgument("thread group: a whole-byte dtype and a count >= 0");
     PG_RETURN_IF_ERROR(Cuda(cudaStreamSynchronize(stream_), "stream"));
     mine->resize(static_cast<size_t>(count * element));
-    if (!mine->empty())
-      PG_RETURN_IF_ERROR(Cuda(cudaMemcpy(mine->data(), buf, mine->size(), cudaMemcpyDeviceToHost), "copy"));
+    if (!mine->empty()) {
+      PG_RETURN_IF_ERROR(
+          Cuda(cudaMemcpyAsync(mine->data(), buf, mine->size(), cudaMemcpyDeviceToHost, stream_), "copy"));
+      PG_RETURN_IF_ERROR(Cuda(cudaStreamSynchronize(stream_), "stream"));
+    }
     group_.staged_[static_cast<size_t>(rank_)] = mine;
-    group_.barrier_.arrive_and_wait();
-    return Status::Ok();
+    return Meet();
   }
 
-  static Status Unstage(const std::vector<uint8_t>& bytes, void* buf) {
+  // On the member's stream, waited for: a plain cudaMemcpy from pageable memory may return
+  // before its bytes land, and the stream's next kernels would read the old ones.
+  Status Unstage(const std::vector<uint8_t>& bytes, void* buf) {
     if (bytes.empty()) return Status::Ok();
-    return Cuda(cudaMemcpy(buf, bytes.data(), bytes.size(), cudaMemcpyHostToDevice), "copy");
+    PG_RETURN_IF_ERROR(Cuda(cudaMemcpyAsync(buf, bytes.data(), bytes.size(), cudaMemcpyHostToDevice, stream_), "copy"));
+    return Cuda(cudaStreamSynchronize(stream_), "stream");
+  }
+
+  Status Meet() {
+    if (group_.Arrive()) return Status::Ok();
+    return DeadlineExceeded("thread group: a rank did not arrive (the group is broken)");
   }
 
   ThreadGroup& group_;

@@ -3,12 +3,14 @@
 // stream, stages its buffer through the host and meets the others at a barrier; every rank
 // sums in rank order in f32 (bf16 and f32 buffers), so all get the same bits; all-gather and
 // broadcast copy bytes (any dtype). Eager steps only: a host wait cannot be captured into a
-// CUDA graph.
+// CUDA graph. A rank that does not arrive within 60 s breaks the group: every collective
+// then fails (as NCCL's would be aborted), so a test fails instead of hanging.
 #pragma once
 
-#include <barrier>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "distributed/communicator.h"
@@ -24,8 +26,14 @@ class ThreadGroup {
 
  private:
   friend class ThreadGroupMember;
+  // Waits for every rank; false once the group is broken.
+  bool Arrive();
   int size_;
-  std::barrier<> barrier_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int arrived_ = 0;
+  uint64_t generation_ = 0;
+  bool broken_ = false;
   std::vector<const std::vector<uint8_t>*> staged_;  // each rank's buffer, as bytes
 };
 

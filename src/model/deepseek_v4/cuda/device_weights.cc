@@ -522,6 +522,11 @@ Result<DeviceWeights> LoadDeviceWeights(const ModelConfig& c, const Checkpoint& 
   DeviceWeights w;
   PG_RETURN_IF_ERROR(ld.Matrix("embed.weight", {c.vocab_size, c.hidden_size}, &w.embed));
   PG_RETURN_IF_ERROR(ValidateShard(c, options.shard));
+  const ShardSpec& shard = options.shard;
+  if (!shard.is_whole() && !shard.expert_parallel && (c.moe_intermediate_size / shard.size) % 32 != 0)
+    return InvalidArgument("the CUDA MoE kernels need each rank's part of moe_intermediate_size (" +
+                           std::to_string(c.moe_intermediate_size) + " / " + std::to_string(shard.size) +
+                           ") to be a multiple of 32: partition the experts instead (--ep) or use fewer ranks");
   PG_RETURN_IF_ERROR(ld.Head(c, &w.head));
   PG_RETURN_IF_ERROR(ld.F32("norm.weight", {c.hidden_size}, &w.norm));
   PG_RETURN_IF_ERROR(ld.Hc("hc_head_", c.hc_mult, c.hc_mult * c.hidden_size, 1, &w.hc_head));
