@@ -52,6 +52,8 @@
 #                                   experts, MXFP4 experts, and MXFP4 experts + FP8 dense, then the
 #                                   same model converted to the official FP8/MXFP4 format (into
 #                                   LOAD_OFFICIAL_DIR): GB/s of checkpoint bytes (load.jsonl)
+#   bash tools/gpu_run.sh all-reduce the custom all-reduce (CUDA IPC) against NCCL per message size
+#                                   over AR_RANKS GPUs (default: all of them; needs 2 or more)
 # Results go to $OUT (default ./gpu-out).
 set -uo pipefail
 
@@ -640,6 +642,14 @@ if [ "$PHASE" = "load" ]; then
   fi
   stop_server
   exit $status
+fi
+
+if [ "$PHASE" = "all-reduce" ]; then
+  ranks="${AR_RANKS:-$(nvidia-smi -L | wc -l)}"
+  echo "== custom all-reduce vs NCCL, $ranks ranks"
+  NCCL_NVLS_ENABLE=0 timeout 300 "$BIN/peregrine_all_reduce_bench" --ranks "$ranks" --out "$OUT/all_reduce.jsonl" \
+    2>&1 | tee "$OUT/all_reduce.log"
+  exit "${PIPESTATUS[0]}"
 fi
 
 echo "unknown phase $PHASE (tests or serve)" >&2

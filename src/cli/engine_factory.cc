@@ -18,6 +18,7 @@
 #include <cuda_runtime_api.h>
 
 #include "backend/cuda/cuda_status.h"
+#include "distributed/ipc_all_reduce.h"
 #include "distributed/nccl_communicator.h"
 #include "model/deepseek_v4/cuda/cuda_model.h"
 #include "runtime/cuda_model_runner.h"
@@ -44,7 +45,14 @@ Result<std::unique_ptr<distributed::Communicator>> JoinCudaGroup(const EngineOpt
   distributed::NcclOptions no;
   if (const char* library = std::getenv("PEREGRINE_NCCL_LIBRARY"); library != nullptr && *library != '\0')
     no.library = library;
-  return distributed::CreateNcclCommunicator(r, no);
+  PG_ASSIGN_OR_RETURN(std::unique_ptr<distributed::Communicator> nccl, distributed::CreateNcclCommunicator(r, no));
+  // Small sums over CUDA IPC between this node's GPUs (every rank decides alike: the flag is
+  // on every rank's command line, and the setup agrees or falls back on all).
+  if (!o.parallel.custom_all_reduce || o.parallel.nnodes > 1) return nccl;
+  std::string why_not;
+  std::unique_ptr<distributed::Communicator> comm = distributed::WithIpcAllReduce(std::move(nccl), {}, &why_not);
+  if (!why_not.empty()) LogWarning("custom all-reduce off, every sum through NCCL: {}", why_not);
+  return comm;
 }
 
 // The device executor of rank `rank` (0 when unsharded) on `device`, holding its shard when

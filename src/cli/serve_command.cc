@@ -123,6 +123,7 @@ distributed::ParallelConfig ServeOptions::parallel() const {
   p.nnodes = nnodes;
   p.node_rank = node_rank;
   p.dist_init_addr = dist_init_addr;
+  p.custom_all_reduce = enable_custom_all_reduce && !disable_custom_all_reduce;
   return p;
 }
 
@@ -459,6 +460,11 @@ void AddServeCommand(CLI::App& app, EngineFactory factory, RankRunner rank_runne
       ->check(CLI::Range(0, 63))->capture_default_str();
   cmd->add_option("--dist-init-addr", options->dist_init_addr,
                   "host:port where the ranks meet (node 0 listens there; default: a free loopback port)");
+  cmd->add_flag("--enable-custom-all-reduce", options->enable_custom_all_reduce,
+                "GPU ranks of one node: small bf16/f32 sums through the CUDA-IPC one-shot/two-shot kernel "
+                "(experimental: not yet run on two GPUs), the rest through NCCL");
+  cmd->add_flag("--disable-custom-all-reduce", options->disable_custom_all_reduce,
+                "GPU ranks: every all-reduce through NCCL (the default; vLLM's and SGLang's flag)");
   cmd->add_option("--rank", options->rank, "")->group("");  // set on the ranks serve starts
   cmd->callback([options, drain_seconds, idle_seconds, metrics_prefix, metrics_port, factory = std::move(factory),
                  rank_runner = std::move(rank_runner)] {

@@ -82,6 +82,8 @@ struct ServeOptions {
   int nnodes = 1;
   int node_rank = 0;
   std::string dist_init_addr;
+  bool enable_custom_all_reduce = false;   // small GPU sums through the CUDA-IPC kernel
+  bool disable_custom_all_reduce = false;  // every GPU all-reduce through NCCL (the default)
   int rank = -1;                  // hidden: the global rank serve gave a process it started
   std::vector<std::string> argv;  // this process's command line (other ranks start with it)
   // Set by RunServe on rank 0: the rendezvous it serves, started before the other ranks.

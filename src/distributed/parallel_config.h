@@ -17,6 +17,10 @@ struct ParallelConfig {
   int nnodes = 1;              // --nnodes
   int node_rank = 0;           // --node-rank
   std::string dist_init_addr;  // --dist-init-addr host:port (rank 0's rendezvous), empty: local
+  // GPU ranks of one node sum small messages with the custom all-reduce over CUDA IPC
+  // (distributed/ipc_all_reduce.h): opt-in (--enable-custom-all-reduce) until it has run on
+  // two GPUs; off, every sum goes to NCCL.
+  bool custom_all_reduce = false;
   int world_size() const { return tp_size; }
   int ranks_per_node() const { return tp_size / nnodes; }
   bool is_distributed() const { return tp_size > 1; }

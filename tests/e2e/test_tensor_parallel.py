@@ -79,6 +79,8 @@ def test_a_rank_killed_mid_stream_fails_the_stream_and_stops_the_server():
     (["--tp", "3"], "num_attention_heads"),
     (["--tp", "2", "--ep", "3"], "--ep"),
     (["--tp", "2", "--device", "cuda"], "GPU"),
+    (["--tp", "2", "--device", "cuda", "--disable-custom-all-reduce"], "GPU"),  # vLLM's and SGLang's flag
+    (["--tp", "2", "--device", "cuda", "--enable-custom-all-reduce"], "GPU"),
     (["--tp", "2", "--nnodes", "2"], "--dist-init-addr"),
 ])
 def test_a_split_that_cannot_run_fails_at_once(args, message):
