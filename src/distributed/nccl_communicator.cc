@@ -4,6 +4,7 @@
 #include <dlfcn.h>
 #include <nccl.h>
 
+#include <cstdlib>
 #include <thread>
 #include <vector>
 
@@ -199,6 +200,9 @@ Result<int> NcclLibraryVersion(const std::string& library) {
 
 Result<std::unique_ptr<Communicator>> CreateNcclCommunicator(const Rendezvous& r, const NcclOptions& options) {
   if (r.size < 1 || r.rank < 0 || r.rank >= r.size) return InvalidArgument("rank outside the group");
+  // NVLink multicast (NVLS) stays off whatever the environment says: NCCL would otherwise
+  // create multicast objects on NVSwitch hosts.
+  ::setenv("NCCL_NVLS_ENABLE", "0", 1);
   PG_ASSIGN_OR_RETURN(std::shared_ptr<NcclApi> api, LoadNccl(options.library));
   std::shared_ptr<TcpStoreServer> server = r.rank == 0 ? r.server : nullptr;
   if (r.rank == 0 && r.size > 1 && server == nullptr) {

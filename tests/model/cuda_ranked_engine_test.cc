@@ -144,26 +144,32 @@ TEST_P(CudaRankedEngineTest, TwoRanksGiveTheWholeModelsTokens) {
   ASSERT_EQ(sharded.tokens.size(), whole.tokens.size());
   // Both runs round in bf16, differently (each rank's partial sums), so a greedy near-tie
   // may go either way and the texts part there; before that they must agree. A wrong shard
-  // parts at once and by whole units of logprob.
-  size_t same = 0, total = 0;
+  // parts at once and by whole units of logprob. Sampled requests (odd) part wherever a draw
+  // lands near a boundary of the distribution (the demo model's is flat: perplexity in the
+  // thousands on these prompts), so only their logprobs before the first difference count.
+  size_t same = 0, total = 0, compared = 0;
   double worst = 0.0, sum = 0.0;
   for (size_t i = 0; i < whole.tokens.size(); ++i) {
     EXPECT_TRUE(sharded.errors[i].empty()) << i << ": " << sharded.errors[i];
     ASSERT_EQ(sharded.tokens[i].size(), whole.tokens[i].size()) << i;
     ASSERT_FALSE(whole.tokens[i].empty()) << i;
-    EXPECT_EQ(sharded.tokens[i][0], whole.tokens[i][0]) << "request " << i << ": the first token differs";
-    total += whole.tokens[i].size();
+    const bool greedy = i % 2 == 0;
+    if (greedy) {
+      EXPECT_EQ(sharded.tokens[i][0], whole.tokens[i][0]) << "greedy request " << i << ": the first token differs";
+      total += whole.tokens[i].size();
+    }
     for (size_t t = 0; t < whole.tokens[i].size(); ++t) {
       if (sharded.tokens[i][t] != whole.tokens[i][t]) break;  // later tokens follow another prefix
-      ++same;
+      if (greedy) ++same;
       const double d = std::abs(sharded.logprobs[i][t] - whole.logprobs[i][t]);
       worst = std::max(worst, d);
       sum += d;
+      ++compared;
     }
   }
-  std::printf("%s: %zu of %zu tokens as the whole model's before each request's first difference, logprob "
+  std::printf("%s: %zu of %zu greedy tokens as the whole model's before each request's first difference, logprob "
               "difference mean %.3e, worst %.3e\n",
-              k.name.c_str(), same, total, same > 0 ? sum / static_cast<double>(same) : 0.0, worst);
+              k.name.c_str(), same, total, compared > 0 ? sum / static_cast<double>(compared) : 0.0, worst);
   EXPECT_LE(worst, 0.25);
   EXPECT_GE(same * 2, total);
 }
