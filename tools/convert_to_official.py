@@ -259,7 +259,8 @@ def official_config(hf):
 
 # ---- driver ---------------------------------------------------------------------------------
 
-def load_hf(directory):
+def shard_files(directory):
+    """The checkpoint's safetensors files: its index's, else every one in the directory."""
     index = os.path.join(directory, "model.safetensors.index.json")
     if os.path.exists(index):
         with open(index) as f:
@@ -268,6 +269,11 @@ def load_hf(directory):
         files = sorted(f for f in os.listdir(directory) if f.endswith(".safetensors"))
     if not files:
         fail(f"no safetensors files in {directory}")
+    return files
+
+
+def load_hf(directory):
+    files = shard_files(directory)
     tensors = {}
     for file in files:
         for name, array in load_file(os.path.join(directory, file)).items():

@@ -604,21 +604,28 @@ if [ "$PHASE" = "load" ]; then
     timeout 400 $PY "$ROOT/tools/write_hf_flash_checkpoint.py" "$CKPT" --layers "${LOAD_LAYERS:-2}" 2>&1 | tail -3 \
       | tee "$OUT/load_write.log"
   fi
-  BYTES=$(cat "$CKPT"/*.safetensors | wc -c)
-  cat "$CKPT"/*.safetensors >/dev/null  # in the page cache
-  echo "== checkpoint: $BYTES bytes in $(ls "$CKPT"/*.safetensors | wc -l) shards"
-  for fmt in "bf16 bf16" "mxfp4 bf16" "mxfp4 fp8"; do
-    set -- $fmt
-    start_server "load_$1_$2" 8401 "$PEREGRINE" --model-path "$CKPT" --expert-format "$1" --dense-format "$2" \
+  # load_once NAME DIR CHECKPOINT EXPERTS DENSE: one server start from DIR, its JSON line.
+  load_once() {
+    local name="$1" dir="$2" kind="$3" experts="$4" dense="$5" bytes secs
+    bytes=$(cat "$dir"/*.safetensors | wc -c)
+    cat "$dir"/*.safetensors >/dev/null  # in the page cache
+    echo "== $kind checkpoint: $bytes bytes in $(ls "$dir"/*.safetensors | wc -l) shards"
+    start_server "$name" 8401 "$PEREGRINE" --model-path "$dir" --expert-format "$experts" --dense-format "$dense" \
       --max-model-len 4096 --max-num-seqs 8
-    secs=$(grep -o "loaded in [0-9.]* s" "$OUT/serve_load_$1_$2.log" | grep -o "[0-9.]*" | head -1)
+    secs=$(grep -o "loaded in [0-9.]* s" "$OUT/serve_$name.log" | grep -o "[0-9.]*" | head -1)
     if [ -n "$secs" ]; then
-      echo "{\"experts\":\"$1\",\"dense\":\"$2\",\"checkpoint_bytes\":$BYTES,\"seconds\":$secs,\"gb_per_s\":$($PY -c "print(round($BYTES / 1e9 / $secs, 3))")}" \
+      echo "{\"checkpoint\":\"$kind\",\"experts\":\"$experts\",\"dense\":\"$dense\",\"checkpoint_bytes\":$bytes,\"seconds\":$secs,\"gb_per_s\":$($PY -c "print(round($bytes / 1e9 / $secs, 3))")}" \
         | tee -a "$OUT/load.jsonl"
+      curl -s http://127.0.0.1:8401/v1/completions -H 'Content-Type: application/json' \
+        -d '{"prompt":"Hello","max_tokens":4}' | head -c 300; echo
     else
-      echo "load $1/$2: the server did not load the checkpoint"; status=1
+      echo "load $name: the server did not load the checkpoint"; status=1
     fi
     stop_server
+  }
+  for fmt in "bf16 bf16" "mxfp4 bf16" "mxfp4 fp8"; do
+    set -- $fmt
+    load_once "load_$1_$2" "$CKPT" hf "$1" "$2"
   done
   # The same model in the official release's format (FP8 dense, MXFP4 experts as stored).
   OFFICIAL="${LOAD_OFFICIAL_DIR:-$CKPT-official}"
@@ -627,20 +634,7 @@ if [ "$PHASE" = "load" ]; then
     timeout 400 $PY "$ROOT/tools/write_hf_flash_checkpoint.py" "$CKPT" --official "$OFFICIAL" 2>&1 | tail -2 \
       | tee "$OUT/load_official_write.log"
   fi
-  BYTES=$(cat "$OFFICIAL"/*.safetensors | wc -c)
-  echo "== official checkpoint: $BYTES bytes in $(ls "$OFFICIAL"/*.safetensors | wc -l) shards"
-  start_server load_official 8401 "$PEREGRINE" --model-path "$OFFICIAL" --expert-format mxfp4 \
-    --dense-format fp8 --max-model-len 4096 --max-num-seqs 8
-  secs=$(grep -o "loaded in [0-9.]* s" "$OUT/serve_load_official.log" | grep -o "[0-9.]*" | head -1)
-  if [ -n "$secs" ]; then
-    echo "{\"checkpoint\":\"official\",\"experts\":\"mxfp4\",\"dense\":\"fp8\",\"checkpoint_bytes\":$BYTES,\"seconds\":$secs,\"gb_per_s\":$($PY -c "print(round($BYTES / 1e9 / $secs, 3))")}" \
-      | tee -a "$OUT/load.jsonl"
-    curl -s http://127.0.0.1:8401/v1/completions -H 'Content-Type: application/json' \
-      -d '{"prompt":"Hello","max_tokens":4}' | head -c 300; echo
-  else
-    echo "load official: the server did not load the checkpoint"; status=1
-  fi
-  stop_server
+  load_once load_official "$OFFICIAL" official mxfp4 fp8
   exit $status
 fi
 

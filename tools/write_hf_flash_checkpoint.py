@@ -96,12 +96,7 @@ def write_official(hf_dir, out_dir, num_shards):
     start = time.time()
     with open(os.path.join(hf_dir, "config.json")) as f:
         hf_config = json.load(f)
-    index = os.path.join(hf_dir, "model.safetensors.index.json")
-    if os.path.exists(index):
-        with open(index) as f:
-            files = sorted(set(json.load(f)["weight_map"].values()))
-    else:
-        files = sorted(f for f in os.listdir(hf_dir) if f.endswith(".safetensors"))
+    files = co.shard_files(hf_dir)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     out = {}
     for file in files:
