@@ -25,6 +25,9 @@ __device__ __forceinline__ uint64_t GlobalTimer() {
 
 // Block blockIdx.x of every rank meets the same block of the others: what this block wrote
 // before is visible to theirs after. Thread t signals rank t and waits for rank t's signal.
+// A peer may already be at its next call's meeting (it saw this one's signals and went on)
+// and have overwritten its signal with the next flag, so the wait is for "at least this
+// call" (flags only grow; the difference is taken modulo 2^32).
 __device__ __forceinline__ void Meet(const AllReduceParams& p, int meeting, uint32_t flag) {
   __syncthreads();
   if (threadIdx.x < p.size) {
@@ -32,7 +35,7 @@ __device__ __forceinline__ void Meet(const AllReduceParams& p, int meeting, uint
     StoreRelease(&p.signals[threadIdx.x]->arrived[meeting][blockIdx.x][p.rank], flag);
     const uint32_t* mine = &p.signals[p.rank]->arrived[meeting][blockIdx.x][threadIdx.x];
     const uint64_t start = GlobalTimer();
-    while (LoadAcquire(mine) != flag) {
+    while (static_cast<int32_t>(LoadAcquire(mine) - flag) < 0) {
       if (GlobalTimer() - start > p.timeout_ns) __trap();  // a peer is gone or diverged
     }
   }

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -24,6 +25,7 @@
 #include "demo_model_golden.h"
 #include "golden.h"
 #include "model/checkpoint.h"
+#include "model/deepseek_v4/model.h"
 
 namespace peregrine::deepseek_v4::cuda {
 namespace {
@@ -69,6 +71,41 @@ std::vector<std::vector<float>> RunSteps(testing::SlotModel& model, const std::v
     out.push_back(logits);
   }
   return out;
+}
+
+// The same steps on the CPU backend (the reference both CUDA runs are held to).
+std::vector<std::vector<float>> RunCpuSteps(Model& model, const std::vector<int32_t>& prompt) {
+  std::vector<std::vector<float>> out;
+  std::vector<float> logits;
+  const std::span<const int32_t> p(prompt);
+  const size_t half = p.size() / 2;
+  SequenceState s0 = model.NewSequence(), s1 = model.NewSequence();
+  const Model::Chunk prefill[3] = {{&s0, p.first(half), true}, {&s0, p.subspan(half), true},
+                                   {&s1, p.first(p.size() - 3), false}};
+  for (const Model::Chunk& chunk : prefill) {
+    const Status s = model.Forward({&chunk, 1}, &logits);
+    EXPECT_TRUE(s.ok()) << s.ToString();
+    out.push_back(logits);
+  }
+  for (int step = 0; step < 4; ++step) {
+    const int32_t t0 = p[static_cast<size_t>(step) % p.size()], t1 = p[static_cast<size_t>(step + 5) % p.size()];
+    std::vector<Model::Chunk> chunks{{&s0, {&t0, 1}, false}};
+    if (step % 2 == 0) chunks.push_back({&s1, {&t1, 1}, false});
+    const Status s = model.Forward(chunks, &logits);
+    EXPECT_TRUE(s.ok()) << s.ToString();
+    out.push_back(logits);
+  }
+  return out;
+}
+
+double WorstRelativeL2(const std::vector<std::vector<float>>& got, const std::vector<std::vector<float>>& want) {
+  double worst = 0.0;
+  for (size_t step = 0; step < std::min(got.size(), want.size()); ++step) {
+    if (got[step].size() != want[step].size()) return 1.0;
+    worst = std::max(worst, testing::RelativeL2(got[step].data(), want[step].data(),
+                                                static_cast<int64_t>(want[step].size())));
+  }
+  return worst;
 }
 
 int64_t Argmax(const float* row, int64_t n) { return std::max_element(row, row + n) - row; }
@@ -140,6 +177,21 @@ TEST_P(CudaShardedTest, ShardsOnOneGpuEqualTheWholeModel) {
   }
   std::printf("%s: sharded vs whole, worst step rel L2 %.3e, argmax equal on %d of %d rows\n", k.name.c_str(), worst,
               argmax_same, rows);
+  // Against the CPU backend (bf16 experts only: the CPU reads the checkpoint's values, the
+  // MXFP4 runs their quantised codes): the sharding's own rounding next to the whole model's.
+  if (k.experts == ExpertFormat::kBF16) {
+    auto cpu_checkpoint = Checkpoint::Open(dir);
+    ASSERT_TRUE(cpu_checkpoint.ok()) << cpu_checkpoint.status().ToString();
+    auto cpu = Model::Create(*config, std::move(cpu_checkpoint).value(), 2);
+    ASSERT_TRUE(cpu.ok()) << cpu.status().ToString();
+    const std::vector<std::vector<float>> reference = RunCpuSteps(**cpu, prompt);
+    ASSERT_EQ(reference.size(), whole.size());
+    const double whole_err = WorstRelativeL2(whole, reference), sharded_err = WorstRelativeL2(ranks[0], reference);
+    std::printf("%s: against the CPU backend, worst step rel L2: whole %.3e, sharded %.3e\n", k.name.c_str(),
+                whole_err, sharded_err);
+    EXPECT_LE(whole_err, kShardedTolerance);
+    EXPECT_LE(sharded_err, kShardedTolerance);
+  }
   // Near-ties may flip under the extra rounding; most rows keep their argmax.
   EXPECT_GE(argmax_same * 10, rows * 9);
 }
