@@ -3,6 +3,8 @@
 #include <climits>
 #include <cub/block/block_scan.cuh>
 
+#include "kernels/common/mma.cuh"
+
 namespace peregrine::kernels {
 
 namespace {
@@ -63,6 +65,7 @@ struct TopKShared {
   int candidate_count;
   int is_last;  // long rows: this CTA is the request's last to arrive and selects
   int listed;   // long rows: candidates the request's CTAs appended
+  int gathered;  // long rows: candidates this CTA's gather found (its staging in buf.candidates)
 };
 
 // Calls f(key, index) for each valid score of the row, 16-byte loads where possible.
@@ -218,6 +221,31 @@ __device__ void WriteAscending(TopKShared& s, int k, int32_t* indices) {
   for (int j = tid; j < k; j += kThreads) indices[j] = s.out[j];
 }
 
+// The same through a bitmap of entry numbers in `bitmap` (ceil(n / 32) words of shared
+// memory): each pick sets its bit, then thread t owns a run of words and writes their set bits
+// from its exclusive prefix count (one block scan instead of the sort's log^2 barriers).
+__device__ void WriteAscendingBitmap(TopKShared& s, int k, int n, uint32_t* bitmap, int32_t* indices) {
+  const int tid = static_cast<int>(threadIdx.x);
+  const int words = (n + 31) / 32;
+  for (int w = tid; w < words; w += kThreads) bitmap[w] = 0;
+  __syncthreads();
+  for (int j = tid; j < k; j += kThreads) atomicOr(&bitmap[s.out[j] >> 5], 1u << (s.out[j] & 31));
+  __syncthreads();
+  const int per = (words + kThreads - 1) / kThreads;
+  const int w0 = tid * per < words ? tid * per : words;
+  const int w1 = w0 + per < words ? w0 + per : words;
+  int count = 0;
+  for (int w = w0; w < w1; ++w) count += __popc(bitmap[w]);
+  int position = 0;
+  cub::BlockScan<int, kThreads>(s.scan).ExclusiveSum(count, position);
+  for (int w = w0; w < w1; ++w) {
+    for (uint32_t bits = bitmap[w]; bits != 0; bits &= bits - 1) {
+      if (position < k) indices[position] = 32 * w + __ffs(static_cast<int>(bits)) - 1;
+      ++position;
+    }
+  }
+}
+
 // The short-row path: one read into shared memory, radix passes there, then the picks in
 // entry order by a block scan (no sort): thread t owns entries [t * per, (t + 1) * per).
 __device__ void SelectShortRow(TopKShared& s, const float* row, int n, int k, int32_t* indices) {
@@ -251,11 +279,16 @@ static_assert(kSamples <= kSmallRow, "the sample lives in the short-row buffer")
 // Slices of a long row are at least this many entries (a smaller row uses fewer CTAs).
 constexpr int kMinSliceEntries = 16384;
 
-__device__ uint32_t EstimateThreshold(TopKShared& s, const float* row, int n, int k) {
-  const int tid = static_cast<int>(threadIdx.x);
+// This thread's sample group (loaded before the gather's copies are issued, so that it does
+// not queue behind them).
+__device__ __forceinline__ float4 LoadSample(const float* row, int n) {
   const int64_t n4 = n / 4;  // > kSampleGroups, since n > kSmallRow
-  const int64_t group = static_cast<int64_t>(tid) * n4 / kSampleGroups;
-  const float4 v = __ldg(reinterpret_cast<const float4*>(row) + group);
+  const int64_t group = static_cast<int64_t>(threadIdx.x) * n4 / kSampleGroups;
+  return __ldg(reinterpret_cast<const float4*>(row) + group);
+}
+
+__device__ uint32_t EstimateThreshold(TopKShared& s, float4 v, int n, int k) {
+  const int tid = static_cast<int>(threadIdx.x);
   s.buf.row[4 * tid] = OrderedBits(v.x);
   s.buf.row[4 * tid + 1] = OrderedBits(v.y);
   s.buf.row[4 * tid + 2] = OrderedBits(v.z);
@@ -269,7 +302,9 @@ __device__ uint32_t EstimateThreshold(TopKShared& s, const float* row, int n, in
   }
   __syncthreads();
   auto visit_sample = [&](auto&& f) { ForEachShortRowEntry(s, kSamples, f); };
-  for (int d = 0; d < kNumDigits / 2; ++d)
+  // Two digits (22 bits: sign, exponent, 13 mantissa bits) place the threshold within 2^-13
+  // of the sample's value, which only adds the entries of that one bin as candidates.
+  for (int d = 0; d < 2; ++d)
     if (RadixPass(s, DigitAt(d), visit_sample)) break;
   // Undecided low bits are zero: the threshold is the bottom of the chosen bin.
   const uint32_t threshold = static_cast<uint32_t>(s.prefix >> 32);
@@ -277,67 +312,180 @@ __device__ uint32_t EstimateThreshold(TopKShared& s, const float* row, int n, in
   return threshold;
 }
 
-// Appends the entries of this CTA's slice with ordered score bits >= threshold to the list:
-// one warp-aggregated atomic per warp and element slot that has any, entries past the
-// capacity only counted. Loop trip counts are uniform across the CTA (full-warp ballots).
-// Not inlined: inlined, the kernel spills (64 registers at 1024 threads).
-__device__ __noinline__ void GatherSlice(const float* row, int n, int slice, int num_slices, uint32_t threshold,
-                            int32_t* workspace) {
+// The float whose ordered bits are `ordered` (OrderedBits' inverse, -0 aside): for non-NaN
+// scores, OrderedBits(x) >= ordered exactly when x >= OrderedFloat(ordered).
+__device__ __forceinline__ float OrderedFloat(uint32_t ordered) {
+  return __uint_as_float((ordered & 0x80000000u) != 0 ? (ordered & 0x7fffffffu) : ~ordered);
+}
+
+// The gather streams its slice through shared memory: kGatherStages buffers of kV float4 per
+// thread, filled by cp.async, so the next buffer's loads are in flight while this one is
+// compared (each thread reads back only the 16-byte vectors it copied, so no barrier is
+// needed between the copies and the reads). kV = 4 (two 64 KB buffers) where a CTA may have
+// that much shared memory (sm_90: 227 KB), else 1 (two 16 KB buffers; sm_80, sm_86, sm_89).
+constexpr int kGatherStages = 2;
+constexpr int kWideVectors = 4;
+constexpr int kNarrowVectors = 1;
+template <int kV>
+constexpr size_t kGatherSharedBytes = sizeof(float4) * kV * kGatherStages * kThreads;
+
+// The kernel's dynamic shared memory: the gather's buffers (kGatherSharedBytes, long rows).
+__device__ __forceinline__ float4* GatherStage() {
+  extern __shared__ float4 gather_stage[];
+  return gather_stage;
+}
+
+// A long row's slice: float4 groups [g0, g1) of the row, in buffers of kV * kThreads.
+struct Slice {
+  int g0 = 0, g1 = 0, num_chunks = 0;
+};
+
+template <int kV>
+__device__ __forceinline__ Slice SliceOf(int n, int slice, int num_slices) {
+  constexpr int kGatherChunk = kV * kThreads;
+  const int n4 = n / 4;
+  const int per = (n4 + num_slices - 1) / num_slices;
+  Slice r;
+  r.g0 = slice * per < n4 ? slice * per : n4;
+  r.g1 = r.g0 + per < n4 ? r.g0 + per : n4;
+  r.num_chunks = (r.g1 - r.g0 + kGatherChunk - 1) / kGatherChunk;
+  return r;
+}
+
+// Starts the copies of chunk c of the slice into its buffer (none past the last chunk), and
+// commits them as one group either way, so every thread's group count stays the same.
+template <int kV>
+__device__ __forceinline__ void IssueChunk(const float* row, const Slice& r, int c) {
+  constexpr int kGatherChunk = kV * kThreads;
   const int tid = static_cast<int>(threadIdx.x);
+  float4* stage = GatherStage();
+  const float4* row4 = reinterpret_cast<const float4*>(row);
+  if (c < r.num_chunks) {
+    float4* buf = stage + (c % kGatherStages) * kGatherChunk;
+#pragma unroll
+    for (int u = 0; u < kV; ++u) {
+      const int i = r.g0 + c * kGatherChunk + u * kThreads + tid;
+      CpAsync16(buf + u * kThreads + tid, i < r.g1 ? row4 + i : row4, i < r.g1);
+    }
+  }
+  CpAsyncCommit();
+}
+
+// Appends the entries of this CTA's slice with ordered score bits >= threshold to the list.
+// They are staged in shared memory (buf.candidates, one shared atomic per warp and element
+// slot that has any) and leave with one global atomic per CTA at the end: a global atomic
+// per hit group would stall its warp for a round trip to L2 each time (~30 per warp at
+// B = 64, 1M context: most of the gather's time). Hits past the staging's capacity go to the
+// list directly; entries past the list's capacity are only counted. The caller has issued
+// chunks [0, kGatherStages) (they load while it estimates the threshold). "Not below the
+// bound" is the float form of ordered bits >= threshold for every non-NaN score; NaNs pass
+// it, so the candidates are a superset of that set and the exact selection among them (by
+// ordered bits) is unchanged. Loop trip counts are uniform across the CTA (full-warp ballots).
+// Not inlined: inlined, the kernel spills (64 registers at 1024 threads).
+template <int kV>
+__device__ __noinline__ void GatherSlice(TopKShared& s, const float* row, int n, int slice, int num_slices,
+                                         uint32_t threshold, int32_t* workspace) {
+  constexpr int kGatherChunk = kV * kThreads;
+  const int tid = static_cast<int>(threadIdx.x);
+  const Slice r = SliceOf<kV>(n, slice, num_slices);
+  const float4* stage = GatherStage();
   const int lane = tid % 32;
   int32_t* list_count = workspace;
   uint32_t* list_ordered = reinterpret_cast<uint32_t*>(workspace + 4);
   int32_t* list_index = workspace + 4 + kIndexerTopKListCapacity;
-  auto append = [&](bool hit, uint32_t ordered, int index) {
+  auto append = [&](bool hit, float score, int index) {
     const unsigned hits = __ballot_sync(0xffffffffu, hit);
     if (hits == 0) return;
     const int leader = __ffs(static_cast<int>(hits)) - 1;
+    const int count = __popc(hits);
     int base = 0;
-    if (lane == leader) base = atomicAdd(list_count, __popc(hits));
+    if (lane == leader) base = atomicAdd(&s.gathered, count);
     base = __shfl_sync(0xffffffffu, base, leader);
+    // Lanes whose slot is past the staging go to the list (rare: warp-uniform branch).
+    const int direct = base + count - kCandidates;
+    int list_base = 0;
+    if (direct > 0) {
+      if (lane == leader) list_base = atomicAdd(list_count, direct < count ? direct : count);
+      list_base = __shfl_sync(0xffffffffu, list_base, leader);
+    }
     if (hit) {
       const int j = base + __popc(hits & ((1u << lane) - 1u));
-      if (j < kIndexerTopKListCapacity) {
-        list_ordered[j] = ordered;
-        list_index[j] = index;
+      if (j < kCandidates) {
+        s.buf.candidates.ordered[j] = OrderedBits(score);
+        s.buf.candidates.index[j] = index;
+      } else {
+        const int g = list_base + (j - (base > kCandidates ? base : kCandidates));
+        if (g < kIndexerTopKListCapacity) {
+          list_ordered[g] = OrderedBits(score);
+          list_index[g] = index;
+        }
       }
     }
   };
-  const int n4 = n / 4;
-  const int per = (n4 + num_slices - 1) / num_slices;
-  const int g0 = slice * per;
-  const int g1 = g0 + per < n4 ? g0 + per : n4;
-  const float4* row4 = reinterpret_cast<const float4*>(row);
-  constexpr int kUnroll = 4;  // 64 KB of loads in flight per CTA
-  for (int base = g0; base < g1; base += kUnroll * kThreads) {
-    float4 v[kUnroll];
+  const float bound = OrderedFloat(threshold);
+  for (int c = 0; c < r.num_chunks; ++c) {
+    CpAsyncWait<kGatherStages - 1>();  // chunk c has landed; the next ones may be in flight
+    const float4* buf = stage + (c % kGatherStages) * kGatherChunk;
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int i = base + u * kThreads + tid;
-      v[u] = i < g1 ? __ldg(row4 + i) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    for (int u = 0; u < kV; ++u) {
+      const int i = r.g0 + c * kGatherChunk + u * kThreads + tid;
+      const bool valid = i < r.g1;
+      const float4 v = buf[u * kThreads + tid];
+      append(valid && !(v.x < bound), v.x, 4 * i);
+      append(valid && !(v.y < bound), v.y, 4 * i + 1);
+      append(valid && !(v.z < bound), v.z, 4 * i + 2);
+      append(valid && !(v.w < bound), v.w, 4 * i + 3);
     }
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int i = base + u * kThreads + tid;
-      const bool valid = i < g1;
-      const uint32_t o[4] = {OrderedBits(v[u].x), OrderedBits(v[u].y), OrderedBits(v[u].z), OrderedBits(v[u].w)};
-#pragma unroll
-      for (int c = 0; c < 4; ++c) append(valid && o[c] >= threshold, o[c], 4 * i + c);
-    }
+    IssueChunk<kV>(row, r, c + kGatherStages);  // into the buffer this thread just read
   }
+  CpAsyncWait<0>();
   if (slice == num_slices - 1) {
-    for (int base = 4 * n4; base < n; base += kThreads) {
+    for (int base = 4 * (n / 4); base < n; base += kThreads) {
       const int i = base + tid;
       const bool valid = i < n;
-      const uint32_t o = valid ? OrderedBits(row[i]) : 0u;
-      append(valid && o >= threshold, o, i);
+      const float v = valid ? row[i] : 0.0f;
+      append(valid && !(v < bound), v, i);
+    }
+  }
+  // The staged candidates to the list: one reservation for the CTA.
+  __syncthreads();
+  const int staged = s.gathered < kCandidates ? s.gathered : kCandidates;
+  __shared__ int staged_base;
+  if (tid == 0) staged_base = staged > 0 ? atomicAdd(list_count, staged) : 0;
+  __syncthreads();
+  for (int j = tid; j < staged; j += kThreads) {
+    const int g = staged_base + j;
+    if (g < kIndexerTopKListCapacity) {
+      list_ordered[g] = s.buf.candidates.ordered[j];
+      list_index[g] = s.buf.candidates.index[j];
     }
   }
 }
 
+__device__ __forceinline__ unsigned long long GlobalNs() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+// Thread 0 records a phase boundary when the benchmark asked for stamps (the address is
+// formed from the parameters each time: no register lives across the kernel for it).
+__device__ __forceinline__ void StampCycles(const IndexerTopKParams& p, int phase) {
+  if (p.phase_stamps != nullptr && threadIdx.x == 0)
+    p.phase_stamps[static_cast<int64_t>(blockIdx.x) * kIndexerTopKPhases + phase] =
+        static_cast<unsigned long long>(clock64());
+}
+__device__ __forceinline__ void StampNs(const IndexerTopKParams& p, int phase) {
+  if (p.phase_stamps != nullptr && threadIdx.x == 0)
+    p.phase_stamps[static_cast<int64_t>(blockIdx.x) * kIndexerTopKPhases + phase] = GlobalNs();
+}
+
+template <int kV>
 __global__ void __launch_bounds__(kThreads, 1) IndexerTopKKernel(const IndexerTopKParams p) {
   __shared__ TopKShared s;
   const int tid = static_cast<int>(threadIdx.x);
+  StampNs(p, kTopKStartNs);
+  StampCycles(p, kTopKStartCycles);
   // Slice-major: the first B CTAs are slice 0 of each request (the only ones short rows use).
   const int b = static_cast<int>(blockIdx.x % static_cast<unsigned>(p.batch));
   const int slice = static_cast<int>(blockIdx.x / static_cast<unsigned>(p.batch));
@@ -361,6 +509,8 @@ __global__ void __launch_bounds__(kThreads, 1) IndexerTopKKernel(const IndexerTo
     }
     __syncthreads();
     SelectShortRow(s, row, n, k, indices);
+    StampCycles(p, kTopKWrittenCycles);
+    StampNs(p, kTopKEndNs);
     if (tid == 0) p.counts[b] = k;
     return;
   }
@@ -370,10 +520,19 @@ __global__ void __launch_bounds__(kThreads, 1) IndexerTopKKernel(const IndexerTo
   const int num_slices = p.num_slices < wanted_slices ? p.num_slices : wanted_slices;
   if (slice >= num_slices) return;
   int32_t* workspace = p.workspace + static_cast<int64_t>(b) * kIndexerTopKWorkspaceInts;
-  const uint32_t threshold = EstimateThreshold(s, row, n, k);
-  GatherSlice(row, n, slice, num_slices, threshold, workspace);
+  const float4 sample = LoadSample(row, n);
+  {
+    const Slice range = SliceOf<kV>(n, slice, num_slices);
+#pragma unroll
+    for (int c = 0; c < kGatherStages; ++c) IssueChunk<kV>(row, range, c);
+  }
+  if (tid == 0) s.gathered = 0;  // ordered before the gather by the estimate's barriers
+  const uint32_t threshold = EstimateThreshold(s, sample, n, k);
+  StampCycles(p, kTopKEstimatedCycles);
+  GatherSlice<kV>(s, row, n, slice, num_slices, threshold, workspace);
   __threadfence();
   __syncthreads();
+  StampCycles(p, kTopKGatheredCycles);
   if (tid == 0) {
     const bool is_last = atomicAdd(&workspace[1], 1) == num_slices - 1;
     s.is_last = is_last ? 1 : 0;
@@ -383,7 +542,10 @@ __global__ void __launch_bounds__(kThreads, 1) IndexerTopKKernel(const IndexerTo
     }
   }
   __syncthreads();
-  if (s.is_last == 0) return;
+  if (s.is_last == 0) {
+    StampNs(p, kTopKEndNs);
+    return;
+  }
   __threadfence();
   const int listed = s.listed;
 
@@ -405,6 +567,7 @@ __global__ void __launch_bounds__(kThreads, 1) IndexerTopKKernel(const IndexerTo
     }
     if (tid == 0) s.candidate_count = listed;
     __syncthreads();
+    StampCycles(p, kTopKLoadedCycles);
     SelectLarge(s, /*in_shared=*/true, [](auto&&) {});
   } else if (listed >= k && listed <= kIndexerTopKListCapacity) {
     path = IndexerTopKPath::kListGlobal;
@@ -421,7 +584,15 @@ __global__ void __launch_bounds__(kThreads, 1) IndexerTopKKernel(const IndexerTo
     __syncthreads();
     SelectLarge(s, /*in_shared=*/false, [&](auto&& f) { ForEachScore(row, n, f); });
   }
-  WriteAscending(s, k, indices);
+  StampCycles(p, kTopKSelectedCycles);
+  // The gather's buffers are free now (every copy waited for, and barriers since): a bitmap
+  // of up to 8 bits per byte of them.
+  if (n <= static_cast<int>(8 * kGatherSharedBytes<kV>))
+    WriteAscendingBitmap(s, k, n, reinterpret_cast<uint32_t*>(GatherStage()), indices);
+  else
+    WriteAscending(s, k, indices);
+  StampCycles(p, kTopKWrittenCycles);
+  StampNs(p, kTopKEndNs);
   if (tid == 0) {
     p.counts[b] = k;
     workspace[0] = 0;
@@ -442,7 +613,21 @@ cudaError_t LaunchIndexerTopK(const IndexerTopKParams& p, cudaStream_t stream) {
   // Short rows only need one CTA per request.
   const int64_t grid = static_cast<int64_t>(p.batch) * (has_long_rows ? p.num_slices : 1);
   if (grid > INT_MAX) return cudaErrorInvalidValue;
-  IndexerTopKKernel<<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(p);
+  if (!has_long_rows) {
+    IndexerTopKKernel<kNarrowVectors><<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(p);
+    return cudaGetLastError();
+  }
+  // None of these is a stream operation: all are allowed while a graph is being captured.
+  int device = 0, optin = 0;
+  cudaError_t e = cudaGetDevice(&device);
+  if (e == cudaSuccess) e = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+  if (e != cudaSuccess) return e;
+  const bool wide = static_cast<size_t>(optin) >= sizeof(TopKShared) + kGatherSharedBytes<kWideVectors>;
+  const auto kernel = wide ? IndexerTopKKernel<kWideVectors> : IndexerTopKKernel<kNarrowVectors>;
+  const size_t dynamic_shared = wide ? kGatherSharedBytes<kWideVectors> : kGatherSharedBytes<kNarrowVectors>;
+  e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(dynamic_shared));
+  if (e != cudaSuccess) return e;
+  kernel<<<static_cast<unsigned>(grid), kThreads, dynamic_shared, stream>>>(p);
   return cudaGetLastError();
 }
 

@@ -11,11 +11,13 @@
 // - Short rows (n <= kIndexerTopKShortRow, contexts up to 24K tokens): one CTA per request
 //   reads the row once into shared memory and selects there; the picks are written in entry
 //   order by a block scan.
-// - Long rows: num_slices CTAs per request. Each estimates the same threshold score from a
-//   fixed sample of the row (4,096 scores, a radix select in shared memory), then appends the
-//   entries of its slice scoring at or above it to the request's candidate list in the
-//   workspace (one read of the row, spread over many SMs). The last CTA of the request to
-//   finish selects exactly among the candidates. The candidates hold the true top k whenever
+// - Long rows: num_slices CTAs per request. Each starts streaming its slice into shared
+//   memory (cp.async, two 64 KB buffers), estimates the same threshold score from a fixed
+//   sample of the row (4,096 scores, a two-digit radix select in shared memory) while those
+//   loads fly, then appends the entries of its slice scoring at or above it to the request's
+//   candidate list in the workspace (one read of the row, spread over many SMs). The last CTA
+//   of the request to finish selects exactly among the candidates and writes them in entry
+//   order through a bitmap of the row in the freed buffers (rows up to 2^20 entries). The candidates hold the true top k whenever
 //   there are at least k of them; when the estimate misses (fewer than k candidates, or more
 //   than the list holds: heavy ties, all-equal rows) that CTA selects over the whole row
 //   instead, so the result never depends on the estimate, only the time does.
@@ -60,7 +62,24 @@ struct IndexerTopKParams {
   int score_stride = 0;  // a multiple of 4
   int k = 0;
   int num_slices = 1;    // CTAs per long request, in [1, kIndexerTopKMaxSlices]
+  // Benchmarks only (null otherwise): per CTA of the grid, kIndexerTopKPhases stamps of where
+  // its time went (IndexerTopKPhase); stamps a CTA does not reach are left as they were.
+  unsigned long long* phase_stamps = nullptr;
 };
+
+// Stamps per CTA in IndexerTopKParams::phase_stamps: the global timer (ns) at the start and
+// the end, the SM's clock (cycles) at each boundary between them.
+enum IndexerTopKPhase : int {
+  kTopKStartNs = 0,
+  kTopKStartCycles = 1,
+  kTopKEstimatedCycles = 2,  // long rows: the threshold estimated from the sample
+  kTopKGatheredCycles = 3,   // long rows: this slice's candidates appended and counted
+  kTopKLoadedCycles = 4,     // the selecting CTA: candidates in place
+  kTopKSelectedCycles = 5,   // the selecting CTA: the k picks found
+  kTopKWrittenCycles = 6,    // the selecting CTA: picks written in entry order
+  kTopKEndNs = 7,
+};
+inline constexpr int kIndexerTopKPhases = 8;
 
 // CTAs per long request for a grid of about `num_ctas` CTAs (one per SM is the intent).
 inline int IndexerTopKSlices(int batch, int num_ctas) {

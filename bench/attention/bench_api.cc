@@ -159,9 +159,17 @@ int pg_indexer_scores(void* handle, void* q, int batch, int heads, int dim, void
 
 // Ints per request of the top-k workspace (the caller allocates it zeroed, [batch, this]).
 int pg_indexer_topk_workspace_ints() { return peregrine::kernels::kIndexerTopKWorkspaceInts; }
+// Stamps per CTA of the top-k's phase record, and the CTAs of its grid for a batch.
+int pg_indexer_topk_phases() { return peregrine::kernels::kIndexerTopKPhases; }
+int pg_indexer_topk_grid(void* handle, int batch, int score_stride) {
+  auto* b = static_cast<Bench*>(handle);
+  const bool long_rows = score_stride > peregrine::kernels::kIndexerTopKShortRow;
+  return batch * (long_rows ? peregrine::kernels::IndexerTopKSlices(batch, b->num_sms) : 1);
+}
 
+// phase_stamps: null, or [CTAs of the grid, kIndexerTopKPhases] u64 filled by the kernel.
 int pg_indexer_topk(void* handle, void* scores, int batch, int score_stride, void* num_entries, void* indices, int k,
-                    void* counts, void* workspace, uint64_t stream) {
+                    void* counts, void* workspace, void* phase_stamps, uint64_t stream) {
   auto* b = static_cast<Bench*>(handle);
   peregrine::cuda::IndexerTopKArgs a;
   a.scores = View(scores, DType::kF32, {batch, score_stride});
@@ -170,6 +178,7 @@ int pg_indexer_topk(void* handle, void* scores, int batch, int score_stride, voi
   a.counts = View(counts, DType::kI32, {batch});
   a.workspace = View(workspace, DType::kI32, {batch, peregrine::kernels::kIndexerTopKWorkspaceInts});
   a.num_ctas = b->num_sms;
+  a.phase_stamps = static_cast<unsigned long long*>(phase_stamps);
   return Report(b, peregrine::cuda::IndexerTopK(a, AsStream(stream)));
 }
 

@@ -63,10 +63,14 @@ class Peregrine:
         lib.pg_sparse_attention.restype = I
         lib.pg_indexer_scores.argtypes = [P, P, I, I, I, P, P, I64, I, P, I, P, P, I, F, I, U64]
         lib.pg_indexer_scores.restype = I
-        lib.pg_indexer_topk.argtypes = [P, P, I, I, P, P, I, P, P, U64]
+        lib.pg_indexer_topk.argtypes = [P, P, I, I, P, P, I, P, P, P, U64]
         lib.pg_indexer_topk.restype = I
         lib.pg_indexer_topk_workspace_ints.argtypes = []
         lib.pg_indexer_topk_workspace_ints.restype = I
+        lib.pg_indexer_topk_phases.argtypes = []
+        lib.pg_indexer_topk_phases.restype = I
+        lib.pg_indexer_topk_grid.argtypes = [P, I, I]
+        lib.pg_indexer_topk_grid.restype = I
         lib.pg_output_projection.argtypes = [P, P, I, I, I, P, I, I, P, I, P, P, U64]
         lib.pg_output_projection.restype = I
         self.lib = lib
@@ -333,15 +337,48 @@ def indexer_calls(pg, x):
                                           x.num_pages, PAGE, ptr(x.table), x.max_pages, ptr(x.num), ptr(x.scores),
                                           x.stride, x.scale, 4 * pg.num_sms, stream()))
 
-    def topk():
+    def topk(stamps=None):
         pg.check(pg.lib.pg_indexer_topk(pg.h, ptr(x.scores), x.batch, x.stride, ptr(x.num), ptr(x.idx), TOPK,
-                                        ptr(x.cnt), ptr(x.topk_ws), stream()))
+                                        ptr(x.cnt), ptr(x.topk_ws), None if stamps is None else ptr(stamps),
+                                        stream()))
 
     def both():
         scores()
         topk()
 
     return scores, topk, both
+
+
+# Stamp slots of kernels/indexer_topk.cuh's IndexerTopKPhase.
+START_NS, START_CYC, ESTIMATED_CYC, GATHERED_CYC, LOADED_CYC, SELECTED_CYC, WRITTEN_CYC, END_NS = range(8)
+
+
+def topk_phases(pg, x, topk, reps=20):
+    """Where the top-k's time goes: medians over `reps` calls of each phase (us) from the
+    kernel's own stamps (SM cycles, converted with the global timer's rate in the same CTA)."""
+    grid = pg.lib.pg_indexer_topk_grid(pg.h, x.batch, x.stride)
+    calls = []
+    for _ in range(reps):
+        stamps = torch.zeros(grid, pg.lib.pg_indexer_topk_phases(), dtype=torch.int64, device="cuda")
+        topk(stamps)
+        torch.cuda.synchronize()
+        calls.append(stamps.cpu())
+    med = lambda v: statistics.median(v) if v else None
+    out = {k: [] for k in ("span", "estimate", "gather", "load", "select", "write")}
+    for st in calls:
+        ran = st[:, START_NS] != 0
+        out["span"].append((st[ran, END_NS].max() - st[ran, START_NS].min()).item() / 1e3)
+        sel = st[:, WRITTEN_CYC] != 0
+        rate = med(((st[sel, END_NS] - st[sel, START_NS]).double() /
+                    (st[sel, WRITTEN_CYC] - st[sel, START_CYC]).double()).tolist())  # ns per cycle
+        longs = st[:, ESTIMATED_CYC] != 0
+        for name, a, b, rows in (("estimate", START_CYC, ESTIMATED_CYC, longs), ("gather", ESTIMATED_CYC, GATHERED_CYC, longs),
+                                 ("load", GATHERED_CYC, LOADED_CYC, sel & (st[:, LOADED_CYC] != 0)),
+                                 ("select", LOADED_CYC, SELECTED_CYC, sel & (st[:, LOADED_CYC] != 0)),
+                                 ("write", SELECTED_CYC, WRITTEN_CYC, sel & (st[:, SELECTED_CYC] != 0))):
+            if rows.any() and rate is not None:
+                out[name].append(med(((st[rows, b] - st[rows, a]).double() * rate / 1e3).tolist()))
+    return {f"phase_{k}_us": (None if med(v) is None else round(med(v), 2)) for k, v in out.items()}
 
 
 def run_indexer(pg, timer, batch, context, gen, out_rows):
@@ -370,7 +407,7 @@ def run_indexer(pg, timer, batch, context, gen, out_rows):
     out_rows.append(row("indexer_scores", batch, context, t_scores, t_ref_scores, key_bytes + batch * n * 4, flops,
                         entries=n, pages=PAGES, max_rel_err_ours=round(err_ours, 6), max_rel_err_torch=round(err_torch, 6)))
     out_rows.append(row("indexer_topk", batch, context, t_topk, t_ref_topk, batch * n * 4, 0, entries=n,
-                        requests_with_other_set=mismatched))
+                        requests_with_other_set=mismatched, **topk_phases(pg, x, topk)))
     out_rows.append(row("indexer_total", batch, context, t_both, t_ref_scores + t_ref_topk,
                         key_bytes + 2 * batch * n * 4, flops, entries=n, pages=PAGES))
     del x
@@ -496,6 +533,7 @@ def main():
     ap.add_argument("--pages", choices=("random", "contiguous"), default="random",
                     help="page placement: a fragmented pool, or one contiguous run per request")
     ap.add_argument("--skip-output-projection", action="store_true")
+    ap.add_argument("--ops", default="csa,hca,indexer", help="which of csa, hca, indexer to run per shape")
     args = ap.parse_args()
     if args.self_check:
         self_check()
@@ -526,7 +564,7 @@ def main():
         printed = []
         for context in contexts:
             for batch in batches:
-                for what in ("csa", "hca", "indexer"):
+                for what in args.ops.split(","):
                     try:
                         if what == "indexer":
                             run_indexer(pg, timer, batch, context, gen, rows)
@@ -559,6 +597,9 @@ def main():
             ctx = "-" if r["context"] is None else r["context"]
             print(f"{r['op']:<26}{r['batch']:>5}{ctx:>9}{r['ours_us']:>10.1f}{r['torch_us']:>10.1f}"
                   f"{r['speedup_vs_torch']:>7.1f}{r['tb_s']:>7.2f}{r['tflop_s']:>9.1f}{r['roofline_fraction']:>6.2f}")
+            if r["op"] == "indexer_topk":
+                print("    phases (us): " + ", ".join(f"{k[6:-3]} {v}" for k, v in r.items()
+                                                      if k.startswith("phase_") and v is not None))
     print(f"wrote {args.out} in {time.time() - started:.0f} s")
     return 0
 

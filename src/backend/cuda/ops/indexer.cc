@@ -60,6 +60,7 @@ Status IndexerTopK(const IndexerTopKArgs& a, cudaStream_t stream) {
   p.score_stride = static_cast<int>(stride.value());
   p.k = static_cast<int>(k.value());
   p.num_slices = kernels::IndexerTopKSlices(p.batch, a.num_ctas);
+  p.phase_stamps = a.phase_stamps;
   PG_CUDA_RETURN_IF_ERROR(kernels::LaunchIndexerTopK(p, stream));
   return Status::Ok();
 }

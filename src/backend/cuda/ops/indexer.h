@@ -35,6 +35,8 @@ struct IndexerTopKArgs {
   // kernels::kIndexerTopKShortRow, may be absent (null) otherwise.
   Tensor workspace;
   int num_ctas = 0;  // long-row grid: about one CTA per SM; independent of S and the lengths
+  // Benchmarks only: [grid CTAs, kernels::kIndexerTopKPhases] stamps (kernels/indexer_topk.cuh).
+  unsigned long long* phase_stamps = nullptr;
 };
 
 // Top K per request (score descending, ties to the lower entry), K = indices' second dim,
