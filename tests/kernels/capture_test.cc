@@ -221,6 +221,54 @@ TEST_F(CaptureTest, IndexerTopKAttentionChain) {
   }
 }
 
+// The long-row top-k (1M-token contexts: several CTAs per request, the gather's shared
+// memory set at launch, the workspace's counters reset by each call) captured once and
+// replayed on new scores and lengths: every replay equals the CPU selection exactly.
+TEST_F(CaptureTest, LongRowTopKReplays) {
+  std::mt19937 rng(11);
+  const int64_t batch = 3, stride = 262144, k = 512;
+  cuda::DeviceBuffer scores_d = Poisoned(static_cast<size_t>(batch * stride) * 4);
+  cuda::DeviceBuffer entries_d = Poisoned(batch * 4), idx_d = Poisoned(batch * k * 4, 0xab);
+  cuda::DeviceBuffer count_d = Poisoned(batch * 4, 0xab);
+  cuda::DeviceBuffer ws_d = Poisoned(static_cast<size_t>(batch * kernels::kIndexerTopKWorkspaceInts) * 4, 0);
+  cuda::IndexerTopKArgs ta;
+  ta.scores = View(scores_d, DType::kF32, {batch, stride});
+  ta.num_entries = View(entries_d, DType::kI32, {batch});
+  ta.indices = View(idx_d, DType::kI32, {batch, k});
+  ta.counts = View(count_d, DType::kI32, {batch});
+  ta.workspace = View(ws_d, DType::kI32, {batch, kernels::kIndexerTopKWorkspaceInts});
+  ta.num_ctas = DeviceSmCount();
+
+  std::vector<float> scores;
+  std::vector<int32_t> entries;
+  auto set_inputs = [&](const std::vector<int32_t>& lengths) {
+    scores = RandomNormal(rng, static_cast<size_t>(batch * stride));
+    entries = lengths;
+    CopyIn(scores_d, scores);
+    CopyIn(entries_d, entries);
+  };
+  auto check = [&] {
+    std::vector<int32_t> want_idx(static_cast<size_t>(batch * k)), want_count(static_cast<size_t>(batch));
+    cpu::IndexerTopK(scores.data(), entries.data(), batch, stride, k, want_idx.data(), want_count.data());
+    EXPECT_EQ(Download<int32_t>(count_d, static_cast<size_t>(batch)), want_count);
+    EXPECT_EQ(Download<int32_t>(idx_d, static_cast<size_t>(batch * k)), want_idx);
+  };
+  set_inputs({262144, 100003, 7000});
+  cuda::Graph graph = Capture([&]() -> Status { return cuda::IndexerTopK(ta, stream_.get()); });
+  Replay(graph);
+  check();
+  for (const std::vector<int32_t>& lengths : {std::vector<int32_t>{6145, 262143, 262144},
+                                              std::vector<int32_t>{300, 131072, 16385}}) {
+    SCOPED_TRACE("replay with lengths " + std::to_string(lengths[0]) + ", " + std::to_string(lengths[1]) + ", " +
+                 std::to_string(lengths[2]));
+    Poison(idx_d, 0xab);
+    Poison(count_d, 0xab);
+    set_inputs(lengths);
+    Replay(graph);
+    check();
+  }
+}
+
 // RMSNorm -> RoPE -> compressor step as one graph, replayed over consecutive positions with
 // the position and slot buffers rewritten each step.
 TEST_F(CaptureTest, NormRopeCompressorSteps) {
