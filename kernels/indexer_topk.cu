@@ -231,13 +231,25 @@ __device__ void WriteAscendingBitmap(TopKShared& s, int k, int n, uint32_t* bitm
   __syncthreads();
   for (int j = tid; j < k; j += kThreads) atomicOr(&bitmap[s.out[j] >> 5], 1u << (s.out[j] & 31));
   __syncthreads();
-  const int per = (words + kThreads - 1) / kThreads;
+  // A run of a multiple of 4 words is read as 16-byte vectors (threads 32 bytes apart would
+  // otherwise meet 8-way bank conflicts on every word).
+  const int per = ((words + kThreads - 1) / kThreads + 3) / 4 * 4;
   const int w0 = tid * per < words ? tid * per : words;
   const int w1 = w0 + per < words ? w0 + per : words;
+  const uint4* vec = reinterpret_cast<const uint4*>(bitmap);
+  const bool whole_vectors = (w1 - w0) % 4 == 0;  // the last run may be ragged
   int count = 0;
-  for (int w = w0; w < w1; ++w) count += __popc(bitmap[w]);
+  if (whole_vectors) {
+    for (int w = w0; w < w1; w += 4) {
+      const uint4 q = vec[w / 4];
+      count += __popc(q.x) + __popc(q.y) + __popc(q.z) + __popc(q.w);
+    }
+  } else {
+    for (int w = w0; w < w1; ++w) count += __popc(bitmap[w]);
+  }
   int position = 0;
   cub::BlockScan<int, kThreads>(s.scan).ExclusiveSum(count, position);
+  if (count == 0) return;
   for (int w = w0; w < w1; ++w) {
     for (uint32_t bits = bitmap[w]; bits != 0; bits &= bits - 1) {
       if (position < k) indices[position] = 32 * w + __ffs(static_cast<int>(bits)) - 1;
@@ -268,6 +280,24 @@ __device__ void SelectShortRow(TopKShared& s, const float* row, int n, int k, in
     if (TopBits(SelectionKey(s.buf.row[j], j), bits) >= prefix_top && position < k) indices[position++] = j;
 }
 
+__device__ __forceinline__ unsigned long long GlobalNs() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+// Thread 0 records a phase boundary when the benchmark asked for stamps (the address is
+// formed from the parameters each time: no register lives across the kernel for it).
+__device__ __forceinline__ void StampCycles(const IndexerTopKParams& p, int phase) {
+  if (p.phase_stamps != nullptr && threadIdx.x == 0)
+    p.phase_stamps[static_cast<int64_t>(blockIdx.x) * kIndexerTopKPhases + phase] =
+        static_cast<unsigned long long>(clock64());
+}
+__device__ __forceinline__ void StampNs(const IndexerTopKParams& p, int phase) {
+  if (p.phase_stamps != nullptr && threadIdx.x == 0)
+    p.phase_stamps[static_cast<int64_t>(blockIdx.x) * kIndexerTopKPhases + phase] = GlobalNs();
+}
+
 // Long rows: the threshold estimate. kSampleGroups float4 groups spread evenly over the row
 // (the same ones in every CTA of the request, so every CTA finds the same threshold); the
 // returned ordered score bits are at most the rank-th largest sample, with rank about twice
@@ -287,7 +317,7 @@ __device__ __forceinline__ float4 LoadSample(const float* row, int n) {
   return __ldg(reinterpret_cast<const float4*>(row) + group);
 }
 
-__device__ uint32_t EstimateThreshold(TopKShared& s, float4 v, int n, int k) {
+__device__ uint32_t EstimateThreshold(const IndexerTopKParams& p, TopKShared& s, float4 v, int n, int k) {
   const int tid = static_cast<int>(threadIdx.x);
   s.buf.row[4 * tid] = OrderedBits(v.x);
   s.buf.row[4 * tid + 1] = OrderedBits(v.y);
@@ -301,6 +331,7 @@ __device__ uint32_t EstimateThreshold(TopKShared& s, float4 v, int n, int k) {
     s.needed = static_cast<int>(rank < kSamples ? rank : kSamples);
   }
   __syncthreads();
+  StampCycles(p, kTopKSampledCycles);
   auto visit_sample = [&](auto&& f) { ForEachShortRowEntry(s, kSamples, f); };
   // Two digits (22 bits: sign, exponent, 13 mantissa bits) place the threshold within 2^-13
   // of the sample's value, which only adds the entries of that one bin as candidates.
@@ -462,24 +493,6 @@ __device__ __noinline__ void GatherSlice(TopKShared& s, const float* row, int n,
   }
 }
 
-__device__ __forceinline__ unsigned long long GlobalNs() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
-
-// Thread 0 records a phase boundary when the benchmark asked for stamps (the address is
-// formed from the parameters each time: no register lives across the kernel for it).
-__device__ __forceinline__ void StampCycles(const IndexerTopKParams& p, int phase) {
-  if (p.phase_stamps != nullptr && threadIdx.x == 0)
-    p.phase_stamps[static_cast<int64_t>(blockIdx.x) * kIndexerTopKPhases + phase] =
-        static_cast<unsigned long long>(clock64());
-}
-__device__ __forceinline__ void StampNs(const IndexerTopKParams& p, int phase) {
-  if (p.phase_stamps != nullptr && threadIdx.x == 0)
-    p.phase_stamps[static_cast<int64_t>(blockIdx.x) * kIndexerTopKPhases + phase] = GlobalNs();
-}
-
 template <int kV>
 __global__ void __launch_bounds__(kThreads, 1) IndexerTopKKernel(const IndexerTopKParams p) {
   __shared__ TopKShared s;
@@ -527,7 +540,7 @@ __global__ void __launch_bounds__(kThreads, 1) IndexerTopKKernel(const IndexerTo
     for (int c = 0; c < kGatherStages; ++c) IssueChunk<kV>(row, range, c);
   }
   if (tid == 0) s.gathered = 0;  // ordered before the gather by the estimate's barriers
-  const uint32_t threshold = EstimateThreshold(s, sample, n, k);
+  const uint32_t threshold = EstimateThreshold(p, s, sample, n, k);
   StampCycles(p, kTopKEstimatedCycles);
   GatherSlice<kV>(s, row, n, slice, num_slices, threshold, workspace);
   __threadfence();

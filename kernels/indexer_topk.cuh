@@ -78,8 +78,9 @@ enum IndexerTopKPhase : int {
   kTopKSelectedCycles = 5,   // the selecting CTA: the k picks found
   kTopKWrittenCycles = 6,    // the selecting CTA: picks written in entry order
   kTopKEndNs = 7,
+  kTopKSampledCycles = 8,    // long rows: the estimate's sample in shared memory
 };
-inline constexpr int kIndexerTopKPhases = 8;
+inline constexpr int kIndexerTopKPhases = 9;
 
 // CTAs per long request for a grid of about `num_ctas` CTAs (one per SM is the intent).
 inline int IndexerTopKSlices(int batch, int num_ctas) {

@@ -350,7 +350,7 @@ def indexer_calls(pg, x):
 
 
 # Stamp slots of kernels/indexer_topk.cuh's IndexerTopKPhase.
-START_NS, START_CYC, ESTIMATED_CYC, GATHERED_CYC, LOADED_CYC, SELECTED_CYC, WRITTEN_CYC, END_NS = range(8)
+START_NS, START_CYC, ESTIMATED_CYC, GATHERED_CYC, LOADED_CYC, SELECTED_CYC, WRITTEN_CYC, END_NS, SAMPLED_CYC = range(9)
 
 
 def topk_phases(pg, x, topk, reps=20):
@@ -364,7 +364,7 @@ def topk_phases(pg, x, topk, reps=20):
         torch.cuda.synchronize()
         calls.append(stamps.cpu())
     med = lambda v: statistics.median(v) if v else None
-    out = {k: [] for k in ("span", "estimate", "gather", "load", "select", "write")}
+    out = {k: [] for k in ("span", "estimate", "sample", "gather", "load", "select", "write")}
     for st in calls:
         ran = st[:, START_NS] != 0
         out["span"].append((st[ran, END_NS].max() - st[ran, START_NS].min()).item() / 1e3)
@@ -372,7 +372,8 @@ def topk_phases(pg, x, topk, reps=20):
         rate = med(((st[sel, END_NS] - st[sel, START_NS]).double() /
                     (st[sel, WRITTEN_CYC] - st[sel, START_CYC]).double()).tolist())  # ns per cycle
         longs = st[:, ESTIMATED_CYC] != 0
-        for name, a, b, rows in (("estimate", START_CYC, ESTIMATED_CYC, longs), ("gather", ESTIMATED_CYC, GATHERED_CYC, longs),
+        for name, a, b, rows in (("estimate", START_CYC, ESTIMATED_CYC, longs), ("sample", START_CYC, SAMPLED_CYC, longs),
+                                 ("gather", ESTIMATED_CYC, GATHERED_CYC, longs),
                                  ("load", GATHERED_CYC, LOADED_CYC, sel & (st[:, LOADED_CYC] != 0)),
                                  ("select", LOADED_CYC, SELECTED_CYC, sel & (st[:, LOADED_CYC] != 0)),
                                  ("write", SELECTED_CYC, WRITTEN_CYC, sel & (st[:, SELECTED_CYC] != 0))):
