@@ -255,6 +255,61 @@ class MoeKernelsTest : public GpuTest {
     return m;
   }
 
+  // The five launches as one expert-parallel rank runs them: routing over all c.e experts,
+  // then align, gate-up, down and combine over its `count` experts from `begin` (weights in
+  // `w*` hold only those), every other assignment -1.
+  Status EnqueueLocal(const MoeCase& c, const Device& d, int begin, int count, const cuda::DeviceBuffer& w1,
+                      const cuda::DeviceBuffer& w1s, const cuda::DeviceBuffer& w3, const cuda::DeviceBuffer& w3s,
+                      const cuda::DeviceBuffer& w2, const cuda::DeviceBuffer& w2s) {
+    MoeCase local = c;
+    local.e = count;
+    const int64_t nk = c.n * c.k;
+    cuda::MoeRouteArgs route;
+    route.logits = View(d.logits, DType::kF32, {c.n, c.e});
+    if (c.hash) {
+      route.tid2eid = View(d.tid2eid, DType::kI32, {static_cast<int64_t>(97), c.k});
+      route.token_ids = View(d.token_ids, DType::kI32, {c.n});
+    } else {
+      route.bias = View(d.bias, DType::kF32, {c.e});
+    }
+    route.topk_ids = View(d.ids, DType::kI32, {c.n, c.k});
+    route.topk_weights = View(d.weights, DType::kF32, {c.n, c.k});
+    route.routed_scaling_factor = 1.5f;
+    route.local_begin = begin;
+    route.local_count = count;
+    PG_RETURN_IF_ERROR(cuda::MoeRoute(route, stream_.get()));
+    cuda::MoeAlignArgs align;
+    align.topk_ids = route.topk_ids;
+    align.expert_offsets = View(d.offsets, DType::kI32, {count + 1});
+    align.sorted_assignments = View(d.sorted, DType::kI32, {nk});
+    PG_RETURN_IF_ERROR(cuda::MoeAlign(align, stream_.get()));
+    cuda::MoeGateUpArgs gate_up;
+    gate_up.x = View(d.x, DType::kBF16, {c.n, c.d});
+    gate_up.sorted_assignments = align.sorted_assignments;
+    gate_up.expert_offsets = align.expert_offsets;
+    gate_up.format = c.format;
+    gate_up.w1 = MatrixView(local, w1, w1s, c.i, c.d);
+    gate_up.w3 = MatrixView(local, w3, w3s, c.i, c.d);
+    gate_up.h = View(d.h, DType::kBF16, {nk, c.i});
+    gate_up.swiglu_limit = c.limit;
+    PG_RETURN_IF_ERROR(cuda::MoeGateUp(gate_up, stream_.get()));
+    cuda::MoeDownArgs down;
+    down.h = gate_up.h;
+    down.sorted_assignments = align.sorted_assignments;
+    down.expert_offsets = align.expert_offsets;
+    down.format = c.format;
+    down.w2 = MatrixView(local, w2, w2s, c.d, c.i);
+    down.y = View(d.y, DType::kF32, {nk, c.d});
+    PG_RETURN_IF_ERROR(cuda::MoeDown(down, stream_.get()));
+    cuda::MoeCombineArgs combine;
+    combine.y = down.y;
+    combine.topk_ids = route.topk_ids;
+    combine.topk_weights = route.topk_weights;
+    if (c.shared) combine.shared = View(d.shared, DType::kBF16, {c.n, c.d});
+    combine.out = View(d.out, DType::kBF16, {c.n, c.d});
+    return cuda::MoeCombine(combine, stream_.get());
+  }
+
   // The five launches, in the order the model runner issues them.
   Status Enqueue(const MoeCase& c, const Device& d) {
     const int64_t nk = c.n * c.k;
@@ -621,6 +676,50 @@ TEST_F(MoeKernelsTest, RouteKeepsOnlyTheLocalExperts) {
   bad.local_begin = 12;
   bad.local_count = 8;
   EXPECT_EQ(cuda::MoeRoute(bad, stream_.get()).code(), StatusCode::kInvalidArgument);
+}
+
+// Expert parallel end to end: each rank's chain over its own experts (and the shared
+// expert's output on rank 0 only), the ranks' bf16 outputs summed, equals the whole chain up
+// to the ranks' extra bf16 rounding; a case shaped like the demo model (8 experts, top 2) and
+// one like V4-Flash's routing (256 experts, top 6), learned and hash routing.
+TEST_F(MoeKernelsTest, ExpertParallelRanksSumToTheWholeChain) {
+  for (const MoeCase& base : {MoeCase{17, 8, 2, 128, 128}, MoeCase{40, 256, 6, 128, 64}})
+    for (MoeWeightFormat format : {MoeWeightFormat::kBF16, MoeWeightFormat::kMxfp4})
+      for (bool hash : {false, true}) {
+        MoeCase c = base;
+        c.format = format;
+        c.hash = hash;
+        c.limit = 2.0f;
+        SCOPED_TRACE(Name(c));
+        const Inputs in = MakeInputs(c, 501 + static_cast<uint32_t>(hash));
+        const Device d = UploadCase(c, in);
+        PG_ASSERT_OK(Enqueue(c, d));
+        Sync();
+        const std::vector<float> whole = DownloadBF16(d.out, static_cast<size_t>(c.n * c.d));
+        for (int ranks : {2, 4}) {
+          SCOPED_TRACE(std::to_string(ranks) + " ranks");
+          std::vector<float> sum(whole.size(), 0.0f);
+          const int count = static_cast<int>(c.e) / ranks;
+          for (int r = 0; r < ranks; ++r) {
+            // This rank's experts' bytes (expert-major tensors).
+            auto part = [&](const std::vector<uint8_t>& all) {
+              if (all.empty()) return cuda::DeviceBuffer{};
+              const size_t per = all.size() / static_cast<size_t>(c.e);
+              return UploadBytes(all.data() + per * static_cast<size_t>(r * count), per * static_cast<size_t>(count));
+            };
+            const cuda::DeviceBuffer w1 = part(in.w1.weight), w1s = part(in.w1.scale), w3 = part(in.w3.weight),
+                                     w3s = part(in.w3.scale), w2 = part(in.w2.weight), w2s = part(in.w2.scale);
+            MoeCase rc = c;
+            rc.shared = r == 0;
+            for (const cuda::DeviceBuffer* b : {&d.ids, &d.weights, &d.offsets, &d.sorted, &d.h, &d.y, &d.out}) Poison(*b);
+            PG_ASSERT_OK(EnqueueLocal(rc, d, r * count, count, w1, w1s, w3, w3s, w2, w2s));
+            Sync();
+            const std::vector<float> got = DownloadBF16(d.out, whole.size());
+            for (size_t j = 0; j < sum.size(); ++j) sum[j] += got[j];
+          }
+          EXPECT_TRUE(AllClose(RoundedBF16(sum), whole, {2e-2, 2e-2}, "sum over EP ranks vs the whole chain"));
+        }
+      }
 }
 
 // Bad arguments are refused before anything reaches the device, so this runs without a GPU.
