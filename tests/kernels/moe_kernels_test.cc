@@ -255,12 +255,20 @@ class MoeKernelsTest : public GpuTest {
     return m;
   }
 
-  // The five launches as one expert-parallel rank runs them: routing over all c.e experts,
-  // then align, gate-up, down and combine over its `count` experts from `begin` (weights in
-  // `w*` hold only those), every other assignment -1.
-  Status EnqueueLocal(const MoeCase& c, const Device& d, int begin, int count, const cuda::DeviceBuffer& w1,
-                      const cuda::DeviceBuffer& w1s, const cuda::DeviceBuffer& w3, const cuda::DeviceBuffer& w3s,
-                      const cuda::DeviceBuffer& w2, const cuda::DeviceBuffer& w2s) {
+  // The routed experts' weight buffers a chain reads (a whole case's, or one rank's part).
+  struct ExpertWeights {
+    const cuda::DeviceBuffer &w1, &w1s, &w3, &w3s, &w2, &w2s;
+  };
+
+  // The five launches, in the order the model runner issues them.
+  Status Enqueue(const MoeCase& c, const Device& d) {
+    return EnqueueExperts(c, d, 0, static_cast<int>(c.e), {d.w1, d.w1s, d.w3, d.w3s, d.w2, d.w2s});
+  }
+
+  // The same as one expert-parallel rank runs them: routing over all c.e experts, then align,
+  // gate-up, down and combine over its `count` experts from `begin` (`w` holds only those),
+  // every other assignment -1. begin 0 and count c.e is the whole chain.
+  Status EnqueueExperts(const MoeCase& c, const Device& d, int begin, int count, const ExpertWeights& w) {
     MoeCase local = c;
     local.e = count;
     const int64_t nk = c.n * c.k;
@@ -278,67 +286,20 @@ class MoeKernelsTest : public GpuTest {
     route.local_begin = begin;
     route.local_count = count;
     PG_RETURN_IF_ERROR(cuda::MoeRoute(route, stream_.get()));
+
     cuda::MoeAlignArgs align;
     align.topk_ids = route.topk_ids;
     align.expert_offsets = View(d.offsets, DType::kI32, {count + 1});
     align.sorted_assignments = View(d.sorted, DType::kI32, {nk});
     PG_RETURN_IF_ERROR(cuda::MoeAlign(align, stream_.get()));
-    cuda::MoeGateUpArgs gate_up;
-    gate_up.x = View(d.x, DType::kBF16, {c.n, c.d});
-    gate_up.sorted_assignments = align.sorted_assignments;
-    gate_up.expert_offsets = align.expert_offsets;
-    gate_up.format = c.format;
-    gate_up.w1 = MatrixView(local, w1, w1s, c.i, c.d);
-    gate_up.w3 = MatrixView(local, w3, w3s, c.i, c.d);
-    gate_up.h = View(d.h, DType::kBF16, {nk, c.i});
-    gate_up.swiglu_limit = c.limit;
-    PG_RETURN_IF_ERROR(cuda::MoeGateUp(gate_up, stream_.get()));
-    cuda::MoeDownArgs down;
-    down.h = gate_up.h;
-    down.sorted_assignments = align.sorted_assignments;
-    down.expert_offsets = align.expert_offsets;
-    down.format = c.format;
-    down.w2 = MatrixView(local, w2, w2s, c.d, c.i);
-    down.y = View(d.y, DType::kF32, {nk, c.d});
-    PG_RETURN_IF_ERROR(cuda::MoeDown(down, stream_.get()));
-    cuda::MoeCombineArgs combine;
-    combine.y = down.y;
-    combine.topk_ids = route.topk_ids;
-    combine.topk_weights = route.topk_weights;
-    if (c.shared) combine.shared = View(d.shared, DType::kBF16, {c.n, c.d});
-    combine.out = View(d.out, DType::kBF16, {c.n, c.d});
-    return cuda::MoeCombine(combine, stream_.get());
-  }
-
-  // The five launches, in the order the model runner issues them.
-  Status Enqueue(const MoeCase& c, const Device& d) {
-    const int64_t nk = c.n * c.k;
-    cuda::MoeRouteArgs route;
-    route.logits = View(d.logits, DType::kF32, {c.n, c.e});
-    if (c.hash) {
-      route.tid2eid = View(d.tid2eid, DType::kI32, {static_cast<int64_t>(97), c.k});
-      route.token_ids = View(d.token_ids, DType::kI32, {c.n});
-    } else {
-      route.bias = View(d.bias, DType::kF32, {c.e});
-    }
-    route.topk_ids = View(d.ids, DType::kI32, {c.n, c.k});
-    route.topk_weights = View(d.weights, DType::kF32, {c.n, c.k});
-    route.routed_scaling_factor = 1.5f;
-    PG_RETURN_IF_ERROR(cuda::MoeRoute(route, stream_.get()));
-
-    cuda::MoeAlignArgs align;
-    align.topk_ids = route.topk_ids;
-    align.expert_offsets = View(d.offsets, DType::kI32, {c.e + 1});
-    align.sorted_assignments = View(d.sorted, DType::kI32, {nk});
-    PG_RETURN_IF_ERROR(cuda::MoeAlign(align, stream_.get()));
 
     cuda::MoeGateUpArgs gate_up;
     gate_up.x = View(d.x, DType::kBF16, {c.n, c.d});
     gate_up.sorted_assignments = align.sorted_assignments;
     gate_up.expert_offsets = align.expert_offsets;
     gate_up.format = c.format;
-    gate_up.w1 = MatrixView(c, d.w1, d.w1s, c.i, c.d);
-    gate_up.w3 = MatrixView(c, d.w3, d.w3s, c.i, c.d);
+    gate_up.w1 = MatrixView(local, w.w1, w.w1s, c.i, c.d);
+    gate_up.w3 = MatrixView(local, w.w3, w.w3s, c.i, c.d);
     gate_up.h = View(d.h, DType::kBF16, {nk, c.i});
     gate_up.swiglu_limit = c.limit;
     gate_up.num_ctas = c.num_ctas;
@@ -349,7 +310,7 @@ class MoeKernelsTest : public GpuTest {
     down.sorted_assignments = align.sorted_assignments;
     down.expert_offsets = align.expert_offsets;
     down.format = c.format;
-    down.w2 = MatrixView(c, d.w2, d.w2s, c.d, c.i);
+    down.w2 = MatrixView(local, w.w2, w.w2s, c.d, c.i);
     down.y = View(d.y, DType::kF32, {nk, c.d});
     down.num_ctas = c.num_ctas;
     PG_RETURN_IF_ERROR(cuda::MoeDown(down, stream_.get()));
@@ -712,7 +673,7 @@ TEST_F(MoeKernelsTest, ExpertParallelRanksSumToTheWholeChain) {
             MoeCase rc = c;
             rc.shared = r == 0;
             for (const cuda::DeviceBuffer* b : {&d.ids, &d.weights, &d.offsets, &d.sorted, &d.h, &d.y, &d.out}) Poison(*b);
-            PG_ASSERT_OK(EnqueueLocal(rc, d, r * count, count, w1, w1s, w3, w3s, w2, w2s));
+            PG_ASSERT_OK(EnqueueExperts(rc, d, r * count, count, {w1, w1s, w3, w3s, w2, w2s}));
             Sync();
             const std::vector<float> got = DownloadBF16(d.out, whole.size());
             for (size_t j = 0; j < sum.size(); ++j) sum[j] += got[j];
