@@ -15,6 +15,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -201,14 +202,20 @@ int SumsLikeTheReference(int rank, int size, int port) {
   return 0;
 }
 
+// Runs rank_main(rank, port) in `size` rank processes meeting at a fresh port: every rank
+// must exit 0 (its code says where it failed otherwise).
+void ExpectRanksPass(int size, const std::function<int(int rank, int port)>& rank_main,
+                     std::chrono::seconds deadline = std::chrono::seconds(120)) {
+  const int port = FreeLoopbackPort();
+  const std::vector<int> codes = RunRanks(size, [&](int rank) { return rank_main(rank, port); }, deadline);
+  for (int r = 0; r < size; ++r) EXPECT_EQ(codes[static_cast<size_t>(r)], 0) << size << " ranks, rank " << r;
+}
+
 TEST(IpcAllReduceGpuTest, TwoAndFourProcessesSumLikeTheReference) {
   if (!ChildSeesGpu()) GTEST_SKIP() << "no CUDA device";
-  for (int size : {2, 4}) {
-    const int port = FreeLoopbackPort();
-    const std::vector<int> codes =
-        RunRanks(size, [&](int rank) { return SumsLikeTheReference(rank, size, port); }, std::chrono::seconds(60));
-    for (int r = 0; r < size; ++r) EXPECT_EQ(codes[static_cast<size_t>(r)], 0) << size << " ranks, rank " << r;
-  }
+  for (int size : {2, 4})
+    ExpectRanksPass(size, [&](int rank, int port) { return SumsLikeTheReference(rank, size, port); },
+                    std::chrono::seconds(60));
 }
 
 // A device group for the wrapper's test: its all-gather goes through the store (host-staged),
@@ -276,10 +283,7 @@ int WrapperRoutes(int rank, int port) {
 
 TEST(IpcAllReduceGpuTest, TheCommunicatorTakesSmallFloatSumsAndPassesTheRest) {
   if (!ChildSeesGpu()) GTEST_SKIP() << "no CUDA device";
-  const int port = FreeLoopbackPort();
-  const std::vector<int> codes = RunRanks(2, [&](int rank) { return WrapperRoutes(rank, port); });
-  EXPECT_EQ(codes[0], 0);
-  EXPECT_EQ(codes[1], 0);
+  ExpectRanksPass(2, WrapperRoutes);
 }
 
 // Rank 1 sets up and never sums; rank 0's sum must fail on its stream within the timeout.
@@ -312,10 +316,7 @@ int AbsentPeer(int rank, int port) {
 
 TEST(IpcAllReduceGpuTest, APeerThatNeverSumsFailsTheStreamWithinTheTimeout) {
   if (!ChildSeesGpu()) GTEST_SKIP() << "no CUDA device";
-  const int port = FreeLoopbackPort();
-  const std::vector<int> codes = RunRanks(2, [&](int rank) { return AbsentPeer(rank, port); });
-  EXPECT_EQ(codes[0], 0);
-  EXPECT_EQ(codes[1], 0);
+  ExpectRanksPass(2, AbsentPeer);
 }
 
 }  // namespace
