@@ -231,13 +231,15 @@ __device__ void WriteAscendingBitmap(TopKShared& s, int k, int n, uint32_t* bitm
   __syncthreads();
   for (int j = tid; j < k; j += kThreads) atomicOr(&bitmap[s.out[j] >> 5], 1u << (s.out[j] & 31));
   __syncthreads();
-  // A run of a multiple of 4 words is read as 16-byte vectors (threads 32 bytes apart would
-  // otherwise meet 8-way bank conflicts on every word).
-  const int per = ((words + kThreads - 1) / kThreads + 3) / 4 * 4;
+  // Where each run is a multiple of 4 words it is read as 16-byte vectors (threads 32 bytes
+  // apart would otherwise meet 8-way bank conflicts on every word). Runs are not rounded up to
+  // 4 words for this: at 32K entries (one word a thread) that left three threads in four
+  // without work and the rest with four times the run.
+  const int per = (words + kThreads - 1) / kThreads;
   const int w0 = tid * per < words ? tid * per : words;
   const int w1 = w0 + per < words ? w0 + per : words;
   const uint4* vec = reinterpret_cast<const uint4*>(bitmap);
-  const bool whole_vectors = (w1 - w0) % 4 == 0;  // the last run may be ragged
+  const bool whole_vectors = per % 4 == 0 && (w1 - w0) % 4 == 0;  // the last run may be ragged
   int count = 0;
   if (whole_vectors) {
     for (int w = w0; w < w1; w += 4) {
