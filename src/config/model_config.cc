@@ -195,6 +195,25 @@ Status ParseTokenIds(const JsonFields& root, ModelConfig* cfg) {
   return Status::Ok();
 }
 
+// DSpark's keys (docs/decisions/0005-block-drafter-format.md); the stage count is
+// num_nextn_predict_layers, or `n_mtp_layers` where a config spells it so.
+Status ParseBlockDrafter(const JsonFields& root, ModelConfig* cfg) {
+  PG_RETURN_IF_ERROR(root.ReadInt("dspark_block_size", &cfg->dspark_block_size));
+  if (cfg->dspark_block_size == 0) return Status::Ok();
+  if (!root.Contains("num_nextn_predict_layers"))
+    PG_RETURN_IF_ERROR(root.ReadInt("n_mtp_layers", &cfg->num_nextn_predict_layers));
+  PG_RETURN_IF_ERROR(root.ReadInt("dspark_noise_token_id", &cfg->dspark_noise_token_id));
+  PG_RETURN_IF_ERROR(root.ReadInt("dspark_markov_rank", &cfg->dspark_markov_rank));
+  cfg->dspark_target_layer_ids.clear();
+  const nlohmann::json* ids = root.Find("dspark_target_layer_ids");
+  if (ids == nullptr || !ids->is_array()) return InvalidArgument("'dspark_target_layer_ids' must be a list of layer ids");
+  for (size_t i = 0; i < ids->size(); ++i) {
+    PG_ASSIGN_OR_RETURN(const int64_t id, JsonToInt((*ids)[i], Indexed("dspark_target_layer_ids", i)));
+    cfg->dspark_target_layer_ids.push_back(id);
+  }
+  return Status::Ok();
+}
+
 // Features of the HF config class that this engine does not implement.
 Status CheckSupported(const JsonFields& root) {
   std::string value = "sqrtsoftplus";
@@ -304,6 +323,7 @@ Result<ModelConfig> ParseChecked(std::string_view json_text) {
   PG_RETURN_IF_ERROR(ParseRopeHeadDim(root, &c));
   PG_RETURN_IF_ERROR(ParseRopeParameters(root, &c));
   PG_RETURN_IF_ERROR(ParseTokenIds(root, &c));
+  PG_RETURN_IF_ERROR(ParseBlockDrafter(root, &c));
   PG_RETURN_IF_ERROR(ValidateModelConfig(c));
   return c;
 }

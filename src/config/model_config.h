@@ -83,6 +83,16 @@ struct ModelConfig {
   std::vector<int64_t> eos_token_ids;  // empty when config.json says null
   int64_t num_nextn_predict_layers = 0;
 
+  // DSpark's block drafter (docs/decisions/0005-block-drafter-format.md), when
+  // `dspark_block_size` is set: the num_nextn_predict_layers stages under `mtp.` draft a block
+  // of this many tokens in one forward from the target's residual streams at the listed
+  // layers; the block's positions after the first hold the noise token.
+  int64_t dspark_block_size = 0;  // 0: no block drafter
+  int64_t dspark_noise_token_id = 0;
+  std::vector<int64_t> dspark_target_layer_ids;
+  int64_t dspark_markov_rank = 0;
+  bool has_block_drafter() const { return dspark_block_size > 0; }
+
   // 0 for sliding layers, else the layer's compression ratio.
   int64_t CompressRatio(int64_t layer) const;
   const RopeConfig& Rope(int64_t layer) const;

@@ -105,6 +105,22 @@ Status ValidateModelConfig(const ModelConfig& c) {
     PG_RETURN_IF_ERROR(CheckTokenId("bos_token_id", c.bos_token_id, c.vocab_size));
   for (const int64_t id : c.eos_token_ids)
     PG_RETURN_IF_ERROR(CheckTokenId("eos_token_id", id, c.vocab_size));
+
+  if (c.dspark_block_size != 0) {
+    if (c.dspark_block_size < 1 || c.dspark_block_size > 64)
+      return InvalidArgument(fmt::format("'dspark_block_size' must be in [1, 64], got {}", c.dspark_block_size));
+    if (c.dspark_block_size > c.sliding_window)
+      return InvalidArgument(fmt::format("'dspark_block_size' ({}) exceeds 'sliding_window' ({})",
+                                         c.dspark_block_size, c.sliding_window));
+    PG_RETURN_IF_ERROR(Positive("dspark_markov_rank", c.dspark_markov_rank));
+    PG_RETURN_IF_ERROR(CheckTokenId("dspark_noise_token_id", c.dspark_noise_token_id, c.vocab_size));
+    if (c.num_nextn_predict_layers < 1)
+      return InvalidArgument("a block drafter ('dspark_block_size') needs at least one stage ('num_nextn_predict_layers')");
+    if (c.dspark_target_layer_ids.empty()) return InvalidArgument("'dspark_target_layer_ids' must not be empty");
+    for (const int64_t id : c.dspark_target_layer_ids)
+      if (id < 0 || id >= c.num_layers)
+        return InvalidArgument(fmt::format("'dspark_target_layer_ids' names layer {}, outside [0, {})", id, c.num_layers));
+  }
   return Status::Ok();
 }
 

@@ -342,6 +342,44 @@ TEST(ModelConfigTest, BadValuesNameTheKey) {
               "rope_parameters.compress.partial_rotary_factor");
 }
 
+// DSpark's block-drafter keys (docs/decisions/0005-block-drafter-format.md).
+TEST(ModelConfigTest, BlockDrafterKeys) {
+  nlohmann::json flash = FlashConfig();
+  auto plain = ParseModelConfig(flash.dump());
+  ASSERT_TRUE(plain.ok()) << plain.status().ToString();
+  EXPECT_FALSE(plain->has_block_drafter());
+  flash["dspark_block_size"] = 5;
+  flash["dspark_noise_token_id"] = 128799;
+  flash["dspark_target_layer_ids"] = {40, 41, 42};
+  flash["dspark_markov_rank"] = 256;
+  flash["num_nextn_predict_layers"] = 3;
+  auto c = ParseModelConfig(flash.dump());
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_TRUE(c->has_block_drafter());
+  EXPECT_EQ(c->dspark_block_size, 5);
+  EXPECT_EQ(c->dspark_noise_token_id, 128799);
+  EXPECT_EQ(c->dspark_target_layer_ids, (std::vector<int64_t>{40, 41, 42}));
+  EXPECT_EQ(c->dspark_markov_rank, 256);
+  EXPECT_EQ(c->num_nextn_predict_layers, 3);
+  // The other spelling of the stage count.
+  nlohmann::json other = flash;
+  other.erase("num_nextn_predict_layers");
+  other["n_mtp_layers"] = 3;
+  auto o = ParseModelConfig(other.dump());
+  ASSERT_TRUE(o.ok()) << o.status().ToString();
+  EXPECT_EQ(o->num_nextn_predict_layers, 3);
+
+  const auto inv = StatusCode::kInvalidArgument;
+  ExpectError(flash, "dspark_block_size", 0.5, inv, "dspark_block_size");
+  ExpectError(flash, "dspark_block_size", 200, inv, "dspark_block_size");
+  ExpectError(flash, "dspark_noise_token_id", 129280, inv, "dspark_noise_token_id");
+  ExpectError(flash, "dspark_target_layer_ids", nlohmann::json::array({40, 43}), inv, "dspark_target_layer_ids");
+  ExpectError(flash, "dspark_target_layer_ids", nlohmann::json::array(), inv, "dspark_target_layer_ids");
+  ExpectError(flash, "dspark_target_layer_ids", 40, inv, "dspark_target_layer_ids");
+  ExpectError(flash, "dspark_markov_rank", 0, inv, "dspark_markov_rank");
+  ExpectError(flash, "num_nextn_predict_layers", 0, inv, "num_nextn_predict_layers");
+}
+
 TEST(ModelConfigTest, LoadFromDirectory) {
   const auto dir = std::filesystem::temp_directory_path() /
                    ("peregrine_config_test_" + std::to_string(::getpid()));
