@@ -119,10 +119,12 @@ Result<std::unique_ptr<ModelRunner>> MakeRunner(const EngineOptions& o, ModelSou
     ro.max_context = o.max_model_len;
     ro.max_scored_rows = o.max_scored_rows;
     ro.speculative = o.speculative;
+    // A config with DSpark's keys names a block drafter (loaded where the checkpoint has it).
+    const char* drafter = model->config().has_block_drafter() ? "the block drafter" : "the MTP layer";
     PG_ASSIGN_OR_RETURN(std::unique_ptr<CpuModelRunner> runner, CpuModelRunner::Create(std::move(model), ro));
     if (o.speculative.enabled())
-      LogInfo("speculative decoding: {} over the MTP layer, {} steps, {} tokens verified per step",
-              speculative::AlgorithmName(o.speculative.algorithm), o.speculative.num_steps,
+      LogInfo("speculative decoding: {} over {}, {} steps, {} tokens verified per step",
+              speculative::AlgorithmName(o.speculative.algorithm), drafter, o.speculative.num_steps,
               o.speculative.max_nodes() + 1);
     LogLines(LogLevel::kInfo, DescribeKvCapacity(runner->kv_capacity(), runner->max_context()));
     return std::unique_ptr<ModelRunner>(std::move(runner));

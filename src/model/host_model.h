@@ -74,11 +74,12 @@ class HostModel {
   // Ok while the model can run; a model split over ranks whose group broke (a rank died)
   // reports why, for good.
   virtual Status health() const { return Status::Ok(); }
-  // Whether Draft works (a drafter in the checkpoint, e.g. MTP layers).
+  // Whether Draft works (a drafter in the checkpoint: MTP layers or a block drafter).
   virtual bool has_drafter() const { return false; }
   // Extends each slot's drafter state over the rows of the last step (whose chunks had
   // keep_hidden) and proposes candidates per draft position: out[i] gets inputs[i].num_steps
-  // entries. A slot's drafter state starts over with a chunk at first_position 0 or a restore.
+  // entries, or fewer where the drafter reaches less far (a block drafter: its block size).
+  // A slot's drafter state starts over with a chunk at first_position 0 or a restore.
   virtual Status Draft(HostKvPools& /*kv*/, std::span<const DraftInput> /*inputs*/,
                        std::vector<std::vector<speculative::DepthCandidates>>* /*out*/) {
     return Unimplemented("this model has no drafter");

@@ -36,6 +36,8 @@ namespace peregrine::speculative {
 struct DepthCandidates {
   std::vector<int32_t> tokens;
   std::vector<float> logprobs;
+  // A block drafter's confidence head for this depth (in [0, 1]); 1 from drafters without one.
+  float confidence = 1.0f;
 };
 
 // Node 0 is the root (the last committed token, or the token being sampled for it); nodes

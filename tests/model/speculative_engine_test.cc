@@ -37,6 +37,7 @@ struct RunSetup {
   bool overlap = false;
   int64_t budget = 256;
   int64_t max_num_seqs = 8;
+  std::filesystem::path model_dir;  // empty: the demo model
 };
 
 // Real text (the demo model's held-out rows), greedy and sampled, with the settings that
@@ -85,7 +86,7 @@ std::vector<EngineRequest> Requests() {
 // rest are submitted.
 EngineRun RunEngine(const RunSetup& setup, const std::vector<EngineRequest>& requests, size_t wave = 0) {
   EngineRun result;
-  auto model = deepseek_v4::Model::Load(testing::DemoModelDir(), 2);
+  auto model = deepseek_v4::Model::Load(setup.model_dir.empty() ? testing::DemoModelDir() : setup.model_dir, 2);
   EXPECT_TRUE(model.ok()) << model.status().ToString();
   if (!model.ok()) return result;
   CpuRunnerOptions o;
@@ -237,6 +238,36 @@ TEST_F(SpeculativeEngineTest, PrefixCacheHitsOnSpeculativeOutputs) {
   const EngineRun got = RunEngine(spec, both, first.size());
   ExpectIdentical(got, want, "two waves");
   EXPECT_GT(got.stats.prefix_cache_hits, 0);
+}
+
+// The block drafter (DSpark's layout, random weights: tests/fixtures/dspark_tiny) behind
+// chains and trees: the same tokens as without speculation.
+TEST(BlockDrafterEngineTest, ChainsAndTreesGiveTheNonSpeculativeTokens) {
+  const auto dir = testing::DemoModelDir().parent_path().parent_path() / "tests" / "fixtures" / "dspark_tiny" / "model";
+  auto config = LoadModelConfig(dir);
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
+  std::vector<EngineRequest> requests = Requests();
+  for (EngineRequest& r : requests) {
+    for (int32_t& t : r.prompt_ids) t %= static_cast<int32_t>(config->vocab_size);
+    for (int32_t& t : r.stop_token_ids) t %= static_cast<int32_t>(config->vocab_size);
+    r.max_tokens = 24;
+  }
+  RunSetup plain;
+  plain.model_dir = dir;
+  plain.block_tokens = 16;
+  const EngineRun want = RunEngine(plain, requests);
+  for (const speculative::SpeculativeConfig& spec : {Mtp(4), Ddtree(4, 8, 2)}) {
+    RunSetup s = plain;
+    s.spec = spec;
+    const EngineRun got = RunEngine(s, requests);
+    std::string what = "block drafter, ";
+    what += speculative::AlgorithmName(spec.algorithm);
+    ExpectIdentical(got, want, what);
+    EXPECT_GT(got.stats.spec_num_drafts, 0);
+    std::printf("%s: %lld drafts, %lld draft tokens, %lld accepted (random drafter weights)\n", what.c_str(),
+                static_cast<long long>(got.stats.spec_num_drafts), static_cast<long long>(got.stats.spec_num_draft_tokens),
+                static_cast<long long>(got.stats.spec_num_accepted_tokens));
+  }
 }
 
 TEST(SpeculativeRunnerTest, RefusesModelsWithoutADrafterAndBadConfigs) {

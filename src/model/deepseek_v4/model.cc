@@ -126,7 +126,9 @@ Status Model::Forward(std::span<const ChunkView> chunks, CpuKvStore& kv, std::ve
     st.layers.resize(static_cast<size_t>(config_.num_layers));
   }
   last_streams_.clear();
-  return Run(segments, ids, wanted, logits, keep_hidden ? &last_streams_ : nullptr);
+  last_taps_.clear();
+  return Run(segments, ids, wanted, logits, keep_hidden ? &last_streams_ : nullptr,
+             keep_hidden && has_block_drafter() ? &last_taps_ : nullptr);
 }
 
 std::unique_ptr<HostKvPools> Model::CreateKvPools(int64_t block_tokens, int32_t num_slots, int32_t num_blocks,
@@ -205,7 +207,7 @@ Status Model::RunLayer(const ModelConfig& c, const LayerWeights& lw, int64_t lay
 }
 
 Status Model::Run(std::span<const Segment> segments, std::span<const int32_t> ids, std::span<const uint8_t> wanted,
-                  std::vector<float>* logits, std::vector<float>* final_streams) {
+                  std::vector<float>* logits, std::vector<float>* final_streams, std::vector<float>* taps) {
   const ModelConfig& c = config_;
   const auto t_n = static_cast<int64_t>(ids.size());
   for (int32_t id : ids)
@@ -219,8 +221,23 @@ Status Model::Run(std::span<const Segment> segments, std::span<const int32_t> id
     for (int64_t i = 0; i < hc; ++i)
       std::copy_n(weights_.embed.f32() + static_cast<int64_t>(ids[static_cast<size_t>(t)]) * d, d,
                   streams.data() + (t * hc + i) * d);
-  for (int64_t i = 0; i < c.num_layers; ++i)
+  const auto num_taps = static_cast<int64_t>(c.dspark_target_layer_ids.size());
+  if (taps != nullptr) taps->assign(static_cast<size_t>(t_n * num_taps * d), 0.0f);
+  for (int64_t i = 0; i < c.num_layers; ++i) {
     PG_RETURN_IF_ERROR(RunLayer(c, weights_.layers[static_cast<size_t>(i)], i, segments, ids, streams.data(), t_n));
+    if (taps == nullptr) continue;
+    for (int64_t k = 0; k < num_taps; ++k) {
+      if (c.dspark_target_layer_ids[static_cast<size_t>(k)] != i) continue;
+      for (int64_t t = 0; t < t_n; ++t) {
+        float* dst = taps->data() + (t * num_taps + k) * d;
+        for (int64_t j = 0; j < hc; ++j) {
+          const float* src = streams.data() + (t * hc + j) * d;
+          for (int64_t x = 0; x < d; ++x) dst[x] += src[x];
+        }
+        for (int64_t x = 0; x < d; ++x) dst[x] /= static_cast<float>(hc);
+      }
+    }
+  }
   if (final_streams != nullptr) *final_streams = streams;
 
   // Gather the rows that need logits, then one head pass over all of them.

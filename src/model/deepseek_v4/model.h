@@ -64,7 +64,14 @@ class Model final : public HostModel {
   Status CommitTree(CpuKvStore& kv, int32_t slot, std::span<const int32_t> blocks, std::span<const int32_t> path);
   Status CommitTree(HostKvPools& kv, int32_t slot, std::span<const int32_t> blocks,
                     std::span<const int32_t> path) override;
-  bool has_drafter() const override { return has_mtp(); }
+  // With a block drafter (DSpark's layout, the config's dspark keys) Draft runs it instead:
+  // each slot's drafter state follows the committed rows through main_x (their lane-averaged
+  // streams at the target layers, projected and normed) run through the stages; then one
+  // forward over the block [token after the last row, noise, ...] (causal within the block,
+  // undone afterwards) gives min(num_steps, block size) positions' logits, each corrected
+  // by the Markov head with the top token before it (the anchor for the first), with the
+  // confidence head's score in DepthCandidates::confidence.
+  bool has_drafter() const override { return has_mtp() || has_block_drafter(); }
   Status Draft(HostKvPools& kv, std::span<const DraftInput> inputs,
                std::vector<std::vector<speculative::DepthCandidates>>* out) override;
 
@@ -87,6 +94,8 @@ class Model final : public HostModel {
 
   // Whether the checkpoint's MTP layers were loaded (ModelWeights::mtp).
   bool has_mtp() const { return !weights_.mtp.empty(); }
+  // Whether the checkpoint's block drafter was loaded (ModelWeights::block_drafter).
+  bool has_block_drafter() const { return weights_.block_drafter.has_value(); }
   // The first MTP layer over a whole sequence from position 0, recomputed from scratch (the
   // reference for drafters): the main model runs over tokens[0, T), and MTP position t
   // (t < T - 1) combines its state at t with the embedding of tokens[t + 1]. `logits` gets
@@ -99,8 +108,18 @@ class Model final : public HostModel {
         distributed::Communicator* comm);
   // The forward over segments that name their own stores.
   // `final_streams` (may be null) gets every token's streams before the head mixer [N, hc, D].
+  // `taps` (may be null) gets every token's block-drafter taps [N, taps, D] (the streams after
+  // each of dspark_target_layer_ids, averaged over the lanes).
   Status Run(std::span<const Segment> segments, std::span<const int32_t> ids, std::span<const uint8_t> logit_rows,
-             std::vector<float>* logits, std::vector<float>* final_streams = nullptr);
+             std::vector<float>* logits, std::vector<float>* final_streams = nullptr,
+             std::vector<float>* taps = nullptr);
+  // The block drafter (Draft with a block drafter loaded) on the drafter's stores.
+  Status BlockDraft(CpuKvStore& kv, std::span<const DraftInput> inputs,
+                    std::vector<std::vector<speculative::DepthCandidates>>* out);
+  // The block drafter's stages over rows x [n, D] (each copied to every lane) laid out as
+  // `segments` on the drafter's stores: `streams` gets their output [n, hc, D].
+  Status BlockStages(std::span<const Segment> segments, std::span<const int32_t> ids, const float* x, int64_t n,
+                     std::vector<float>* streams);
   // The first MTP layer over pairs (hidden streams h[i] [hc, D], the token after it) laid out
   // as `segments` on the drafter's stores: `out_streams` gets the layer's output streams
   // [n, hc, D], `logits` one row per wanted pair.
@@ -123,6 +142,7 @@ class Model final : public HostModel {
   RopeTable rope_compress_;
   cpu::ThreadPool pool_;
   std::vector<float> last_streams_;  // [N, hc, D] of the last step with keep_hidden chunks
+  std::vector<float> last_taps_;     // [N, taps, D] of that step, with a block drafter
 };
 
 // Registers DeepSeek-V4 on the CPU backend under model_type "deepseek_v4".

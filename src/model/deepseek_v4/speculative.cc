@@ -1,13 +1,15 @@
 // Speculative decoding on the CPU model: keeping one path of a verified draft tree
-// (CommitTree) and the MTP drafter (Draft). model.h states the contracts; attention.cc
-// stages a tree's state.
+// (CommitTree), the MTP drafter (Draft) and DSpark's block drafter (BlockDraft). model.h
+// states the contracts; attention.cc stages a tree's state.
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <numeric>
 #include <string>
 
+#include "backend/cpu/cpu_ops.h"
 #include "model/deepseek_v4/compressor.h"
+#include "model/deepseek_v4/layers.h"
 #include "model/deepseek_v4/model.h"
 
 namespace peregrine::deepseek_v4 {
@@ -98,13 +100,28 @@ speculative::DepthCandidates TopCandidates(std::span<const float> logits, int32_
   return out;
 }
 
+// A draft input's shape and ids (both drafters' contract, model.h).
+Status CheckDraftInput(const DraftInput& in, int32_t num_slots, int64_t rows_in_step, int64_t vocab) {
+  if (in.slot < 0 || in.slot >= num_slots) return InvalidArgument("KV slot outside the store");
+  if (in.tokens.size() != in.rows.size() && in.tokens.size() != in.rows.size() + 1)
+    return InvalidArgument("a draft input needs one token per row, and maybe the next");
+  if (in.num_steps > 0 && in.tokens.size() != in.rows.size() + 1)
+    return InvalidArgument("drafting needs the token after the last row");
+  for (int32_t r : in.rows)
+    if (r < 0 || r >= rows_in_step) return InvalidArgument("a draft row outside the last step's hidden states");
+  for (int32_t t : in.tokens)
+    if (t < 0 || t >= vocab) return InvalidArgument("token id out of range: " + std::to_string(t));
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status Model::Draft(HostKvPools& pools, std::span<const DraftInput> inputs,
                     std::vector<std::vector<speculative::DepthCandidates>>* out) {
-  if (weights_.mtp.empty()) return Unimplemented("the checkpoint has no MTP layer to draft with");
   auto* kv = dynamic_cast<CpuKvStore*>(&pools);
   if (kv == nullptr) return Internal("DeepSeek-V4 on the CPU runs on its own KV pools");
+  if (has_block_drafter()) return BlockDraft(*kv, inputs, out);
+  if (weights_.mtp.empty()) return Unimplemented("the checkpoint has no MTP layer to draft with");
   const ModelConfig& c = config_;
   const int64_t hcd = c.hc_mult * c.hidden_size;
   const ModelConfig mc = MtpLayerConfig(c);
@@ -120,15 +137,7 @@ Status Model::Draft(HostKvPools& pools, std::span<const DraftInput> inputs,
   std::vector<int64_t> num_pairs(inputs.size(), 0);
   for (size_t i = 0; i < inputs.size(); ++i) {
     const DraftInput& in = inputs[i];
-    if (in.slot < 0 || in.slot >= kv->num_slots()) return InvalidArgument("KV slot outside the store");
-    if (in.tokens.size() != in.rows.size() && in.tokens.size() != in.rows.size() + 1)
-      return InvalidArgument("a draft input needs one token per row, and maybe the next");
-    if (in.num_steps > 0 && in.tokens.size() != in.rows.size() + 1)
-      return InvalidArgument("drafting needs the token after the last row");
-    for (int32_t r : in.rows)
-      if (r < 0 || r >= rows_in_step) return InvalidArgument("a draft row outside the last step's hidden states");
-    for (int32_t t : in.tokens)
-      if (t < 0 || t >= c.vocab_size) return InvalidArgument("token id out of range: " + std::to_string(t));
+    PG_RETURN_IF_ERROR(CheckDraftInput(in, kv->num_slots(), rows_in_step, c.vocab_size));
     CpuKvStore::DrafterSlot& ds = kv->Drafter(in.slot);
     const bool continues = ds.pending.empty() ? ds.next == in.first_position : ds.next + 1 == in.first_position;
     if (in.restart || !continues) {
@@ -224,6 +233,128 @@ Status Model::Draft(HostKvPools& pools, std::span<const DraftInput> inputs,
   }
   for (auto it = saved.rbegin(); it != saved.rend(); ++it)
     std::copy(it->row.begin(), it->row.end(), store.Window(0, it->slot) + (it->position % w) * hd);
+  return Status::Ok();
+}
+
+Status Model::BlockStages(std::span<const Segment> segments, std::span<const int32_t> ids, const float* x, int64_t n,
+                          std::vector<float>* streams) {
+  const ModelConfig& c = config_;
+  const int64_t d = c.hidden_size, hc = c.hc_mult;
+  streams->resize(static_cast<size_t>(n * hc * d));
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t j = 0; j < hc; ++j) std::copy_n(x + t * d, d, streams->data() + (t * hc + j) * d);
+  const ModelConfig dc = BlockDrafterConfig(c);
+  const std::vector<LayerWeights>& stages = weights_.block_drafter->stages;
+  for (size_t s = 0; s < stages.size(); ++s)
+    PG_RETURN_IF_ERROR(RunLayer(dc, stages[s], static_cast<int64_t>(s), segments, ids, streams->data(), n));
+  return Status::Ok();
+}
+
+Status Model::BlockDraft(CpuKvStore& kv, std::span<const DraftInput> inputs,
+                         std::vector<std::vector<speculative::DepthCandidates>>* out) {
+  const ModelConfig& c = config_;
+  const BlockDrafterWeights& bw = *weights_.block_drafter;
+  const int64_t d = c.hidden_size, vocab = c.vocab_size;
+  const auto num_taps = static_cast<int64_t>(c.dspark_target_layer_ids.size());
+  const int64_t rank = c.dspark_markov_rank, block = c.dspark_block_size;
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  const ModelConfig dc = BlockDrafterConfig(c);
+  CpuKvStore& store = kv.DrafterStore(KvGeometry::For(dc, kv.geometry().block_tokens, KvElementSizes{}));
+  const auto rows_in_step = static_cast<int64_t>(last_taps_.size()) / (num_taps * d);
+
+  // The committed rows: main_x from their taps, through the stages on each slot's windows.
+  std::vector<Segment> segments;
+  std::vector<int32_t> ids;
+  std::vector<float> taps;  // [n, taps * D]
+  for (const DraftInput& in : inputs) PG_RETURN_IF_ERROR(CheckDraftInput(in, kv.num_slots(), rows_in_step, vocab));
+  for (const DraftInput& in : inputs) {
+    CpuKvStore::DrafterSlot& ds = kv.Drafter(in.slot);
+    if (in.restart || ds.next != in.first_position) {
+      ds = {};
+      ds.floor = ds.next = in.first_position;
+    }
+    if (in.rows.empty()) continue;
+    Segment seg{&store, in.slot, {}, {}, ds.next, static_cast<int64_t>(ids.size()),
+                static_cast<int64_t>(in.rows.size())};
+    seg.window_floor = ds.floor;
+    segments.push_back(seg);
+    for (size_t r = 0; r < in.rows.size(); ++r) {
+      ids.push_back(in.tokens[r]);
+      const float* tap = last_taps_.data() + static_cast<int64_t>(in.rows[r]) * num_taps * d;
+      taps.insert(taps.end(), tap, tap + num_taps * d);
+    }
+    ds.next += static_cast<int64_t>(in.rows.size());
+  }
+  std::vector<float> streams;
+  if (!ids.empty()) {
+    const auto n = static_cast<int64_t>(ids.size());
+    std::vector<float> main_x(static_cast<size_t>(n * d));
+    cpu::Linear(pool_, taps.data(), bw.main_proj.f32(), main_x.data(), n, num_taps * d, d);
+    cpu::RmsNorm(main_x.data(), bw.main_norm.f32(), main_x.data(), n, d, eps);
+    PG_RETURN_IF_ERROR(BlockStages(segments, ids, main_x.data(), n, &streams));
+  }
+
+  // The blocks: [token after the last row, noise...] after each slot's committed rows; what
+  // they write into the windows is put back afterwards.
+  segments.clear();
+  ids.clear();
+  const int64_t hd = c.head_dim, w = c.sliding_window;
+  struct Saved {
+    int32_t slot;
+    int64_t stage, position;
+    std::vector<float> row;
+  };
+  std::vector<Saved> saved;
+  std::vector<int64_t> depths(inputs.size(), 0);
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const DraftInput& in = inputs[i];
+    out->emplace_back();
+    if (in.num_steps <= 0) continue;
+    depths[i] = std::min<int64_t>(in.num_steps, block);
+    const CpuKvStore::DrafterSlot& ds = kv.Drafter(in.slot);
+    Segment seg{&store, in.slot, {}, {}, ds.next, static_cast<int64_t>(ids.size()), depths[i]};
+    seg.window_floor = ds.floor;
+    segments.push_back(seg);
+    ids.push_back(in.tokens.back());
+    for (int64_t k = 1; k < depths[i]; ++k) ids.push_back(static_cast<int32_t>(c.dspark_noise_token_id));
+    for (int64_t s = 0; s < dc.num_layers; ++s)
+      for (int64_t k = 0; k < depths[i]; ++k) {
+        const float* ring = store.Window(s, in.slot) + ((ds.next + k) % w) * hd;
+        saved.push_back({in.slot, s, ds.next + k, std::vector<float>(ring, ring + hd)});
+      }
+  }
+  if (ids.empty()) return Status::Ok();
+  const auto n = static_cast<int64_t>(ids.size());
+  std::vector<float> x(static_cast<size_t>(n * d));
+  for (int64_t t = 0; t < n; ++t)
+    std::copy_n(weights_.embed.f32() + static_cast<int64_t>(ids[static_cast<size_t>(t)]) * d, d, x.data() + t * d);
+  PG_RETURN_IF_ERROR(BlockStages(segments, ids, x.data(), n, &streams));
+  for (auto it = saved.rbegin(); it != saved.rend(); ++it)
+    std::copy(it->row.begin(), it->row.end(), store.Window(it->stage, it->slot) + (it->position % w) * hd);
+  std::vector<float> y(static_cast<size_t>(n * d)), logits;
+  HyperConnectionHead(c, bw.hc_head, streams.data(), n, y.data());
+  cpu::RmsNorm(y.data(), bw.norm.f32(), y.data(), n, d, eps);
+  PG_RETURN_IF_ERROR(Head(y.data(), n, &logits));
+
+  // Left to right per block: the Markov term of the top token before each position.
+  std::vector<float> markov(static_cast<size_t>(vocab));
+  const float* conf = bw.confidence.f32();
+  for (size_t i = 0, row = 0; i < inputs.size(); ++i) {
+    int32_t before = depths[i] > 0 ? inputs[i].tokens.back() : 0;
+    for (int64_t k = 0; k < depths[i]; ++k, ++row) {
+      const float* r = bw.markov_w1.f32() + static_cast<int64_t>(before) * rank;
+      cpu::Linear(pool_, r, bw.markov_w2.f32(), markov.data(), 1, rank, vocab);
+      std::span<float> l(logits.data() + row * static_cast<size_t>(vocab), static_cast<size_t>(vocab));
+      for (int64_t v = 0; v < vocab; ++v) l[static_cast<size_t>(v)] += markov[static_cast<size_t>(v)];
+      speculative::DepthCandidates cand = TopCandidates(l, inputs[i].top_k);
+      double z = 0.0;
+      for (int64_t j = 0; j < d; ++j) z += static_cast<double>(conf[j]) * y[row * static_cast<size_t>(d) + static_cast<size_t>(j)];
+      for (int64_t j = 0; j < rank; ++j) z += static_cast<double>(conf[d + j]) * r[j];
+      cand.confidence = static_cast<float>(1.0 / (1.0 + std::exp(-z)));
+      before = cand.tokens.front();
+      out->at(i).push_back(std::move(cand));
+    }
+  }
   return Status::Ok();
 }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <initializer_list>
 #include <string>
 
 #include "distributed/parallel_config.h"
@@ -40,6 +41,12 @@ class Reader {
     if (!r.ok()) return r.status();
     *out = std::move(r).value();
     return Status::Ok();
+  }
+  // The first of `names` the checkpoint has (spellings differ between exports).
+  Status F32Any(std::initializer_list<std::string> names, const Shape& shape, HostTensor* out) {
+    for (const std::string& name : names)
+      if (checkpoint_.Has(name)) return F32(name, shape, out);
+    return F32(*names.begin(), shape, out);  // the error names the first spelling
   }
   Status I64(const std::string& name, const Shape& shape, HostTensor* out) {
     auto r = checkpoint_.ReadI64(name, shape);
@@ -174,6 +181,39 @@ ModelConfig MtpLayerConfig(const ModelConfig& config) {
   return c;
 }
 
+ModelConfig BlockDrafterConfig(const ModelConfig& config) {
+  ModelConfig c = config;
+  c.num_layers = config.num_nextn_predict_layers;
+  c.layer_types.assign(static_cast<size_t>(c.num_layers), AttentionType::kSliding);
+  c.mlp_layer_types.assign(static_cast<size_t>(c.num_layers), MoeType::kLearned);
+  return c;
+}
+
+namespace {
+
+Status LoadBlockDrafter(Reader& rd, const ModelConfig& c, const ShardSpec& sh, BlockDrafterWeights* b) {
+  const int64_t d = c.hidden_size;
+  const auto taps = static_cast<int64_t>(c.dspark_target_layer_ids.size());
+  const int64_t stages = c.num_nextn_predict_layers;
+  const ModelConfig dc = BlockDrafterConfig(c);
+  PG_RETURN_IF_ERROR(rd.F32("mtp.0.main_proj.weight", {d, taps * d}, &b->main_proj));
+  PG_RETURN_IF_ERROR(rd.F32("mtp.0.main_norm.weight", {d}, &b->main_norm));
+  b->stages.resize(static_cast<size_t>(stages));
+  for (int64_t s = 0; s < stages; ++s)
+    PG_RETURN_IF_ERROR(LoadLayer(rd, dc, sh, s, "mtp." + std::to_string(s) + ".", &b->stages[static_cast<size_t>(s)]));
+  const std::string last = "mtp." + std::to_string(stages - 1) + ".";
+  PG_RETURN_IF_ERROR(rd.F32(last + "norm.weight", {d}, &b->norm));
+  PG_RETURN_IF_ERROR(LoadHc(rd, last + "hc_head_", c.hc_mult, c.hc_mult * d, 1, &b->hc_head));
+  const Shape markov{c.vocab_size, c.dspark_markov_rank};
+  const std::string mp = last + "markov_head.";
+  PG_RETURN_IF_ERROR(rd.F32Any({mp + "markov_w1", mp + "markov_w1.weight"}, markov, &b->markov_w1));
+  PG_RETURN_IF_ERROR(rd.F32Any({mp + "markov_w2", mp + "markov_w2.weight"}, markov, &b->markov_w2));
+  const std::string cp = last + "confidence_head.proj";
+  return rd.F32Any({cp + ".weight", cp}, {1, d + c.dspark_markov_rank}, &b->confidence);
+}
+
+}  // namespace
+
 Status ValidateShard(const ModelConfig& c, const ShardSpec& sh) {
   if (sh.size < 1 || sh.rank < 0 || sh.rank >= sh.size) return InvalidArgument("shard rank outside its group");
   if (sh.is_whole()) return Status::Ok();
@@ -222,6 +262,10 @@ Result<ModelWeights> LoadWeights(const ModelConfig& c, const Checkpoint& checkpo
       PG_RETURN_IF_ERROR(LoadHc(rd, p + "hc_head_", c.hc_mult, c.hc_mult * d, 1, &m.hc_head));
       PG_RETURN_IF_ERROR(LoadLayer(rd, mc, sh, 0, p, &m.layer));
     }
+  }
+  if (c.has_block_drafter() && checkpoint.Has("mtp.0.main_proj.weight")) {
+    w.block_drafter.emplace();
+    PG_RETURN_IF_ERROR(LoadBlockDrafter(rd, c, sh, &*w.block_drafter));
   }
   return w;
 }

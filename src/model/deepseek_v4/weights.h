@@ -78,6 +78,22 @@ struct MtpWeights {
   LayerWeights layer;
 };
 
+// DSpark's block drafter (`mtp.0` .. `mtp.S-1`, docs/decisions/0005-block-drafter-format.md):
+// main_x = main_norm(main_proj(the target's lane-averaged streams at the target layers,
+// concatenated)); S window-attention decoder stages with learned routing; the last stage's
+// head mixer and norm, the target's head; a Markov correction of each block position's logits
+// by the token before it (markov_w2 . markov_w1[token]) and a confidence per position from
+// [hidden, markov_w1[token]].
+struct BlockDrafterWeights {
+  HostTensor main_proj;              // [D, taps * D]
+  HostTensor main_norm;              // [D]
+  std::vector<LayerWeights> stages;  // [S]
+  HyperConnectionWeights hc_head;
+  HostTensor norm;                   // [D]
+  HostTensor markov_w1, markov_w2;   // [vocab, rank]
+  HostTensor confidence;             // [1, D + rank]
+};
+
 struct ModelWeights {
   HostTensor embed;  // [vocab, D]
   HostTensor head;   // [vocab, D]
@@ -87,6 +103,8 @@ struct ModelWeights {
   // num_nextn_predict_layers of them when the checkpoint stores them (`mtp.0.e_proj.weight`),
   // else none.
   std::vector<MtpWeights> mtp;
+  // When the config has dspark keys and the checkpoint `mtp.0.main_proj.weight`.
+  std::optional<BlockDrafterWeights> block_drafter;
 };
 
 // Which part of the model one rank holds (distributed/parallel_config.h). Rank r of `size`:
@@ -109,6 +127,8 @@ Status ValidateShard(const ModelConfig& config, const ShardSpec& shard);
 
 // The config of an MTP layer seen as a one-layer model: window-only attention, learned routing.
 ModelConfig MtpLayerConfig(const ModelConfig& config);
+// The block drafter's stages seen as a model of num_nextn_predict_layers such layers.
+ModelConfig BlockDrafterConfig(const ModelConfig& config);
 
 // Reads and shape-checks every tensor the config implies, keeping this rank's part of the
 // split ones (row slices borrow, column slices copy). Errors name the tensor.
