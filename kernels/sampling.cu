@@ -3,6 +3,8 @@
 // chosen token are bit-identical to src/sampling. See bench/sampling_gpu/NOTES.md.
 #include "kernels/sampling.cuh"
 
+#include <climits>
+
 #include <cstdint>
 
 #include "kernels/common/cluster.cuh"
@@ -50,6 +52,78 @@ __device__ void SumChains(const float* x, int n, float max_logit, float inv_t, i
     }
     s.chain[c] = sum;
   }
+}
+
+// The walk inside one block of weights w[kWalkBlock] (shared, zero-padded), found in
+// parallel. The host's walk adds the positive weights one by one to `cumulative` (a sequential
+// double sum from c0) and stops at the first whose sum passes `target`, else at the last
+// positive one. Here every thread sums its kPer weights, a block scan (another association)
+// gives each weight's cumulative, and the first crossing is taken only where no rounding can
+// move it. Both sums are of nonnegative terms, every partial sum of either holds only terms up
+// to the weight in question, so each is within (adds in its longest chain) * 2^-53 of that exact
+// cumulative: at most 1024 for the host's, ~25 here. A crossing whose cumulatives before and
+// after sit more than 2^-40 (~9e-13) of `after` from the target on their sides is therefore
+// the host's crossing too (the cumulatives only grow). Returns the index in the block, -1 when no weight is
+// positive, or -2 when the margin is too close to call (the caller walks sequentially).
+__device__ int32_t WalkBlockParallel(const float* w, double c0, double target, Shared& s) {
+  constexpr int kPer = kWalkBlock / kThreads;
+  static_assert(kWalkBlock % kThreads == 0 && kPer >= 1, "whole weights per thread");
+  const int first_index = static_cast<int>(threadIdx.x) * kPer;
+  double mine[kPer];
+  double sum = 0.0;
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    mine[i] = static_cast<double>(w[first_index + i]);
+    sum += mine[i];
+  }
+  // Exclusive scan of the thread sums in thread order (doubles in s.red).
+  const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
+  double inc = sum;
+#pragma unroll
+  for (int off = 1; off < 32; off <<= 1) {
+    const double o = __shfl_up_sync(0xffffffffu, inc, off);
+    if (lane >= off) inc += o;
+  }
+  double* warp_sums = reinterpret_cast<double*>(s.red);
+  if (lane == 31) warp_sums[warp] = inc;
+  __syncthreads();
+  double base = c0;
+  for (int v = 0; v < warp; ++v) base += warp_sums[v];
+  __syncthreads();
+  // The lanes before this one (not inc - sum: every partial sum below holds only terms at or
+  // before the weight it is compared for, so its rounding is relative to that cumulative).
+  double lanes_before = __shfl_up_sync(0xffffffffu, inc, 1);
+  if (lane == 0) lanes_before = 0.0;
+  double cumulative = base + lanes_before;
+  int first = INT_MAX, last = -1;
+  double before = 0.0, after = 0.0;
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    if (!(mine[i] > 0.0)) continue;
+    const double next = cumulative + mine[i];
+    if (first == INT_MAX && next > target) {
+      first = first_index + i;
+      before = cumulative;
+      after = next;
+    }
+    last = first_index + i;
+    cumulative = next;
+  }
+  const int crossing = -BlockReduce(-first, MaxI{}, s);  // the smallest (INT_MAX: none)
+  const int last_positive = BlockReduce(last, MaxI{}, s);
+  constexpr double kMargin = 0x1p-40;
+  if (crossing != INT_MAX && first == crossing) {
+    const double d = kMargin * after;
+    s.found = after - d > target && before + d <= target ? crossing : -2;
+  }
+  if (crossing == INT_MAX && threadIdx.x == kThreads - 1) {
+    // No crossing: the host walks to the last positive weight unless its total passes target.
+    s.found = cumulative + kMargin * cumulative <= target ? last_positive : -2;
+  }
+  __syncthreads();
+  const int32_t found = s.found;
+  __syncthreads();
+  return found;
 }
 
 // The ranks other than 0 of a cluster on a full-vocabulary-walk row: their share of the chains,
@@ -129,7 +203,11 @@ __device__ int32_t WalkFullVocab(const float* x, int n, float max_logit, float i
       w[j] = j < size ? TemperatureWeight(x[begin + j], max_logit, inv_t) : 0.0f;
     }
     __syncthreads();
-    if (threadIdx.x == 0) {
+    const int32_t in_block = WalkBlockParallel(w, s.bucket_mass[0], s.bucket_mass[1], s);
+    if (in_block != -2) {
+      return in_block >= 0 ? begin + in_block : -1;
+    }
+    if (threadIdx.x == 0) {  // too close to call in parallel: the host's walk itself
       double cumulative = s.bucket_mass[0];
       const double target = s.bucket_mass[1];
       int32_t result = -1;

@@ -3,16 +3,20 @@
 // kernel reports as overflow are finished by SampleOverflowRow, which must also match.
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cmath>
 #include <initializer_list>
 #include <limits>
+#include <random>
 #include <sstream>
 
 #include "backend/cuda/ops/sampling.h"
 #include "gpu_test_util.h"
 #include "kernels/sampling.cuh"
+#include "sampling/cdf_walk.h"
 #include "sampling/device_rows.h"
 #include "sampling/sampler.h"
+#include "sampling/weights.h"
 
 namespace peregrine::testing {
 namespace {
@@ -268,6 +272,63 @@ TEST_F(SamplingTest, MatchesHostSmallBatches) {
   Sweep(20001, 1, 2, {Shape::kTies});
   if (HasFatalFailure()) return;
   Sweep(3, 1, 2, {Shape::kSpecial});
+}
+
+// The full-vocabulary walk with chosen draws against the host's WalkFullVocab: flat rows
+// (every weight 1, so cumulatives are integers) with targets on block and token boundaries,
+// where the kernel's parallel walk inside a block cannot call the crossing and walks as the
+// host does, and just off them, where it can; then peaked rows with random draws. One CTA
+// per row (64 rows) and a cluster per row (8 rows).
+TEST_F(SamplingTest, FullVocabWalkMatchesTheHostAtBoundaries) {
+  struct Draw {
+    int64_t vocab;
+    bool flat;
+    double u;
+  };
+  std::vector<Draw> draws;
+  for (int64_t vocab : {4096, 129280}) {
+    const double v = static_cast<double>(vocab);
+    for (double u : {0.0, 0.25, 0.5, 0.75, 0.5 + 0x1p-20, (1024.0 + 1.5) / v, 1023.5 / v, 1.0 - 0x1p-53,
+                     2048.0 / v, (2048.0 - 0x1p-30) / v, (3000.0 + 0x1p-40) / v})
+      draws.push_back({vocab, true, u});
+    std::mt19937_64 pick(static_cast<uint64_t>(vocab));
+    for (int i = 0; i < 24; ++i) draws.push_back({vocab, false, UnitIntervalFromBits(pick())});
+  }
+  for (int64_t vocab : {4096, 129280}) {
+    for (size_t batch_rows : {size_t{64}, size_t{8}}) {
+      std::vector<Row> rows;
+      std::vector<double> us;
+      DeviceSamplingBatch batch;
+      std::mt19937 rng(7);
+      for (size_t k = 0; rows.size() < batch_rows; k = (k + 1) % draws.size()) {
+        if (draws[k].vocab != vocab) continue;
+        Row r;
+        r.params.temperature = 1.0f;
+        r.params.seed = 1;
+        r.what = draws[k].flat ? "flat" : "peaked";
+        r.logits = draws[k].flat ? std::vector<float>(static_cast<size_t>(vocab), 0.0f) : MakeLogits(Shape::kPeaked, vocab, rng);
+        r.host_state = std::make_unique<SequenceSamplingState>(r.params, std::span<const int32_t>());
+        r.device_state = std::make_unique<SequenceSamplingState>(r.params, std::span<const int32_t>());
+        AppendDeviceRow(r.params, *r.device_state, vocab, batch);
+        batch.rows.back().u = draws[k].u;
+        us.push_back(draws[k].u);
+        rows.push_back(std::move(r));
+      }
+      DeviceSide d;
+      Prepare(rows, batch, vocab, d);
+      PG_ASSERT_OK(cuda::Sample(d.args, stream_.get()));
+      Sync();
+      const auto tokens = Download<int32_t>(d.tokens, rows.size());
+      const auto status = Download<int32_t>(d.status, rows.size());
+      for (size_t i = 0; i < rows.size(); ++i) {
+        const std::vector<float>& x = rows[i].logits;
+        const float mx = *std::max_element(x.begin(), x.end());
+        const int32_t want = WalkFullVocab(x, mx, InverseTemperature(1.0f), us[i]);
+        ASSERT_EQ(status[i], kernels::kSamplingOk) << rows[i].what << " u=" << us[i];
+        EXPECT_EQ(tokens[i], want) << rows[i].what << " V=" << vocab << " u=" << us[i] << " rows " << rows.size();
+      }
+    }
+  }
 }
 
 TEST_F(SamplingTest, AllMaskedRows) {
