@@ -59,7 +59,8 @@ struct Rendezvous {
 };
 
 // The CPU implementation: Gloo over TCP (processes on one host or several). Unimplemented in
-// builds without Gloo.
+// builds without Gloo. Ignores SIGPIPE in the process, so that a rank that dies fails the
+// others' collectives (Unavailable) instead of ending them.
 Result<std::unique_ptr<Communicator>> CreateGlooCommunicator(const Rendezvous& rendezvous);
 
 // Bytes of one element of a collective's dtype; 0 for the sub-byte types, which no collective takes.

@@ -11,6 +11,7 @@
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
 
+#include <csignal>
 #include <cstring>
 #include <vector>
 
@@ -166,6 +167,11 @@ class GlooCommunicator final : public Communicator {
 
 Result<std::unique_ptr<Communicator>> CreateGlooCommunicator(const Rendezvous& r) {
   if (r.size < 1 || r.rank < 0 || r.rank >= r.size) return InvalidArgument("rank outside the group");
+  // Gloo writes to its peers' sockets without MSG_NOSIGNAL: a write to a rank that has died
+  // would raise SIGPIPE and end this process instead of failing the collective. Ignored once
+  // for the process (nothing here expects the signal).
+  static const bool sigpipe_ignored = [] { return std::signal(SIGPIPE, SIG_IGN) != SIG_ERR; }();
+  if (!sigpipe_ignored) return Internal("SIGPIPE could not be ignored");
   std::shared_ptr<TcpStoreServer> server = r.rank == 0 ? r.server : nullptr;
   if (r.rank == 0 && server == nullptr) {
     PG_ASSIGN_OR_RETURN(server, TcpStoreServer::Start(r.host, r.port));
