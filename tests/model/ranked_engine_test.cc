@@ -1,7 +1,8 @@
 // The engine over a model split across rank processes (runtime/host_ranks.h): rank 0 runs the
 // engine on a RankedHostModel, rank 1 replays its calls. Over prefix-cache restores, block
-// boundaries, speculative verify steps (tree commits and MTP drafts) and a small KV pool, every
-// request gets the tokens of the whole model and its logprobs within fp32 rounding.
+// boundaries, speculative verify steps (tree commits, MTP and block-drafter drafts) and a
+// small KV pool, every request gets the tokens of the whole model and its logprobs within
+// fp32 rounding.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -26,9 +27,15 @@ struct Case {
   bool ep = false;
   speculative::SpeculativeConfig spec;
   int64_t kv_tokens = 1 << 14;
+  bool block_drafter = false;  // the DSpark-layout fixture (tests/fixtures/dspark_tiny) instead of the demo model
 };
 
-std::vector<EngineRequest> Requests() {
+fs::path ModelDir(const Case& c) {
+  if (!c.block_drafter) return testing::DemoModelDir();
+  return testing::DemoModelDir().parent_path().parent_path() / "tests" / "fixtures" / "dspark_tiny" / "model";
+}
+
+std::vector<EngineRequest> Requests(int64_t vocab) {
   auto golden = testing::ReadDemoGolden();
   EXPECT_TRUE(golden.ok());
   std::vector<EngineRequest> out;
@@ -41,6 +48,7 @@ std::vector<EngineRequest> Requests() {
     const std::vector<int32_t>& text = i % 2 == 0 ? golden->mtp_tokens : golden->prompt_ids;
     const size_t len = std::min<size_t>(text.size(), 140 + 37 * static_cast<size_t>(i));
     r.prompt_ids.assign(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(len));
+    for (int32_t& t : r.prompt_ids) t %= static_cast<int32_t>(vocab);
     r.max_tokens = 24;
     r.ignore_eos = true;
     r.sampling.logprobs = 2;
@@ -57,6 +65,7 @@ std::vector<EngineRequest> Requests() {
 // Runs the requests (the second half after the first finished, so they restore prefixes)
 // and writes every request's tokens and logprobs to `file`. Returns an exit code.
 int RunEngine(std::unique_ptr<HostModel> model, const Case& c, const fs::path& file) {
+  const int64_t model_vocab = model->config().vocab_size;
   CpuRunnerOptions o;
   o.num_slots = 4;
   o.kv_tokens = c.kv_tokens;
@@ -70,7 +79,7 @@ int RunEngine(std::unique_ptr<HostModel> model, const Case& c, const fs::path& f
   ec.scheduler.max_num_batched_tokens = 192;
   ec.scheduler.max_num_seqs = 4;
   Engine engine(ec, std::move(runner).value());
-  const std::vector<EngineRequest> requests = Requests();
+  const std::vector<EngineRequest> requests = Requests(model_vocab);
   std::vector<std::vector<int32_t>> tokens(requests.size());
   std::vector<std::vector<float>> logprobs(requests.size());
   std::string errors;
@@ -124,7 +133,7 @@ TEST_P(RankedEngineTest, GivesTheWholeModelsTokens) {
   fs::create_directories(dir);
   ASSERT_EQ(testing::RunRanks(1,
                               [&](int) {
-                                auto model = deepseek_v4::Model::Load(testing::DemoModelDir(), 1);
+                                auto model = deepseek_v4::Model::Load(ModelDir(c), 1);
                                 if (!model.ok()) return 10;
                                 return RunEngine(std::move(model).value(), c, dir / "whole.txt");
                               }),
@@ -136,8 +145,8 @@ TEST_P(RankedEngineTest, GivesTheWholeModelsTokens) {
     r.rank = rank;
     r.size = 2;
     auto comm = distributed::CreateGlooCommunicator(r);
-    auto config = LoadModelConfig(testing::DemoModelDir());
-    auto checkpoint = Checkpoint::Open(testing::DemoModelDir());
+    auto config = LoadModelConfig(ModelDir(c));
+    auto checkpoint = Checkpoint::Open(ModelDir(c));
     if (!comm.ok() || !config.ok() || !checkpoint.ok()) return 10;
     auto model = deepseek_v4::Model::Create(*config, std::move(checkpoint).value(), 1,
                                             deepseek_v4::ShardSpec{rank, 2, c.ep}, comm->get());
@@ -171,7 +180,9 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Case{"tp2", false, {}}, Case{"ep2", true, {}},
                       Case{"tp2_mtp", false, Spec(speculative::Algorithm::kMtp, 3, 0, 1)},
                       Case{"ep2_ddtree", true, Spec(speculative::Algorithm::kDdtree, 3, 7, 2)},
-                      Case{"tp2_small_kv", false, {}, 1024}),
+                      Case{"tp2_small_kv", false, {}, 1024},
+                      Case{"tp2_block_drafter_ddtree", false, Spec(speculative::Algorithm::kDdtree, 4, 8, 2), 1 << 14, true},
+                      Case{"ep2_block_drafter_mtp", true, Spec(speculative::Algorithm::kMtp, 4, 0, 1), 1 << 14, true}),
     [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
 
 }  // namespace
