@@ -126,12 +126,33 @@ __device__ int32_t WalkBlockParallel(const float* w, double c0, double target, S
   return found;
 }
 
-// The ranks other than 0 of a cluster on a full-vocabulary-walk row: their share of the chains,
-// between the barriers WalkFullVocab<kCluster> on rank 0 matches one for one.
+// The row maximum (RowMax's value: a maximum does not depend on the order, NaN is skipped
+// either way) taken by the kCluster CTAs of a cluster, each over its range of 1024-blocks (the
+// chains' ranges); every CTA then reads every partial through distributed shared memory.
+// Contains one cluster barrier; s.cluster_max must stay untouched until the next one.
+template <int kCluster>
+__device__ float ClusterRowMax(const float* x, int n, Shared& s) {
+  int begin, end;
+  ChainRange((n + kWalkBlock - 1) / kWalkBlock, kCluster, ClusterRank(), &begin, &end);
+  const int lo = min(n, begin * kWalkBlock), hi = min(n, end * kWalkBlock);
+  const float mine = RowMax(x + lo, hi - lo, s);
+  if (threadIdx.x == 0) s.cluster_max = mine;
+  ClusterSync();  // 1b: every partial maximum is published
+  float m = kNegInf;
+#pragma unroll
+  for (int rank = 0; rank < kCluster; ++rank) {
+    const float v = *ClusterPeer(&s.cluster_max, rank);
+    m = v > m ? v : m;
+  }
+  return m;
+}
+
+// The ranks other than 0 of a cluster on a full-vocabulary-walk row: their share of the maximum
+// and of the chains, between the barriers WalkFullVocab<kCluster> on rank 0 matches one for one.
 template <int kCluster>
 __device__ void WalkFullVocabPeer(const float* x, int n, float inv_t, Shared& s) {
-  ClusterSync();  // 1: rank 0 has applied the edits and published the maximum
-  const float max_logit = *ClusterPeer(&s.cluster_max, 0);
+  ClusterSync();  // 1: rank 0 has applied the edits
+  const float max_logit = ClusterRowMax<kCluster>(x, n, s);
   int begin, end;
   ChainRange((n + kWalkBlock - 1) / kWalkBlock, kCluster, ClusterRank(), &begin, &end);
   SumChains(x, n, max_logit, inv_t, begin, end, s);
@@ -145,11 +166,12 @@ __device__ void WalkFullVocabPeer(const float* x, int n, float inv_t, Shared& s)
 // are summed by the kCluster CTAs of the row's cluster (each a range of blocks, the same sums)
 // and copied here through distributed shared memory.
 template <int kCluster>
-__device__ int32_t WalkFullVocab(const float* x, int n, float max_logit, float inv_t, double u, Shared& s) {
+__device__ int32_t WalkFullVocab(const float* x, int n, float inv_t, double u, Shared& s) {
   const int num_blocks = (n + kWalkBlock - 1) / kWalkBlock;
+  float max_logit;
   if constexpr (kCluster > 1) {
-    if (threadIdx.x == 0) s.cluster_max = max_logit;
-    ClusterSync();  // 1
+    ClusterSync();  // 1: the edits are visible to the cluster
+    max_logit = ClusterRowMax<kCluster>(x, n, s);
     int begin, end;
     ChainRange(num_blocks, kCluster, 0, &begin, &end);
     SumChains(x, n, max_logit, inv_t, begin, end, s);
@@ -161,6 +183,7 @@ __device__ int32_t WalkFullVocab(const float* x, int n, float max_logit, float i
     }
     ClusterSync();  // 3
   } else {
+    max_logit = RowMax(x, n, s);
     SumChains(x, n, max_logit, inv_t, 0, num_blocks, s);
     __syncthreads();
   }
@@ -543,7 +566,7 @@ __global__ void __launch_bounds__(kThreads, 1) SamplingKernel(const SamplingKern
         token = FinishKept(got, m, inv_t, r.top_p, target, min_p, r.u, has_top_p, s);
       }
     } else {
-      token = WalkFullVocab<kCluster>(x, n, RowMax(x, n, s), inv_t, r.u, s);  // IsFullWalk(r, n)
+      token = WalkFullVocab<kCluster>(x, n, inv_t, r.u, s);  // IsFullWalk(r, n)
     }
   }
 
