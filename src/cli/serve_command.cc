@@ -363,8 +363,8 @@ void AddServeCommand(CLI::App& app, EngineFactory factory, RankRunner rank_runne
   cmd->add_flag("--disable-overlap-schedule", options->disable_overlap_schedule,
                 "CUDA: wait for each step's tokens before planning the next (no CPU/GPU overlap)");
   cmd->add_option("--speculative-algorithm", options->speculative_algorithm,
-                  "Speculative decoding: mtp (the checkpoint's MTP layer chained), ddtree (DDTree draft trees "
-                  "over its top-k) or none");
+                  "Speculative decoding: mtp (the checkpoint's drafter chained: its MTP layer, or its DSpark "
+                  "block drafter), ddtree (DDTree draft trees over its top-k) or none");
   cmd->add_option("--speculative-num-steps", options->speculative_num_steps, "Draft depth")->capture_default_str();
   cmd->add_option("--speculative-num-draft-tokens", options->speculative_num_draft_tokens,
                   "Tokens verified per step, the newest one included (0: num-steps + 1; ddtree: the tree's budget)")
