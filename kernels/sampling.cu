@@ -63,8 +63,9 @@ __device__ void SumChains(const float* x, int n, float max_logit, float inv_t, i
 // to the weight in question, so each is within (adds in its longest chain) * 2^-53 of that exact
 // cumulative: at most 1024 for the host's, ~25 here. A crossing whose cumulatives before and
 // after sit more than 2^-40 (~9e-13) of `after` from the target on their sides is therefore
-// the host's crossing too (the cumulatives only grow). Returns the index in the block, -1 when no weight is
-// positive, or -2 when the margin is too close to call (the caller walks sequentially).
+// the host's crossing too (the cumulatives only grow). Returns the index in the block, -1 when
+// no weight is positive, or -2 when the margin is too close to call (the caller walks
+// sequentially).
 __device__ int32_t WalkBlockParallel(const float* w, double c0, double target, Shared& s) {
   constexpr int kPer = kWalkBlock / kThreads;
   static_assert(kWalkBlock % kThreads == 0 && kPer >= 1, "whole weights per thread");

@@ -36,7 +36,7 @@ struct Shared {
   uint32_t sel_bin;
   uint32_t sel_above;
   int32_t found;
-  float cluster_max;  // this CTA's part of the row maximum, read by the others of its cluster (full-vocabulary walk)
+  float cluster_max;  // this CTA's part of the row maximum, read by its cluster (full-vocabulary walk)
 };
 
 // ---- exactly the host's arithmetic (src/sampling/exp.h, weights.h) -------------------------

@@ -114,6 +114,35 @@ Status CheckDraftInput(const DraftInput& in, int32_t num_slots, int64_t rows_in_
   return Status::Ok();
 }
 
+// Window rows a draft overwrites (drafted positions are not committed), put back after it in
+// reverse order of saving, so a row saved twice ends as it was first.
+class SavedWindowRows {
+ public:
+  SavedWindowRows(CpuKvStore& store, int64_t window, int64_t head_dim) : store_(store), w_(window), hd_(head_dim) {}
+  void Save(int32_t slot, int64_t layer, int64_t position) {
+    const float* ring = Row(slot, layer, position);
+    rows_.push_back({slot, layer, position, std::vector<float>(ring, ring + hd_)});
+  }
+  void Restore() {
+    for (auto it = rows_.rbegin(); it != rows_.rend(); ++it)
+      std::copy(it->row.begin(), it->row.end(), Row(it->slot, it->layer, it->position));
+    rows_.clear();
+  }
+
+ private:
+  float* Row(int32_t slot, int64_t layer, int64_t position) {
+    return store_.Window(layer, slot) + (position % w_) * hd_;
+  }
+  struct Saved {
+    int32_t slot;
+    int64_t layer, position;
+    std::vector<float> row;
+  };
+  CpuKvStore& store_;
+  int64_t w_, hd_;
+  std::vector<Saved> rows_;
+};
+
 }  // namespace
 
 Status Model::Draft(HostKvPools& pools, std::span<const DraftInput> inputs,
@@ -195,13 +224,7 @@ Status Model::Draft(HostKvPools& pools, std::span<const DraftInput> inputs,
   // of step k; the window rows it writes are put back afterwards.
   int32_t steps = 0;
   for (const DraftInput& in : inputs) steps = std::max(steps, in.num_steps);
-  const int64_t hd = c.head_dim, w = c.sliding_window;
-  struct Saved {
-    int32_t slot;
-    int64_t position;
-    std::vector<float> row;
-  };
-  std::vector<Saved> saved;
+  SavedWindowRows saved(store, c.sliding_window, c.head_dim);
   for (int32_t k = 1; k < steps; ++k) {
     segments.clear();
     h.clear();
@@ -211,8 +234,7 @@ Status Model::Draft(HostKvPools& pools, std::span<const DraftInput> inputs,
       if (inputs[i].num_steps <= k || out->at(i).size() != static_cast<size_t>(k)) continue;
       const CpuKvStore::DrafterSlot& ds = kv->Drafter(inputs[i].slot);
       const int64_t pos = ds.next + k - 1;
-      const float* ring = store.Window(0, inputs[i].slot) + (pos % w) * hd;
-      saved.push_back({inputs[i].slot, pos, std::vector<float>(ring, ring + hd)});
+      saved.Save(inputs[i].slot, 0, pos);
       Segment seg{&store, inputs[i].slot, {}, {}, pos, static_cast<int64_t>(h.size()), 1};
       seg.window_floor = ds.floor;
       segments.push_back(seg);
@@ -231,8 +253,7 @@ Status Model::Draft(HostKvPools& pools, std::span<const DraftInput> inputs,
           inputs[who[j]].top_k));
     }
   }
-  for (auto it = saved.rbegin(); it != saved.rend(); ++it)
-    std::copy(it->row.begin(), it->row.end(), store.Window(0, it->slot) + (it->position % w) * hd);
+  saved.Restore();
   return Status::Ok();
 }
 
@@ -298,13 +319,7 @@ Status Model::BlockDraft(CpuKvStore& kv, std::span<const DraftInput> inputs,
   // they write into the windows is put back afterwards.
   segments.clear();
   ids.clear();
-  const int64_t hd = c.head_dim, w = c.sliding_window;
-  struct Saved {
-    int32_t slot;
-    int64_t stage, position;
-    std::vector<float> row;
-  };
-  std::vector<Saved> saved;
+  SavedWindowRows saved(store, c.sliding_window, c.head_dim);
   std::vector<int64_t> depths(inputs.size(), 0);
   for (size_t i = 0; i < inputs.size(); ++i) {
     const DraftInput& in = inputs[i];
@@ -318,10 +333,7 @@ Status Model::BlockDraft(CpuKvStore& kv, std::span<const DraftInput> inputs,
     ids.push_back(in.tokens.back());
     for (int64_t k = 1; k < depths[i]; ++k) ids.push_back(static_cast<int32_t>(c.dspark_noise_token_id));
     for (int64_t s = 0; s < dc.num_layers; ++s)
-      for (int64_t k = 0; k < depths[i]; ++k) {
-        const float* ring = store.Window(s, in.slot) + ((ds.next + k) % w) * hd;
-        saved.push_back({in.slot, s, ds.next + k, std::vector<float>(ring, ring + hd)});
-      }
+      for (int64_t k = 0; k < depths[i]; ++k) saved.Save(in.slot, s, ds.next + k);
   }
   if (ids.empty()) return Status::Ok();
   const auto n = static_cast<int64_t>(ids.size());
@@ -329,8 +341,7 @@ Status Model::BlockDraft(CpuKvStore& kv, std::span<const DraftInput> inputs,
   for (int64_t t = 0; t < n; ++t)
     std::copy_n(weights_.embed.f32() + static_cast<int64_t>(ids[static_cast<size_t>(t)]) * d, d, x.data() + t * d);
   PG_RETURN_IF_ERROR(BlockStages(segments, ids, x.data(), n, &streams));
-  for (auto it = saved.rbegin(); it != saved.rend(); ++it)
-    std::copy(it->row.begin(), it->row.end(), store.Window(it->stage, it->slot) + (it->position % w) * hd);
+  saved.Restore();
   std::vector<float> y(static_cast<size_t>(n * d)), logits;
   HyperConnectionHead(c, bw.hc_head, streams.data(), n, y.data());
   cpu::RmsNorm(y.data(), bw.norm.f32(), y.data(), n, d, eps);
