@@ -2,20 +2,20 @@
 
 #include <cuda_bf16.h>
 
-#include "kernels/common/cluster.cuh"
 #include "kernels/common/mma.cuh"
+#include "kernels/common/split_k_tile.cuh"
 
 namespace peregrine::kernels {
 
 namespace {
 
-constexpr int kWarps = 8;
-constexpr int kThreads = kWarps * 32;
-constexpr int kTiles = kW8A16RowsPerCta / 16;          // m16 tiles per warp
+using split_k::kThreads;
+using split_k::kTiles;
+using split_k::kWarps;
 constexpr int kUnitK = kW8A16ScaleBlock;               // K per unit: one scale block
 constexpr int kChunkK = 64;                            // K a row's 4 lanes cover with one 16-byte load each
 constexpr int kChunksPerUnit = kUnitK / kChunkK;
-constexpr int kSumStride = kW8A16RowsPerCta + 4;       // padded token row of a warp's partial tile
+static_assert(kW8A16RowsPerCta == split_k::kRowsPerCta, "the shared tile epilogue's rows");
 static_assert(kW8A16MinK == kChunkK, "a partial unit is one 64-wide chunk");
 
 // 16 weight bytes, read once: bypass L1 (x keeps it).
@@ -60,9 +60,7 @@ constexpr uint32_t kHighPair = 0x3424;  // bytes 2, 3
 template <int kNTiles, bool kOutF32>
 __global__ void __launch_bounds__(kThreads, 2) Fp8W8A16Kernel(const Fp8W8A16Params p) {
   constexpr int kTokens = 8 * kNTiles;
-  constexpr int kTileElems = kTokens * kW8A16RowsPerCta;
-  __shared__ float partial[kWarps][kTokens * kSumStride];  // [warp][token][row] (padded)
-  __shared__ float cta_sum[kTileElems];                    // [token][row]
+  __shared__ split_k::TileSums<kNTiles> sums;
 
   const int warp = static_cast<int>(threadIdx.x) / 32;
   const int lane = static_cast<int>(threadIdx.x) % 32;
@@ -146,23 +144,9 @@ __global__ void __launch_bounds__(kThreads, 2) Fp8W8A16Kernel(const Fp8W8A16Para
     }
   }
 
-  // Warps' partial sums -> the CTA's, in warp order.
-  float* mine = partial[warp];
-#pragma unroll
-  for (int r = 0; r < kTiles; ++r)
-#pragma unroll
-    for (int nt = 0; nt < kNTiles; ++nt) {
-      const int row = 16 * r + g, token = 8 * nt + 2 * t;
-      mine[token * kSumStride + row] = acc[r][nt][0];
-      mine[(token + 1) * kSumStride + row] = acc[r][nt][1];
-      mine[token * kSumStride + row + 8] = acc[r][nt][2];
-      mine[(token + 1) * kSumStride + row + 8] = acc[r][nt][3];
-    }
-  __syncthreads();
-
-  auto store = [&](int e, float v) {
-    const int64_t token = n0 + e / kW8A16RowsPerCta;
-    const int row = m0 + e % kW8A16RowsPerCta;
+  split_k::SumAndStore(sums, acc, p.k_split, [&](int token_in_tile, int row_in_tile, float v) {
+    const int64_t token = n0 + token_in_tile;
+    const int row = m0 + row_in_tile;
     if (token >= p.n || row >= p.m) return;
     const int64_t at = token * p.m + row;
     if constexpr (kOutF32) {
@@ -170,77 +154,25 @@ __global__ void __launch_bounds__(kThreads, 2) Fp8W8A16Kernel(const Fp8W8A16Para
     } else {
       static_cast<__nv_bfloat16*>(p.y)[at] = __float2bfloat16_rn(v);
     }
-  };
-  for (int e = static_cast<int>(threadIdx.x); e < kTileElems; e += kThreads) {
-    const int token = e / kW8A16RowsPerCta, row = e % kW8A16RowsPerCta;
-    float sum = 0.0f;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) sum += partial[w][token * kSumStride + row];
-    if (p.k_split == 1) {
-      store(e, sum);
-    } else {
-      cta_sum[e] = sum;
-    }
-  }
-  if (p.k_split == 1) return;
-
-  // The cluster's CTAs hold partial sums of the same outputs over disjoint K ranges: rank 0
-  // adds them in rank order and stores; the second barrier keeps the peers' shared memory
-  // alive until it has read them.
-  ClusterSync();
-  if (ClusterRank() == 0) {
-    for (int e = static_cast<int>(threadIdx.x); e < kTileElems; e += kThreads) {
-      float sum = 0.0f;
-      for (int q = 0; q < p.k_split; ++q) sum += ClusterPeer(cta_sum, q)[e];
-      store(e, sum);
-    }
-  }
-  ClusterSync();
+  });
 }
 
 using KernelFn = void (*)(Fp8W8A16Params);
 // [token tiles per CTA - 1][y is f32]
-constexpr KernelFn kKernels[2][2] = {{Fp8W8A16Kernel<1, false>, Fp8W8A16Kernel<1, true>},
-                                     {Fp8W8A16Kernel<2, false>, Fp8W8A16Kernel<2, true>}};
+constexpr KernelFn kKernels[2][2] = {{Fp8W8A16Kernel<1, false>, Fp8W8A16Kernel<2, false>},
+                                     {Fp8W8A16Kernel<1, true>, Fp8W8A16Kernel<2, true>}};
 
 }  // namespace
 
 int Fp8W8A16KSplit(int m, int k, int num_sms, int compute_major) {
-  if (compute_major < 9 || m <= 0 || k <= 0) return 1;
-  const int64_t row_tiles = (static_cast<int64_t>(m) + kW8A16RowsPerCta - 1) / kW8A16RowsPerCta;
-  const int units = (k + kUnitK - 1) / kUnitK;
-  int split = 1;
-  while (split < kW8A16MaxKSplit && row_tiles * split < 2 * static_cast<int64_t>(num_sms) && units >= 8 * split)
-    split *= 2;
-  return split;
+  return split_k::KSplit(m, (k + kUnitK - 1) / kUnitK, 4, kW8A16MaxKSplit, num_sms, compute_major);
 }
 
 cudaError_t LaunchFp8W8A16(const Fp8W8A16Params& p, cudaStream_t stream) {
   if (p.n <= 0) return cudaSuccess;
   if (p.m <= 0 || p.k <= 0 || p.k % kW8A16MinK != 0 || p.k_split < 1 || p.k_split > kW8A16MaxKSplit)
     return cudaErrorInvalidValue;
-  const int wide = p.n > 8 ? 1 : 0;
-  const int64_t tokens = 8 << wide;
-  const int64_t token_tiles = (p.n + tokens - 1) / tokens;
-  const int64_t row_tiles = (static_cast<int64_t>(p.m) + kW8A16RowsPerCta - 1) / kW8A16RowsPerCta;
-  if (token_tiles > INT32_MAX || row_tiles > 65535) return cudaErrorInvalidValue;
-
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned>(token_tiles), static_cast<unsigned>(p.k_split),
-                        static_cast<unsigned>(row_tiles));
-  config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = 0;
-  config.stream = stream;
-  cudaLaunchAttribute attribute[1];
-  if (p.k_split > 1) {
-    attribute[0].id = cudaLaunchAttributeClusterDimension;
-    attribute[0].val.clusterDim.x = 1;
-    attribute[0].val.clusterDim.y = static_cast<unsigned>(p.k_split);
-    attribute[0].val.clusterDim.z = 1;
-    config.attrs = attribute;
-    config.numAttrs = 1;
-  }
-  return cudaLaunchKernelEx(&config, kKernels[wide][p.y_f32 ? 1 : 0], p);
+  return split_k::Launch(kKernels[p.y_f32 ? 1 : 0], p, p.n, p.m, p.k_split, stream);
 }
 
 }  // namespace peregrine::kernels
