@@ -4,7 +4,10 @@
 //    decode batches (judged in TB/s over the weight bytes) and a 4096-token prefill (TFLOP/s);
 //  * "fp8_w8a16": the W8A16 decode kernel (Fp8W8A16Linear) at N <= 128, judged in TB/s over
 //    the weight bytes against the H200's 4.8 TB/s HBM roofline, with its time ratio to
-//    Fp8Linear and to the bf16 projection.
+//    Fp8Linear and to the bf16 projection;
+//  * "bf16_linear_invariant": the batch-invariant bf16 projection (kernels/bf16_linear.cuh,
+//    --enable-deterministic-inference) at every batch, in TB/s over its bf16 weight bytes
+//    (TFLOP/s for the prefill), with its time ratio to the bf16 cuBLAS projection.
 // Median of 25 CUDA-event-timed runs after 3 warm-ups, L2 flushed before each run (each run
 // is one call: the small shapes are launch-bound). Prints and appends JSON lines.
 //
@@ -74,6 +77,8 @@ int Main(int argc, char** argv) {
   cuda::CachingAllocator allocator(raw);
   cuda::Stream stream = MustValue(cuda::Stream::Create(), "stream");
   cuda::Blas blas = MustValue(cuda::Blas::Create(allocator), "cublas");
+  cuda::Blas invariant = MustValue(cuda::Blas::Create(allocator), "cublas");
+  invariant.set_batch_invariant(true);
   auto alloc = [&](size_t bytes, int fill) {
     cuda::DeviceBuffer b = MustValue(allocator.Allocate(bytes), "allocate");
     MustCuda(cudaMemsetAsync(b.data(), fill, bytes, stream.get()), "fill");
@@ -107,6 +112,8 @@ int Main(int argc, char** argv) {
 
       const double fp8_ms = timer.Median([&] { Must(cuda::Fp8Linear(blas, args, stream.get()), "fp8_linear"); });
       const double peer_ms = timer.Median([&] { Must(cuda::Linear(blas, peer_args, stream.get()), "linear"); });
+      const double inv_ms =
+          timer.Median([&] { Must(cuda::Linear(invariant, peer_args, stream.get()), "batch-invariant linear"); });
       const cuda::Fp8W8A16Args w8a16_args{args.x, args.w, args.w_scale, args.y};
       const double w8a16_ms =
           n <= kMaxW8A16Batch
@@ -134,6 +141,20 @@ int Main(int argc, char** argv) {
                     tbs / kCopyTBs, tflops / kFp8DatasheetTFs, tflops / kBf16MeasuredTFs, peer_us, peer_us / us);
       std::printf("%s\n", line);
       if (out != nullptr) std::fprintf(out, "%s\n", line);
+      {
+        const double inv_us = inv_ms * 1e3, bf16_bytes = 2.0 * static_cast<double>(s.m * s.k);
+        std::snprintf(line, sizeof(line),
+                      "{\"op\":\"bf16_linear_invariant\",\"shape\":\"%s\",\"m\":%lld,\"k\":%lld,\"n\":%lld,"
+                      "\"regime\":\"%s\",\"weight_bytes\":%.0f,\"time_us\":%.2f,\"tb_s_weights\":%.3f,"
+                      "\"frac_roofline_4.8tbs\":%.3f,\"tflop_s\":%.2f,\"frac_bf16_measured\":%.3f,"
+                      "\"peer\":\"cublas_bf16_linear\",\"peer_time_us\":%.2f,\"speedup_vs_peer\":%.2f}",
+                      s.name, static_cast<long long>(s.m), static_cast<long long>(s.k), static_cast<long long>(n),
+                      prefill ? "prefill" : "decode", bf16_bytes, inv_us, bf16_bytes / (inv_us * 1e-6) / 1e12,
+                      bf16_bytes / (inv_us * 1e-6) / 1e12 / kHbmRooflineTBs, flops / (inv_us * 1e-6) / 1e12,
+                      flops / (inv_us * 1e-6) / 1e12 / kBf16MeasuredTFs, peer_us, peer_us / inv_us);
+        std::printf("%s\n", line);
+        if (out != nullptr) std::fprintf(out, "%s\n", line);
+      }
       if (n > kMaxW8A16Batch) continue;
       const double w_us = w8a16_ms * 1e3;
       const double w_tbs = weight_bytes / (w_us * 1e-6) / 1e12;

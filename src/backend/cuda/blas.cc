@@ -2,6 +2,8 @@
 
 #include <string>
 
+#include "backend/cuda/cuda_status.h"
+
 namespace peregrine::cuda {
 
 Status CublasStatus(cublasStatus_t status, const char* what, const ::peregrine::SourceLocation& where) {
@@ -38,6 +40,10 @@ Result<Blas> Blas::Create(CachingAllocator& allocator, size_t workspace_bytes) {
   blas.lt_plans_.reserve(kMaxLtPlans);
   PG_ASSIGN_OR_RETURN(blas.workspace_, allocator.Allocate(workspace_bytes));
   PG_CUBLAS_RETURN_IF_ERROR(cublasSetWorkspace(blas.handle_, blas.workspace_.data(), blas.workspace_.capacity()));
+  int device = 0;
+  PG_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
+  PG_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&blas.num_sms_, cudaDevAttrMultiProcessorCount, device));
+  PG_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&blas.compute_major_, cudaDevAttrComputeCapabilityMajor, device));
   return blas;
 }
 
@@ -51,6 +57,9 @@ Blas& Blas::operator=(Blas&& other) noexcept {
     workspace_ = std::move(other.workspace_);
     lt_plans_ = std::move(other.lt_plans_);
     lt_next_evict_ = other.lt_next_evict_;
+    batch_invariant_ = other.batch_invariant_;
+    num_sms_ = other.num_sms_;
+    compute_major_ = other.compute_major_;
     other.handle_ = nullptr;
     other.lt_handle_ = nullptr;
     other.lt_plans_.clear();

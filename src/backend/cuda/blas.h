@@ -64,6 +64,16 @@ class Blas {
   LtMatmulPlan* AddLtPlan(const LtMatmulPlan& plan);
   static constexpr size_t kMaxLtPlans = 64;
 
+  // Batch-invariant mode (--enable-deterministic-inference): the projections issued through
+  // this handle (Linear, Fp8Projection, GroupedOutputProjection) sum every output in an order
+  // that does not depend on the number of rows, so a token's result is the same alone or in
+  // any batch. Off by default: cuBLAS then picks its algorithm by shape.
+  void set_batch_invariant(bool on) { batch_invariant_ = on; }
+  bool batch_invariant() const { return batch_invariant_; }
+  // The device the handle was created on (the batch-invariant kernels' K split reads them).
+  int num_sms() const { return num_sms_; }
+  int compute_major() const { return compute_major_; }
+
  private:
   void DestroyLtPlans();
 
@@ -72,6 +82,9 @@ class Blas {
   DeviceBuffer workspace_;
   std::vector<LtMatmulPlan> lt_plans_;
   size_t lt_next_evict_ = 0;
+  bool batch_invariant_ = false;
+  int num_sms_ = 0;
+  int compute_major_ = 0;
 };
 
 }  // namespace peregrine::cuda

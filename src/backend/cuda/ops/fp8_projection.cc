@@ -40,7 +40,8 @@ Status Fp8Projection(Blas& blas, const Fp8ProjectionArgs& a, cudaStream_t stream
   PG_RETURN_IF_ERROR(check.Require(a.y.dtype == DType::kBF16 || a.y.dtype == DType::kF32, "y must be bf16 or f32"));
   PG_RETURN_IF_ERROR(check.Check("y", a.y, a.y.dtype, {&rows, &out}, Device::kCuda, a.y.dtype == DType::kF32 ? 4 : 2));
   const int64_t n = rows.value(), k = in.value(), m = out.value();
-  if (n <= kFp8W8A16MaxRows || !FitsCublasLt(k, m)) return W8A16Rows(a, 0, n, stream);
+  // W8A16 is batch-invariant per row; cuBLASLt (prefill sizes) rounds the activations to e4m3.
+  if (n <= kFp8W8A16MaxRows || !FitsCublasLt(k, m) || blas.batch_invariant()) return W8A16Rows(a, 0, n, stream);
 
   const size_t need = Fp8ProjectionWorkspaceBytes(k, m);
   Dim workspace_bytes("workspace_bytes");

@@ -1,6 +1,10 @@
 #include "backend/cuda/ops/linear.h"
 
+#include <string>
+
+#include "backend/cuda/cuda_status.h"
 #include "backend/cuda/ops/tensor_check.h"
+#include "kernels/bf16_linear.cuh"
 
 namespace peregrine::cuda {
 
@@ -23,6 +27,21 @@ Status Linear(Blas& blas, const LinearArgs& a, cudaStream_t stream) {
   PG_RETURN_IF_ERROR(check.Require(rows.value() <= INT32_MAX && in.value() <= INT32_MAX && out.value() <= INT32_MAX,
                                    "sizes overflow int32"));
   if (rows.value() == 0 || out.value() == 0) return Status::Ok();
+  if (blas.batch_invariant()) {
+    PG_RETURN_IF_ERROR(check.Require(a.x.dtype == DType::kBF16,
+                                     "batch-invariant mode has bf16 projections only (x and w are f32)"));
+    StridedLinearArgs s;
+    s.x = a.x.data;
+    s.x_stride = in.value();
+    s.w = a.w.data;
+    s.y = a.y.data;
+    s.y_f32 = a.y.dtype == DType::kF32;
+    s.y_stride = out.value();
+    s.n = rows.value();
+    s.m = out.value();
+    s.k = in.value();
+    return BatchInvariantLinear(blas, s, stream);
+  }
 
   PG_ASSIGN_OR_RETURN(cublasHandle_t handle, blas.On(stream));
   const float one = 1.0f;
@@ -34,6 +53,33 @@ Status Linear(Blas& blas, const LinearArgs& a, cudaStream_t stream) {
   PG_CUBLAS_RETURN_IF_ERROR(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &one, a.w.data,
                                          CudaType(a.w.dtype), k, a.x.data, CudaType(a.x.dtype), k, &zero, a.y.data,
                                          CudaType(a.y.dtype), m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  return Status::Ok();
+}
+
+Status BatchInvariantLinear(const Blas& blas, const StridedLinearArgs& a, cudaStream_t stream) {
+  TensorChecker check("batch_invariant_linear");
+  PG_RETURN_IF_ERROR(check.Require(a.k > 0 && a.k % 16 == 0 && a.k <= INT32_MAX,
+                                   "K=" + std::to_string(a.k) + " must be a positive multiple of 16"));
+  PG_RETURN_IF_ERROR(check.Require(a.m > 0 && a.m <= 65535LL * kernels::kBf16LinearRowsPerCta,
+                                   "M=" + std::to_string(a.m) + " must be positive and fit the grid's row tiles"));
+  PG_RETURN_IF_ERROR(check.Require(a.n >= 0, "N must not be negative"));
+  PG_RETURN_IF_ERROR(check.Require(a.x_stride >= a.k && a.x_stride % 8 == 0 && a.y_stride >= a.m,
+                                   "row strides: x's must be >= K and a multiple of 8, y's >= M"));
+  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  PG_RETURN_IF_ERROR(check.Require(aligned(a.x) && aligned(a.w), "x and w must be 16-byte aligned"));
+  if (a.n == 0) return Status::Ok();
+  kernels::Bf16LinearParams p;
+  p.x = a.x;
+  p.w = a.w;
+  p.y = a.y;
+  p.y_f32 = a.y_f32;
+  p.n = a.n;
+  p.m = static_cast<int>(a.m);
+  p.k = static_cast<int>(a.k);
+  p.x_stride = a.x_stride;
+  p.y_stride = a.y_stride;
+  p.k_split = kernels::Bf16LinearKSplit(p.m, p.k, blas.num_sms(), blas.compute_major());
+  PG_CUDA_RETURN_IF_ERROR(kernels::LaunchBf16Linear(p, stream));
   return Status::Ok();
 }
 

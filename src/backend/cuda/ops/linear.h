@@ -1,6 +1,7 @@
-// y = x . w^T through cuBLAS (the dense projections of the model): bf16 weights, bf16 or f32
-// activations and outputs, fp32 accumulation. Never allocates (the Blas handle owns its
-// workspace), so it can be captured.
+// y = x . w^T (the dense projections of the model): bf16 weights, bf16 or f32 activations and
+// outputs, fp32 accumulation, through cuBLAS, or with `Blas::batch_invariant()` through the
+// batch-invariant kernel (kernels/bf16_linear.cuh; bf16 x and w only). Never allocates (the
+// Blas handle owns its workspace), so it can be captured.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -20,5 +21,19 @@ struct LinearArgs {
 // InvalidArgument for mismatched shapes or an unsupported dtype mix (x and w must share a
 // dtype); cuBLAS failures map through CublasStatus. Asynchronous on `stream`.
 Status Linear(Blas& blas, const LinearArgs& args, cudaStream_t stream);
+
+// The batch-invariant kernel on rows that need not be contiguous (the grouped output
+// projection reads one head group of every row): y[t, :m] = x[t, :k] . w^T, the rows of x
+// `x_stride` and those of y `y_stride` elements apart.
+struct StridedLinearArgs {
+  const void* x = nullptr;  // bf16, 16-byte aligned rows
+  int64_t x_stride = 0;     // >= k, a multiple of 8
+  const void* w = nullptr;  // [m, k] bf16
+  void* y = nullptr;        // bf16 or f32
+  bool y_f32 = false;
+  int64_t y_stride = 0;     // >= m
+  int64_t n = 0, m = 0, k = 0;  // k a positive multiple of 16
+};
+Status BatchInvariantLinear(const Blas& blas, const StridedLinearArgs& args, cudaStream_t stream);
 
 }  // namespace peregrine::cuda

@@ -1,6 +1,7 @@
 #include "backend/cuda/ops/output_projection.h"
 
 #include "backend/cuda/ops/fp8_projection.h"
+#include "backend/cuda/ops/linear.h"
 #include "backend/cuda/ops/tensor_check.h"
 
 namespace peregrine::cuda {
@@ -21,6 +22,32 @@ Status GroupedOutputProjection(Blas& blas, const OutputProjectionArgs& a, cudaSt
                                        hidden.value() <= INT32_MAX && group_in.value() * groups.value() <= INT32_MAX,
                                    "sizes overflow int32"));
   if (batch.value() == 0) return Status::Ok();
+
+  if (blas.batch_invariant()) {
+    // One batch-invariant launch per head group, then wo_b through the batch-invariant path.
+    const int64_t gi = group_in.value(), r = rank.value(), g = groups.value();
+    for (int64_t j = 0; j < g; ++j) {
+      StridedLinearArgs s;
+      s.x = static_cast<const char*>(a.o.data) + j * gi * 2;
+      s.x_stride = heads.value() * dim.value();
+      s.w = static_cast<const char*>(a.wo_a.data) + j * r * gi * 2;
+      s.y = static_cast<char*>(a.mid.data) + j * r * 2;
+      s.y_stride = g * r;
+      s.n = batch.value();
+      s.m = r;
+      s.k = gi;
+      PG_RETURN_IF_ERROR(BatchInvariantLinear(blas, s, stream));
+    }
+    const Tensor mid = Tensor::Contiguous(a.mid.data, DType::kBF16, {batch.value(), mid_in.value()}, Device::kCuda);
+    if (!fp8) return Linear(blas, {mid, a.wo_b, a.out}, stream);
+    Fp8ProjectionArgs p;
+    p.x = mid;
+    p.w = a.wo_b;
+    p.w_scale = a.wo_b_scale;
+    p.y = a.out;
+    p.workspace = a.fp8_workspace;
+    return Fp8Projection(blas, p, stream);
+  }
 
   PG_ASSIGN_OR_RETURN(cublasHandle_t handle, blas.On(stream));
   const float one = 1.0f;
