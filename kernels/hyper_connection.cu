@@ -542,13 +542,14 @@ int NumMixes(const HcCollapseParams& p) { return p.has_comb ? (2 + p.hc) * p.hc 
 cudaError_t LaunchHcMixes(const HcCollapseParams& p, cudaStream_t stream) {
   if (p.num_tokens <= 0) return cudaSuccess;
   if (!IsValid(p)) return cudaErrorInvalidValue;
-  return LaunchMixes(p, NumMixes(p), HcSplitFor(p.num_tokens, static_cast<int64_t>(p.hc) * p.dim), stream);
+  return LaunchMixes(p, NumMixes(p), HcSplitOf(p.num_tokens, static_cast<int64_t>(p.hc) * p.dim, p.batch_invariant),
+                    stream);
 }
 
 cudaError_t LaunchHcFinalize(const HcCollapseParams& p, cudaStream_t stream) {
   if (p.num_tokens <= 0) return cudaSuccess;
   if (!IsValid(p)) return cudaErrorInvalidValue;
-  const HcSplit split = HcSplitFor(p.num_tokens, static_cast<int64_t>(p.hc) * p.dim);
+  const HcSplit split = HcSplitOf(p.num_tokens, static_cast<int64_t>(p.hc) * p.dim, p.batch_invariant);
   return ForHc<FinalizeFn>(p.hc, p, NumMixes(p), split.num_splits, stream);
 }
 

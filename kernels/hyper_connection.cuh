@@ -46,6 +46,12 @@ PG_HOST_DEVICE constexpr HcSplit HcSplitFor(int64_t num_tokens, int64_t k) {
   return {(units + per - 1) / per, per};
 }
 
+// The split of a batch-invariant collapse (--enable-deterministic-inference): the one batch 1
+// gets, at every batch size, so each row's sums run in one order.
+PG_HOST_DEVICE constexpr HcSplit HcSplitOf(int64_t num_tokens, int64_t k, bool batch_invariant) {
+  return HcSplitFor(batch_invariant ? 1 : num_tokens, k);
+}
+
 // f32 elements of workspace the collapse needs for `num_tokens` rows and `num_mixes` mixes.
 // Monotone in num_tokens, so a buffer sized for the largest batch serves every smaller one.
 PG_HOST_DEVICE constexpr int64_t HcWorkspaceFloats(int64_t num_tokens, int64_t num_mixes, int64_t k) {
@@ -54,6 +60,12 @@ PG_HOST_DEVICE constexpr int64_t HcWorkspaceFloats(int64_t num_tokens, int64_t n
   const int64_t a = units * num_tokens;
   const int64_t b = int64_t{kHcTargetCtas} * kHcTokenTile + num_tokens;
   return (num_mixes + 1) * (a < b ? a : b);
+}
+// The same for the batch-invariant split (also monotone in num_tokens).
+PG_HOST_DEVICE constexpr int64_t HcWorkspaceFloatsOf(int64_t num_tokens, int64_t num_mixes, int64_t k,
+                                                     bool batch_invariant) {
+  return batch_invariant ? (num_mixes + 1) * num_tokens * HcSplitFor(1, k).num_splits
+                         : HcWorkspaceFloats(num_tokens, num_mixes, k);
 }
 
 // The collapse before a sub-layer (has_comb) or before the head (!has_comb).
@@ -73,6 +85,7 @@ struct HcCollapseParams {
   int hc = 0;
   int dim = 0;  // D, a multiple of 8, <= kHcMaxDim
   bool has_comb = false;
+  bool batch_invariant = false;  // HcSplitOf: the workspace is HcWorkspaceFloatsOf(..., true)
   float hc_eps = 1e-6f;
   float norm_eps = 1e-6f;
   int sinkhorn_iters = 20;

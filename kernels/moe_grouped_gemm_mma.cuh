@@ -401,7 +401,10 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm) MoeMxfp4MmaKernel(con
   // Measured on the H200 at batch 1 (bench/moe/NOTES.md): splitting gate-up (32 steps per
   // item) takes it from 1.06 to 1.54 TB/s; down (16 steps, split 4) lost 6%, so it keeps one
   // warp per item.
-  const int split = kGateUp ? ChooseSplit(num_items, (p.in_dim + kStepInputs - 1) / kStepInputs) : 1;
+  // Batch-invariant mode keeps one warp per item at every batch size (the split changes the
+  // order of each sum, and it depends on how many experts the batch touches).
+  const int split =
+      kGateUp && !p.batch_invariant ? ChooseSplit(num_items, (p.in_dim + kStepInputs - 1) / kStepInputs) : 1;
   if (split == 1) {
     // One warp per item, passes of up to kMaxTokenTiles token tiles.
     const int stride = static_cast<int>(gridDim.x) * kWarps;

@@ -3,6 +3,7 @@
 // launchers' tensor checker.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <random>
 #include <set>
@@ -92,14 +93,19 @@ TEST(CachingAllocatorTest, TrimsCacheWhenTheSourceRunsOut) {
 }
 
 // Every tile of every request covered once, in order; CTA loads balanced; slots consistent.
-void CheckPlan(const std::vector<int64_t>& rows, int num_ctas, int max_batch) {
-  SCOPED_TRACE("B=" + std::to_string(rows.size()) + " ctas=" + std::to_string(num_ctas));
+// `whole`: the batch-invariant plan, each non-empty request one direct segment, a CTA over its
+// share by less than its last request.
+void CheckPlan(const std::vector<int64_t>& rows, int num_ctas, int max_batch, bool whole = false) {
+  SCOPED_TRACE("B=" + std::to_string(rows.size()) + " ctas=" + std::to_string(num_ctas) + (whole ? " whole" : ""));
   constexpr int64_t kBlockN = kernels::kSparseAttentionBlockN;
   const auto layout = SparseAttentionLayout(num_ctas, max_batch);
   std::vector<int32_t> s(static_cast<size_t>(layout.num_ints()), 77);
-  ASSERT_TRUE(PlanSparseAttention(rows, layout, s).ok());
-  int64_t total_tiles = 0;
-  for (int64_t r : rows) total_tiles += (r + kBlockN - 1) / kBlockN;
+  ASSERT_TRUE(PlanSparseAttention(rows, layout, s, whole).ok());
+  int64_t total_tiles = 0, max_tiles = 0;
+  for (int64_t r : rows) {
+    total_tiles += (r + kBlockN - 1) / kBlockN;
+    max_tiles = std::max(max_tiles, (r + kBlockN - 1) / kBlockN);
+  }
   const int64_t per_cta = std::max<int64_t>(1, (total_tiles + num_ctas - 1) / num_ctas);
   std::vector<int64_t> next_row(rows.size(), 0);
   std::vector<int> segments_of(rows.size(), 0);
@@ -123,13 +129,16 @@ void CheckPlan(const std::vector<int64_t>& rows, int num_ctas, int max_batch) {
         EXPECT_TRUE(slots.insert(seg[3]).second) << "slot used twice";
       }
     }
-    EXPECT_LE(tiles, per_cta);
+    EXPECT_LE(tiles, whole ? per_cta + max_tiles - 1 : per_cta);
   }
   const int32_t* combine = s.data() + layout.combine_offset();
   std::set<int32_t> combined(combine + 1, combine + 1 + combine[0]);
   EXPECT_EQ(static_cast<int32_t>(combined.size()), combine[0]) << "a request listed twice for the combine";
   for (size_t b = 0; b < rows.size(); ++b) {
     EXPECT_EQ(next_row[b], rows[b]) << "request " << b << " not fully covered";
+    if (whole) {
+      EXPECT_EQ(segments_of[b], rows[b] > 0 ? 1 : 0) << "request " << b << " split";
+    }
     const int32_t* info = s.data() + layout.requests_offset() + 2 * b;
     if (segments_of[b] == 1) {
       EXPECT_EQ(info[1], -1);
@@ -158,7 +167,22 @@ TEST(SparseAttentionPlanTest, Invariants) {
     std::vector<int64_t> rows(static_cast<size_t>(batch(rng)));
     for (int64_t& r : rows) r = len(rng) < 300 ? 0 : len(rng);
     CheckPlan(rows, ctas(rng), static_cast<int>(rows.size()) + 2);
+    CheckPlan(rows, ctas(rng), static_cast<int>(rows.size()) + 2, true);
   }
+}
+
+// The batch-invariant plan never splits a request: one long request runs on one CTA, and a
+// request's segment is the same whatever the batch around it.
+TEST(SparseAttentionPlanTest, WholeRequestsNeverSplit) {
+  CheckPlan({8320}, 132, 1, true);
+  CheckPlan({640}, 1, 4, true);
+  CheckPlan({1, 0, 63, 64, 65, 129, 0, 2049, 7}, 7, 12, true);
+  CheckPlan(std::vector<int64_t>(128, 640), 132, 128, true);
+  const auto single = SparseAttentionLayout(132, 1);
+  std::vector<int32_t> t(static_cast<size_t>(single.num_ints()));
+  ASSERT_TRUE(PlanSparseAttention(std::vector<int64_t>{128 + 8192}, single, t, true).ok());
+  EXPECT_EQ(t[static_cast<size_t>(single.requests_offset() + 1)], -1);  // direct
+  EXPECT_EQ(t[1], 1);  // CTA 0 holds the one segment
 }
 
 TEST(SparseAttentionPlanTest, WholeRequestsAtLargeBatchSplitsAtSmallBatch) {

@@ -21,8 +21,9 @@ Status CheckStreamShape(const TensorChecker& check, const Dim& hc, const Dim& d)
 
 }  // namespace
 
-int64_t HyperConnectionWorkspaceFloats(int64_t num_tokens, int64_t hc, int64_t dim, int64_t num_mixes) {
-  return kernels::HcWorkspaceFloats(num_tokens, num_mixes, hc * dim);
+int64_t HyperConnectionWorkspaceFloats(int64_t num_tokens, int64_t hc, int64_t dim, int64_t num_mixes,
+                                       bool batch_invariant) {
+  return kernels::HcWorkspaceFloatsOf(num_tokens, num_mixes, hc * dim, batch_invariant);
 }
 
 Status HyperConnectionPre(const HcPreArgs& a, cudaStream_t stream) {
@@ -40,7 +41,7 @@ Status HyperConnectionPre(const HcPreArgs& a, cudaStream_t stream) {
   PG_RETURN_IF_ERROR(check.Check("post", a.post, DType::kF32, {&n, &hc}, Device::kCuda, kScalarAlignment));
   PG_RETURN_IF_ERROR(check.Check("comb", a.comb, DType::kF32, {&n, &hc, &hc}, Device::kCuda, kScalarAlignment));
   PG_RETURN_IF_ERROR(check.Require(w.value() >= HyperConnectionWorkspaceFloats(n.value(), hc.value(), d.value(),
-                                                                               m.value()),
+                                                                               m.value(), a.batch_invariant),
                                    "workspace of at least HyperConnectionWorkspaceFloats(N, hc, D, M) floats"));
   PG_RETURN_IF_ERROR(check.Require(a.sinkhorn_iters >= 1, "sinkhorn_iters >= 1"));
   PG_RETURN_IF_ERROR(check.Require(n.value() <= kMaxRows, "N at most 65535 * 32"));
@@ -61,6 +62,7 @@ Status HyperConnectionPre(const HcPreArgs& a, cudaStream_t stream) {
   p.hc = static_cast<int>(hc.value());
   p.dim = static_cast<int>(d.value());
   p.has_comb = true;
+  p.batch_invariant = a.batch_invariant;
   p.hc_eps = a.hc_eps;
   p.norm_eps = a.rms_norm_eps;
   p.sinkhorn_iters = a.sinkhorn_iters;
@@ -104,7 +106,7 @@ Status HyperConnectionHead(const HcHeadArgs& a, cudaStream_t stream) {
   PG_RETURN_IF_ERROR(check.Check("workspace", a.workspace, DType::kF32, {&w}));
   PG_RETURN_IF_ERROR(check.Check("y", a.y, DType::kBF16, {&r, &d}));
   PG_RETURN_IF_ERROR(check.Require(w.value() >= HyperConnectionWorkspaceFloats(r.value(), hc.value(), d.value(),
-                                                                               hc.value()),
+                                                                               hc.value(), a.batch_invariant),
                                    "workspace of at least HyperConnectionWorkspaceFloats(R, hc, D, hc) floats"));
   PG_RETURN_IF_ERROR(check.Require(r.value() <= kMaxRows, "R at most 65535 * 32"));
 
@@ -124,6 +126,7 @@ Status HyperConnectionHead(const HcHeadArgs& a, cudaStream_t stream) {
   p.hc = static_cast<int>(hc.value());
   p.dim = static_cast<int>(d.value());
   p.has_comb = false;
+  p.batch_invariant = a.batch_invariant;
   p.hc_eps = a.hc_eps;
   p.norm_eps = a.rms_norm_eps;
   PG_CUDA_RETURN_IF_ERROR(kernels::LaunchHcCollapse(p, stream));

@@ -21,8 +21,9 @@ namespace peregrine::cuda {
 // f32 elements of `workspace` a collapse of `num_tokens` rows needs (pre: num_mixes =
 // (2 + hc) * hc; head: num_mixes = hc). Monotone in num_tokens: one buffer sized for the
 // largest batch serves every smaller one, and pre and head may share it (they are ordered
-// on the stream).
-int64_t HyperConnectionWorkspaceFloats(int64_t num_tokens, int64_t hc, int64_t dim, int64_t num_mixes);
+// on the stream). `batch_invariant`: for collapses with that flag (more splits past batch 1).
+int64_t HyperConnectionWorkspaceFloats(int64_t num_tokens, int64_t hc, int64_t dim, int64_t num_mixes,
+                                       bool batch_invariant = false);
 
 // The collapse before a sub-layer (hc_attn / hc_ffn) fused with the norm after it
 // (attn_norm / ffn_norm). M = (2 + hc) * hc.
@@ -39,6 +40,9 @@ struct HcPreArgs {
   float hc_eps = 1e-6f;
   float rms_norm_eps = 1e-6f;  // the mixes' prenorm and the fused norm, as the model uses it
   int sinkhorn_iters = 20;     // >= 1
+  // Split hc*D as at batch 1 at every batch size, so a row's sums do not depend on the batch
+  // (--enable-deterministic-inference); the workspace is sized with the same flag.
+  bool batch_invariant = false;
 };
 Status HyperConnectionPre(const HcPreArgs& args, cudaStream_t stream);
 
@@ -66,6 +70,7 @@ struct HcHeadArgs {
   Tensor y;            // [R, D] bf16 out
   float hc_eps = 1e-6f;
   float rms_norm_eps = 1e-6f;
+  bool batch_invariant = false;  // as HcPreArgs
 };
 Status HyperConnectionHead(const HcHeadArgs& args, cudaStream_t stream);
 

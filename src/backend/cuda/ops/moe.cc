@@ -135,6 +135,7 @@ Status MoeGateUp(const MoeGateUpArgs& a, cudaStream_t stream) {
   p.swiglu_limit = a.swiglu_limit;
   p.format = a.format;
   p.num_ctas = a.num_ctas;
+  p.batch_invariant = a.batch_invariant;
   PG_CUDA_RETURN_IF_ERROR(kernels::LaunchMoeGateUp(p, stream));
   return Status::Ok();
 }

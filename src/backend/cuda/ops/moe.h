@@ -69,6 +69,10 @@ struct MoeGateUpArgs {
   Tensor h;                   // [N * K, I] bf16 out; rows of dropped assignments are not written
   float swiglu_limit = 0.0f;  // <= 0: no clamp
   int num_ctas = 0;           // persistent grid; 0: one full wave of the current device
+  // One warp per (expert, row tile) at every batch size: the split of the inputs over 2 or 4
+  // warps that batch 1 gets otherwise depends on how many experts the batch touches, and
+  // changes the order of each sum (--enable-deterministic-inference).
+  bool batch_invariant = false;
 };
 
 // h[a] = SiLU(min(g, limit)) * clamp(u, -limit, limit), g = x[a / K] . w1[e], u = x[a / K] . w3[e],

@@ -14,7 +14,7 @@ kernels::SparseAttentionScheduleLayout SparseAttentionLayout(int num_ctas, int m
 }
 
 Status PlanSparseAttention(std::span<const int64_t> rows, const kernels::SparseAttentionScheduleLayout& layout,
-                           std::span<int32_t> schedule) {
+                           std::span<int32_t> schedule, bool whole_requests) {
   constexpr int64_t kBlockN = kernels::kSparseAttentionBlockN;
   const int64_t batch = static_cast<int64_t>(rows.size());
   if (layout.num_ctas < 1 || layout.max_segments < layout.num_ctas + layout.max_batch)
@@ -46,7 +46,9 @@ Status PlanSparseAttention(std::span<const int64_t> rows, const kernels::SparseA
     const int64_t tiles = (rows[static_cast<size_t>(b)] + kBlockN - 1) / kBlockN;
     const int first_segment = num_segments;
     for (int64_t t = 0; t < tiles;) {
-      const int64_t take = std::min(tiles - t, per_cta - used);
+      // Whole requests: a CTA takes a request however much it holds already, and moves on
+      // once it has its share, so at most ceil(total / per_cta) <= num_ctas CTAs are used.
+      const int64_t take = whole_requests ? tiles : std::min(tiles - t, per_cta - used);
       if (take <= 0 || num_segments >= layout.max_segments) return Internal("sparse attention plan: overflow");
       int32_t* seg = segments + 4 * num_segments;
       seg[0] = static_cast<int32_t>(b);
@@ -56,7 +58,7 @@ Status PlanSparseAttention(std::span<const int64_t> rows, const kernels::SparseA
       ++num_segments;
       t += take;
       used += take;
-      if (used == per_cta && cta < layout.num_ctas) {
+      if (used >= per_cta && cta < layout.num_ctas) {
         cta_begin[++cta] = num_segments;
         used = 0;
       }

@@ -23,7 +23,13 @@ kernels::SparseAttentionScheduleLayout SparseAttentionLayout(int num_ctas, int m
 // split ones (and empty ones, whose output is zero) are listed for the combine kernel.
 // InvalidArgument when the batch exceeds the layout or a
 // row count is negative.
+//
+// `whole_requests` (batch-invariant mode, --enable-deterministic-inference): no request is
+// split; each is one segment written directly by one CTA, its tiles in order, and CTAs take
+// whole requests until they hold their share. A request's output then depends on its own
+// rows only, whatever the batch around it (a split request's would depend on where the
+// batch's CTA boundaries fall); a lone long request runs on one SM.
 Status PlanSparseAttention(std::span<const int64_t> rows, const kernels::SparseAttentionScheduleLayout& layout,
-                           std::span<int32_t> schedule);
+                           std::span<int32_t> schedule, bool whole_requests = false);
 
 }  // namespace peregrine::cuda
