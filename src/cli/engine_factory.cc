@@ -74,6 +74,7 @@ Result<std::unique_ptr<DeviceExecutor>> MakeCudaExecutor(const EngineOptions& o,
   eo.gpu_memory_utilization = o.gpu_memory_utilization;
   eo.prefix_caching = o.enable_prefix_caching;
   eo.snapshot_fraction = o.kv_snapshot_fraction;
+  eo.batch_invariant = o.deterministic_inference;
   eo.weights.synthetic = o.synthetic_weights;
   eo.weights.seed = kSyntheticSeed;
   eo.weights.expert_format = o.expert_format;

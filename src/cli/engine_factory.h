@@ -40,6 +40,9 @@ struct EngineOptions {
   bool enforce_eager = false;             // CUDA: no decode graphs
   bool device_sampling = true;            // CUDA: sample on the GPU
   bool overlap = true;                    // CUDA: plan step n+1 while the GPU runs step n
+  // Batch-invariant kernels: a request's tokens and logprobs do not depend on the batch it
+  // runs in (CUDA; the CPU backend is batch-invariant already).
+  bool deterministic_inference = false;
   int cuda_device = 0;
   uint64_t kv_staging_bytes = 0;          // CUDA, > 0: exported KV waits in a device arena of this size (CUDA IPC)
   speculative::SpeculativeConfig speculative;  // CPU backend only for now

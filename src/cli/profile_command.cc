@@ -88,6 +88,7 @@ int Run(const ProfileFlags& f) {
   o.weights.seed = 20260424;
   o.weights.expert_format = f.engine.expert_format;
   o.weights.dense_format = f.engine.dense_format;
+  o.batch_invariant = f.engine.deterministic_inference;
   const bool mxfp4 = f.engine.expert_format == "mxfp4";
   const bool dense_fp8 = f.engine.dense_format == "fp8";
   // Blocks for every sequence at the profiled context, each its own.
@@ -105,9 +106,10 @@ int Run(const ProfileFlags& f) {
   const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const KvCapacity& kv = model.kv_capacity();
   const int64_t blocks_per_seq = kv.layout.BlocksFor(o.max_context);
-  std::printf("model: %lld layers, %.2f GB weights (%s experts, %s dense), %.2f GB KV pools, ready in %.1f s\n",
+  std::printf("model: %lld layers, %.2f GB weights (%s experts, %s dense%s), %.2f GB KV pools, ready in %.1f s\n",
               static_cast<long long>(config.num_layers), static_cast<double>(model.weight_bytes()) / 1e9,
               mxfp4 ? "MXFP4" : "bf16", f.engine.dense_format.c_str(),
+              o.batch_invariant ? ", batch-invariant kernels" : "",
               static_cast<double>(PoolBytes(kv).total()) / 1e9, load_s);
   std::vector<std::vector<int32_t>> tables(static_cast<size_t>(max_b));
   for (int64_t i = 0; i < max_b; ++i)
@@ -193,7 +195,8 @@ int Run(const ProfileFlags& f) {
       out << "{\"bench\":\"decode_step\",\"batch\":" << b << ",\"context\":" << f.context
           << ",\"num_layers\":" << config.num_layers << ",\"experts\":\"" << (mxfp4 ? "mxfp4" : "bf16")
           << "\",\"dense\":\"" << f.engine.dense_format
-          << "\",\"graph_step_ms\":" << graph_ms << ",\"eager_step_ms\":" << eager_ms << ",\"busy_ms\":" << busy
+          << "\",\"batch_invariant\":" << (o.batch_invariant ? "true" : "false")
+          << ",\"graph_step_ms\":" << graph_ms << ",\"eager_step_ms\":" << eager_ms << ",\"busy_ms\":" << busy
           << ",\"idle_fraction\":" << std::max(0.0, 1.0 - busy / graph_ms) << ",\"host_ms\":" << host_ms
           << ",\"layer_ms\":" << layer_ms
           << ",\"layer_roofline_ms\":" << roof_ms << ",\"layer_bytes\":" << layer_bytes << ",\"load_s\":" << load_s
@@ -223,6 +226,8 @@ void AddProfileCommand(CLI::App& app) {
       ->check(CLI::IsMember({"bf16", "mxfp4"}));
   cmd->add_option("--dense-format", f->engine.dense_format, "Dense projections: bf16 or fp8")
       ->check(CLI::IsMember({"bf16", "fp8"}));
+  cmd->add_flag("--enable-deterministic-inference", f->engine.deterministic_inference,
+                "Batch-invariant kernels (their cost is what this measures)");
   cmd->add_option("--batch-sizes", f->batch_sizes, "Decode batch sizes")->delimiter(',')->capture_default_str();
   cmd->add_option("--context", f->context, "Position of the decode tokens")->capture_default_str();
   cmd->add_option("--steps", f->steps, "Timed graphed steps per batch size")->check(CLI::Range(1, 100000));

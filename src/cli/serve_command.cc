@@ -362,6 +362,9 @@ void AddServeCommand(CLI::App& app, EngineFactory factory, RankRunner rank_runne
   cmd->add_flag("--host-sampling", options->host_sampling, "CUDA: copy the logits and sample on the host");
   cmd->add_flag("--disable-overlap-schedule", options->disable_overlap_schedule,
                 "CUDA: wait for each step's tokens before planning the next (no CPU/GPU overlap)");
+  cmd->add_flag("--enable-deterministic-inference", options->enable_deterministic_inference,
+                "Batch-invariant kernels: a request's tokens and logprobs are the same alone or in any batch "
+                "(CUDA, slower; the CPU backend always is)");
   cmd->add_option("--speculative-algorithm", options->speculative_algorithm,
                   "Speculative decoding: mtp (the checkpoint's drafter chained: its MTP layer, or its DSpark "
                   "block drafter), ddtree (DDTree draft trees over its top-k) or none");

@@ -40,6 +40,7 @@ struct ServeOptions {
   bool enforce_eager = false;             // CUDA: no decode graphs
   bool host_sampling = false;             // CUDA: copy logits and sample on the host
   bool disable_overlap_schedule = false;  // CUDA: wait for each step before planning the next
+  bool enable_deterministic_inference = false;  // batch-invariant kernels (SGLang's flag)
   // Speculative decoding (SGLang's flags): mtp, ddtree or none; depth, tokens verified per
   // step (root included; 0: depth + 1) and candidates per depth for trees.
   std::string speculative_algorithm;

@@ -93,6 +93,10 @@ struct DeviceModelLimits {
   int64_t max_logit_rows = 64;   // logits rows per step
   int64_t max_context = 8192;    // positions per sequence
   int64_t block_tokens = 256;    // KV block size (rounded up to what the model needs)
+  // --enable-deterministic-inference: every kernel sums in an order that does not depend on
+  // the batch (its size, its other rows, how prefill is chunked), so a request's tokens and
+  // logprobs are the same alone or in any batch. Costs speed (see the profile).
+  bool batch_invariant = false;
 };
 
 // A contiguous piece of device memory (a KV page is a list of them).

@@ -127,6 +127,7 @@ Status DeviceExecutor::Setup(const ModelConfig& config, const Checkpoint& checkp
   limits.max_logit_rows = options_.max_logit_rows;
   limits.max_context = options_.max_context;
   limits.block_tokens = options_.block_tokens;
+  limits.batch_invariant = options_.batch_invariant;
   PG_ASSIGN_OR_RETURN(model_, factory(config, checkpoint, limits, options_.weights, *allocator_, stream_.get()));
   if (comm_ != nullptr) comm_->UseStream(stream_.get());
   PG_RETURN_IF_ERROR(AllocatePools());

@@ -49,6 +49,7 @@ struct ExecutorOptions {
   double gpu_memory_utilization = 0.9;
   bool prefix_caching = true;
   double snapshot_fraction = 0.1;
+  bool batch_invariant = false;  // --enable-deterministic-inference (DeviceModelLimits)
   DeviceWeightOptions weights;
 };
 

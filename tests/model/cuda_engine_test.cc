@@ -10,6 +10,8 @@
 //   rounding of other batch shapes (a recomputed or restored prefix runs in other GEMM shapes).
 // - grammar masks (structured outputs) deferred to the device in overlapped steps give the
 //   tokens of masks passed at launch, each output matching its grammar.
+// - with batch-invariant kernels (--enable-deterministic-inference) a request alone and among
+//   others, and prefix reuse and preemption, give the same tokens and logprobs bit for bit.
 // Skipped without a GPU.
 #include <gtest/gtest.h>
 
@@ -70,6 +72,7 @@ struct RunOptions {
   int64_t kv_tokens = 8 * 256;  // every sequence's whole context by default
   int64_t block_tokens = 256;
   bool device_sampling = true;
+  bool batch_invariant = false;
 };
 
 struct RunResult {
@@ -103,6 +106,7 @@ RunResult RunWaves(const std::filesystem::path& fixture, const std::vector<std::
   o.prefix_caching = ro.prefix_caching;
   o.snapshot_fraction = 0.5;
   o.max_logit_rows = kSeqs + 64;  // prompt logprobs: 64 scored rows per step
+  o.batch_invariant = ro.batch_invariant;
   auto executor = DeviceExecutor::Create(*config, **checkpoint, *factory, o);
   EXPECT_TRUE(executor.ok()) << executor.status().ToString();
   if (!executor.ok()) return result;
@@ -261,6 +265,38 @@ TEST_P(CudaEngineTest, GrammarMasksDeferredOrNotGiveTheSameConformingTokens) {
   }
 }
 
+// --enable-deterministic-inference: each request of Requests() (greedy, seeded, truncated,
+// penalised, with logprobs) run alone gets, bit for bit, the tokens and logprobs it gets among
+// all the others (its prompt chunked differently, into steps shared with other prefills and
+// decodes, decode graphs of other buckets, overlapped steps). The same runs without the flag
+// are printed for comparison (their rounding may or may not move a logprob on a fixture).
+TEST_P(CudaEngineTest, DeterministicInferenceGivesEveryRequestItsTokensAlone) {
+  const std::vector<EngineRequest> requests = Requests(vocab_);
+  std::vector<std::vector<EngineRequest>> alone;
+  for (const EngineRequest& r : requests) alone.push_back({r});
+  for (const bool invariant : {true, false}) {
+    RunOptions ro;
+    ro.batch_invariant = invariant;
+    const RunResult one_by_one = RunWaves(GetParam(), alone, ro);
+    const RunResult together = RunWaves(GetParam(), {requests}, ro);
+    ASSERT_EQ(one_by_one.out.size(), requests.size());
+    ASSERT_EQ(together.out.size(), requests.size());
+    int same_tokens = 0, same_logprobs = 0;
+    for (size_t i = 0; i < requests.size(); ++i) {
+      ASSERT_EQ(together.out[i].finish, FinishReason::kLength) << i << " " << together.out[i].error;
+      ASSERT_EQ(one_by_one.out[i].finish, FinishReason::kLength) << i << " " << one_by_one.out[i].error;
+      same_tokens += together.out[i].tokens == one_by_one.out[i].tokens;
+      same_logprobs += together.out[i].logprobs == one_by_one.out[i].logprobs;
+      if (!invariant) continue;
+      EXPECT_EQ(together.out[i].tokens, one_by_one.out[i].tokens) << "request " << i;
+      EXPECT_EQ(together.out[i].logprobs, one_by_one.out[i].logprobs) << "request " << i;
+    }
+    std::printf("%s %s: %d/%zu requests with the same tokens alone and together, %d/%zu the same logprobs\n",
+                GetParam().filename().c_str(), invariant ? "batch-invariant" : "default kernels", same_tokens,
+                requests.size(), same_logprobs, requests.size());
+  }
+}
+
 // Greedy requests that share a 150-token prefix, with logprobs.
 std::vector<EngineRequest> SharedPrefix(int64_t vocab, int first, int count) {
   std::vector<EngineRequest> out;
@@ -328,6 +364,28 @@ TEST_P(CudaKvTest, PreemptionKeepsGreedyTokens) {
     std::printf("%s%s: %lld preemptions, greedy tokens identical to the ample run\n", GetParam().filename().c_str(),
                 caching ? " (prefix caching)" : "", static_cast<long long>(got.stats.num_preemptions));
   }
+}
+
+// With --enable-deterministic-inference a restored prefix and a preempted sequence's
+// recomputed context give the logprobs of the plain run exactly (tolerance 0).
+TEST_P(CudaKvTest, DeterministicInferenceKeepsLogprobsExactUnderReuseAndPreemption) {
+  RunOptions plain;
+  plain.block_tokens = 32;
+  plain.batch_invariant = true;
+  RunOptions cached = plain;
+  cached.prefix_caching = true;
+  const std::vector<std::vector<EngineRequest>> waves = {SharedPrefix(vocab_, 0, 1), SharedPrefix(vocab_, 1, 5)};
+  const RunResult without = RunWaves(GetParam(), waves, plain);
+  const RunResult with = RunWaves(GetParam(), waves, cached);
+  EXPECT_EQ(with.stats.prefix_cache_hits, 5 * 128);
+  ExpectSameGreedy(with, without, 0.0);
+  RunOptions tight = cached;
+  tight.kv_tokens = 256;
+  const std::vector<std::vector<EngineRequest>> crowd = {SharedPrefix(vocab_, 0, 8)};
+  const RunResult ample = RunWaves(GetParam(), crowd, plain);
+  const RunResult squeezed = RunWaves(GetParam(), crowd, tight);
+  EXPECT_GT(squeezed.stats.num_preemptions, 0);
+  ExpectSameGreedy(squeezed, ample, 0.0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaEngineTest, ::testing::ValuesIn(testing::FixtureDirs()),

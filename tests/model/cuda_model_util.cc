@@ -21,6 +21,7 @@ Result<std::unique_ptr<SlotModel>> SlotModel::Create(const ModelConfig& config, 
   eo.max_logit_rows = o.max_logit_rows;
   eo.block_tokens = o.block_tokens;
   eo.prefix_caching = false;
+  eo.batch_invariant = o.batch_invariant;
   const KvLayout layout = deepseek_v4::KvGeometry::For(config, o.block_tokens, {2, 2}).Layout();
   const int64_t per_slot = std::max<int64_t>(layout.BlocksFor(o.max_context), 1);
   eo.kv_tokens = o.num_slots * per_slot * layout.block_tokens;

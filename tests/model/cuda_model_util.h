@@ -30,6 +30,7 @@ struct SlotModelOptions {
   int64_t max_context = 1024;
   int64_t max_logit_rows = 0;  // 0: num_slots
   int64_t block_tokens = 256;
+  bool batch_invariant = false;  // --enable-deterministic-inference
   deepseek_v4::cuda::WeightLoadOptions weights;
   DeviceParallel parallel;  // this rank's part and group (size 1: the whole model)
 };

@@ -66,6 +66,7 @@ Status CudaModel::Impl::EnqueueLayer(int64_t i, int64_t rows, int64_t chunks) {
       a.hc_eps = static_cast<float>(c.hc_eps);
       a.rms_norm_eps = static_cast<float>(c.rms_norm_eps);
       a.sinkhorn_iters = static_cast<int>(c.hc_sinkhorn_iters);
+      a.batch_invariant = limits.batch_invariant;
       return pc::HyperConnectionPre(a, stream);
     });
   };
@@ -336,6 +337,7 @@ Status CudaModel::Impl::EnqueueMoe(int64_t i, int64_t rows) {
     g.w3 = {lw.experts.w3.view, lw.experts.w3_scale.view};
     g.swiglu_limit = limit;
     g.h = h;
+    g.batch_invariant = limits.batch_invariant;
     PG_RETURN_IF_ERROR(pc::MoeGateUp(g, s));
     pc::MoeDownArgs dn;
     dn.h = h;

@@ -109,8 +109,8 @@ Status CudaModel::Impl::Allocate(cudaStream_t load_stream) {
   PG_RETURN_IF_ERROR(alloc(DType::kF32, {n, hc}, &x.post));
   PG_RETURN_IF_ERROR(alloc(DType::kF32, {n, hc, hc}, &x.comb));
   PG_RETURN_IF_ERROR(alloc(DType::kF32,
-                           {std::max(pc::HyperConnectionWorkspaceFloats(n, hc, d, (2 + hc) * hc),
-                                     pc::HyperConnectionWorkspaceFloats(n, hc, d, hc))},
+                           {std::max(pc::HyperConnectionWorkspaceFloats(n, hc, d, (2 + hc) * hc, o.batch_invariant),
+                                     pc::HyperConnectionWorkspaceFloats(n, hc, d, hc, o.batch_invariant))},
                            &x.hc_workspace));
   PG_RETURN_IF_ERROR(alloc(DType::kBF16, {n, d}, &x.f));
   PG_RETURN_IF_ERROR(alloc(DType::kF32, {n, c.q_lora_rank}, &x.qr));
@@ -207,6 +207,7 @@ Status CudaModel::Impl::EnqueueHead(int64_t rows, int64_t logit_rows) {
     a.y = View(ws.head_x, DType::kBF16, {logit_rows, d});
     a.hc_eps = static_cast<float>(c.hc_eps);
     a.rms_norm_eps = static_cast<float>(c.rms_norm_eps);
+    a.batch_invariant = limits.batch_invariant;
     PG_RETURN_IF_ERROR(pc::HyperConnectionHead(a, stream));
     const Tensor out = sharded ? View(ws.head_logits, DType::kF32, {logit_rows, part})
                                : View(ws.logits, DType::kF32, {logit_rows, c.vocab_size});
@@ -277,6 +278,7 @@ Result<std::unique_ptr<CudaModel>> CudaModel::Create(const ModelConfig& config, 
   WeightLoadOptions w = weight_options;
   w.shard = ShardSpec{parallel.rank, parallel.size, parallel.expert_parallel};
   PG_ASSIGN_OR_RETURN(impl->blas, pc::Blas::Create(allocator));
+  impl->blas.set_batch_invariant(limits.batch_invariant);
   PG_ASSIGN_OR_RETURN(impl->weights, LoadDeviceWeights(impl->config, checkpoint, w, allocator, stream));
   PG_RETURN_IF_ERROR(impl->Allocate(stream));
   return std::unique_ptr<CudaModel>(new CudaModel(std::move(impl)));
@@ -465,7 +467,8 @@ Result<DeviceStep> CudaModel::Plan(std::span<const ChunkView> chunks, int64_t ro
       padded.resize(static_cast<size_t>(rows), 0);
       PG_RETURN_IF_ERROR(pc::PlanSparseAttention(
           padded, m.attention_layout,
-          std::span<int32_t>(meta.host(ml.schedules[static_cast<size_t>(kind)]), static_cast<size_t>(schedule_ints))));
+          std::span<int32_t>(meta.host(ml.schedules[static_cast<size_t>(kind)]), static_cast<size_t>(schedule_ints)),
+          m.limits.batch_invariant));
     }
   }
   DeviceStep step;

@@ -1,0 +1,189 @@
+// Batch-invariant kernels on the CUDA backend (--enable-deterministic-inference,
+// DeviceModelLimits::batch_invariant): a sequence's logits are bit for bit the same however
+// its prompt is chunked, whatever shares its steps, and whichever decode graph bucket (with
+// padding rows) its token lands in, with graphs and without. Over every fixture (the fast
+// kernels' shapes and the generic ones) and over the demo model's shapes with learned routing
+// over 8 experts (so the experts a batch touches vary), MXFP4 experts and FP8 dense
+// projections quantised at load. The same runs with the default kernels are printed beside
+// them (their logits differ by rounding: cuBLAS picks its algorithm by row count, attention
+// splits by the batch's load, the MoE and mHC kernels split by the batch's size).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <bit>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/device.h"
+#include "cuda_model_util.h"
+#include "golden.h"
+#include "model/checkpoint.h"
+#include "model/deepseek_v4/demo_model.h"
+#include "model/synthetic_checkpoint.h"
+
+namespace peregrine::deepseek_v4::cuda {
+namespace {
+
+using testing::StepChunk;
+
+struct Case {
+  std::string name;
+  std::filesystem::path dir;  // empty: the demo model's shapes with synthetic weights
+};
+
+std::vector<Case> Cases() {
+  std::vector<Case> out;
+  for (const auto& dir : testing::FixtureDirs()) out.push_back({dir.filename().string(), dir});
+  out.push_back({"demo_mxfp4_fp8", {}});
+  return out;
+}
+
+// Index of the first element whose bits differ, or -1.
+int64_t FirstDifference(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size()) return 0;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (std::bit_cast<uint32_t>(a[i]) != std::bit_cast<uint32_t>(b[i])) return static_cast<int64_t>(i);
+  return -1;
+}
+
+class CudaDeterministicTest : public ::testing::TestWithParam<Case> {
+ protected:
+  void SetUp() override {
+    if (peregrine::cuda::ListDevices().empty()) GTEST_SKIP() << "no CUDA device";
+    const Case& c = GetParam();
+    if (c.dir.empty()) {
+      config_ = DemoModelConfig();
+      config_.vocab_size = 4096;  // logits rows stay small; the layers are the demo model's
+      checkpoint_ = MakeSyntheticCheckpoint(config_, 20261204);
+    } else {
+      auto config = LoadModelConfig(c.dir / "model");
+      ASSERT_TRUE(config.ok()) << config.status().ToString();
+      config_ = *config;
+      auto checkpoint = Checkpoint::Open(c.dir / "model");
+      ASSERT_TRUE(checkpoint.ok()) << checkpoint.status().ToString();
+      checkpoint_ = std::move(checkpoint).value();
+    }
+    const int64_t max_context = std::min<int64_t>(config_.max_position_embeddings, 512);
+    const int64_t length = std::min<int64_t>(200, max_context - 16);
+    for (int64_t i = 0; i < length; ++i) prompt_.push_back(static_cast<int32_t>((i * 37 + 11) % config_.vocab_size));
+  }
+
+  std::unique_ptr<testing::SlotModel> Make(bool batch_invariant) {
+    testing::SlotModelOptions o;
+    o.num_slots = 4;
+    o.max_tokens = 512;
+    o.max_context = std::min<int64_t>(config_.max_position_embeddings, 512);
+    o.max_logit_rows = 512;
+    o.batch_invariant = batch_invariant;
+    if (GetParam().dir.empty()) {
+      o.weights.expert_format = ExpertFormat::kMXFP4;
+      o.weights.dense_format = DenseFormat::kFP8;
+    }
+    auto model = testing::SlotModel::Create(config_, *checkpoint_, o);
+    EXPECT_TRUE(model.ok()) << model.status().ToString();
+    return model.ok() ? std::move(model).value() : nullptr;
+  }
+
+  // Differences (count of comparisons whose bits differ) between the whole prefill and: chunks
+  // of 1, 7 and 64; two sequences side by side split at other points, in swapped order.
+  int PrefillDifferences(testing::SlotModel& model) {
+    const std::vector<float> full = testing::PrefillLogits(model, 0, prompt_, static_cast<int64_t>(prompt_.size()));
+    int differ = 0;
+    for (int64_t chunk : {1, 7, 64}) {
+      const int64_t at = FirstDifference(testing::PrefillLogits(model, 1, prompt_, chunk), full);
+      if (at >= 0) {
+        ++differ;
+        std::printf("  chunk %lld: first difference at logit %lld\n", static_cast<long long>(chunk),
+                    static_cast<long long>(at));
+      }
+    }
+    const std::span<const int32_t> p(prompt_);
+    const size_t split_a = p.size() * 3 / 4, split_b = p.size() / 5;
+    std::vector<float> first, second;
+    const StepChunk step1[] = {{2, 0, p.first(split_a), true, true}, {3, 0, p.first(split_b), true, true}};
+    EXPECT_TRUE(model.Forward(step1, &first).ok());
+    const StepChunk step2[] = {{3, static_cast<int64_t>(split_b), p.subspan(split_b), true, true},
+                               {2, static_cast<int64_t>(split_a), p.subspan(split_a), true, true}};
+    EXPECT_TRUE(model.Forward(step2, &second).ok());
+    const int64_t v = config_.vocab_size;
+    std::vector<float> a(first.begin(), first.begin() + static_cast<int64_t>(split_a) * v);
+    a.insert(a.end(), second.begin() + static_cast<int64_t>(p.size() - split_b) * v, second.end());
+    std::vector<float> b(first.begin() + static_cast<int64_t>(split_a) * v, first.end());
+    b.insert(b.end(), second.begin(), second.begin() + static_cast<int64_t>(p.size() - split_b) * v);
+    differ += FirstDifference(a, full) >= 0;
+    differ += FirstDifference(b, full) >= 0;
+    return differ;
+  }
+
+  // Slot 0 decodes 8 tokens alone; slot 1, prefilled identically, decodes the same tokens
+  // beside slot 2, slot 3 or both (other lengths): batches of 2 and 3 (graph buckets 2 and 4,
+  // one padding row) with slot 1 at changing rows. Returns how many of slot 1's steps differ
+  // in any bit from slot 0's.
+  int DecodeDifferences(testing::SlotModel& model, bool graphs) {
+    EXPECT_TRUE(model.EnableGraphs(graphs ? 4 : 0).ok());
+    std::vector<float> ignored;
+    const std::span<const int32_t> p(prompt_);
+    int64_t next[] = {static_cast<int64_t>(p.size()), static_cast<int64_t>(p.size()),
+                      static_cast<int64_t>(p.size() / 3), static_cast<int64_t>(p.size() / 2 + 1)};
+    for (int32_t s = 0; s < 4; ++s) {
+      const StepChunk c{s, 0, p.first(static_cast<size_t>(next[s])), true, false};
+      EXPECT_TRUE(model.Forward({&c, 1}, &ignored).ok());
+    }
+    const std::vector<std::vector<int32_t>> orders = {{1, 2}, {3, 1}, {2, 1, 3}, {3, 2, 1}, {1, 3, 2}};
+    int differ = 0;
+    for (int step = 0; step < 8; ++step) {
+      const int32_t token[] = {static_cast<int32_t>((step * 13 + 5) % config_.vocab_size)};
+      const int32_t other[] = {static_cast<int32_t>((step * 7 + 3) % config_.vocab_size)};
+      std::vector<float> alone, batched;
+      const StepChunk one{0, next[0]++, token, true, false};
+      EXPECT_TRUE(model.Forward({&one, 1}, &alone).ok());
+      const std::vector<int32_t>& order = orders[static_cast<size_t>(step) % orders.size()];
+      std::vector<StepChunk> chunks;
+      for (int32_t s : order)
+        chunks.push_back({s, next[s]++, s == 1 ? std::span<const int32_t>(token) : std::span<const int32_t>(other),
+                          true, false});
+      EXPECT_TRUE(model.Forward(chunks, &batched).ok());
+      const int64_t v = config_.vocab_size;
+      const int64_t row = std::find(order.begin(), order.end(), 1) - order.begin();
+      if (static_cast<int64_t>(batched.size()) < (row + 1) * v) return differ + 1;
+      const std::vector<float> mine(batched.begin() + row * v, batched.begin() + (row + 1) * v);
+      differ += FirstDifference(mine, alone) >= 0;
+    }
+    return differ;
+  }
+
+  ModelConfig config_;
+  std::unique_ptr<Checkpoint> checkpoint_;
+  std::vector<int32_t> prompt_;
+};
+
+TEST_P(CudaDeterministicTest, PrefillLogitsDoNotDependOnChunkingOrBatch) {
+  auto invariant = Make(true);
+  ASSERT_NE(invariant, nullptr);
+  EXPECT_EQ(PrefillDifferences(*invariant), 0);
+  auto plain = Make(false);
+  ASSERT_NE(plain, nullptr);
+  std::printf("%s prefill: default kernels differ in %d of 5 comparisons, batch-invariant in 0\n",
+              GetParam().name.c_str(), PrefillDifferences(*plain));
+}
+
+TEST_P(CudaDeterministicTest, DecodeLogitsDoNotDependOnTheBatch) {
+  for (const bool graphs : {false, true}) {
+    SCOPED_TRACE(graphs ? "decode graphs" : "eager");
+    auto invariant = Make(true);
+    ASSERT_NE(invariant, nullptr);
+    EXPECT_EQ(DecodeDifferences(*invariant, graphs), 0);
+    auto plain = Make(false);
+    ASSERT_NE(plain, nullptr);
+    std::printf("%s decode%s: default kernels differ in %d of 8 steps, batch-invariant in 0\n",
+                GetParam().name.c_str(), graphs ? " (graphs)" : "", DecodeDifferences(*plain, graphs));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, CudaDeterministicTest, ::testing::ValuesIn(Cases()),
+                         [](const auto& info) { return info.param.name; });
+
+}  // namespace
+}  // namespace peregrine::deepseek_v4::cuda
