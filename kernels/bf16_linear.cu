@@ -32,8 +32,10 @@ __device__ __forceinline__ uint32_t Word(const uint4 (&v)[2], int i) {
 }
 
 // grid = (token tiles, k_split, row tiles of 32); cluster (1, k_split, 1) when k_split > 1.
+// Wider CTAs (more token tiles) reuse each weight fragment for more MMAs; they hold more
+// accumulators, so they keep one CTA per SM's registers.
 template <int kNTiles, bool kOutF32>
-__global__ void __launch_bounds__(kThreads, 2) Bf16LinearKernel(const Bf16LinearParams p) {
+__global__ void __launch_bounds__(kThreads, kNTiles <= 2 ? 2 : 1) Bf16LinearKernel(const Bf16LinearParams p) {
   constexpr int kTokens = 8 * kNTiles;
   __shared__ split_k::TileSums<kNTiles> sums;
 
@@ -41,7 +43,11 @@ __global__ void __launch_bounds__(kThreads, 2) Bf16LinearKernel(const Bf16Linear
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const int g = lane / 4, t = lane % 4;
   const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kTokens;
-  const int m0 = static_cast<int>(blockIdx.z) * kBf16LinearRowsPerCta;
+  const int row_tiles = (p.m + kBf16LinearRowsPerCta - 1) / kBf16LinearRowsPerCta;
+  const int group = static_cast<int>(blockIdx.z) / row_tiles;
+  const int m0 = (static_cast<int>(blockIdx.z) - group * row_tiles) * kBf16LinearRowsPerCta;
+  const __nv_bfloat16* const x = static_cast<const __nv_bfloat16*>(p.x) + group * p.x_group;
+  const __nv_bfloat16* const w = static_cast<const __nv_bfloat16*>(p.w) + group * p.w_group;
   const int units = (p.k + kUnitK - 1) / kUnitK;
   const int per_cta = (units + p.k_split - 1) / p.k_split;
   const int u_begin = static_cast<int>(blockIdx.y) * per_cta;
@@ -55,7 +61,7 @@ __global__ void __launch_bounds__(kThreads, 2) Bf16LinearKernel(const Bf16Linear
     for (int h = 0; h < 2; ++h) {
       const int row = m0 + 16 * r + 8 * h + g;
       row_ok[r][h] = row < p.m;
-      w_rows[r][h] = static_cast<const __nv_bfloat16*>(p.w) + static_cast<int64_t>(row_ok[r][h] ? row : 0) * p.k + 16 * t;
+      w_rows[r][h] = w + static_cast<int64_t>(row_ok[r][h] ? row : 0) * p.k + 16 * t;
     }
   const __nv_bfloat16* x_rows[kNTiles];
   bool token_ok[kNTiles];
@@ -63,7 +69,7 @@ __global__ void __launch_bounds__(kThreads, 2) Bf16LinearKernel(const Bf16Linear
   for (int nt = 0; nt < kNTiles; ++nt) {
     const int64_t token = n0 + 8 * nt + g;
     token_ok[nt] = token < p.n;
-    x_rows[nt] = static_cast<const __nv_bfloat16*>(p.x) + (token_ok[nt] ? token : 0) * p.x_stride + 16 * t;
+    x_rows[nt] = x + (token_ok[nt] ? token : 0) * p.x_stride + 16 * t;
   }
 
   float acc[kTiles][kNTiles][4] = {};
@@ -80,12 +86,11 @@ __global__ void __launch_bounds__(kThreads, 2) Bf16LinearKernel(const Bf16Linear
         for (int q = 0; q < 2; ++q)
           wv[r][h][q] = lane_ok && row_ok[r][h] ? LoadStreaming(w_rows[r][h] + k0 + 8 * q) : make_uint4(0, 0, 0, 0);
 #pragma unroll
-    for (int nt = 0; nt < kNTiles; ++nt) {
-      const uint4* src = reinterpret_cast<const uint4*>(x_rows[nt] + k0);
-      const bool ok = lane_ok && token_ok[nt];
-      xv[nt][0] = ok ? __ldg(src) : make_uint4(0, 0, 0, 0);
-      xv[nt][1] = ok ? __ldg(src + 1) : make_uint4(0, 0, 0, 0);
-    }
+    for (int nt = 0; nt < kNTiles; ++nt)
+#pragma unroll
+      for (int q = 0; q < 2; ++q)
+        xv[nt][q] = lane_ok && token_ok[nt] ? __ldg(reinterpret_cast<const uint4*>(x_rows[nt] + k0 + 8 * q))
+                                            : make_uint4(0, 0, 0, 0);
 #pragma unroll
     for (int j = 0; j < 4; ++j)
 #pragma unroll
@@ -101,7 +106,7 @@ __global__ void __launch_bounds__(kThreads, 2) Bf16LinearKernel(const Bf16Linear
     const int64_t token = n0 + token_in_tile;
     const int row = m0 + row_in_tile;
     if (token >= p.n || row >= p.m) return;
-    const int64_t at = token * p.y_stride + row;
+    const int64_t at = group * p.y_group + token * p.y_stride + row;
     if constexpr (kOutF32) {
       static_cast<float*>(p.y)[at] = v;
     } else {
@@ -111,9 +116,10 @@ __global__ void __launch_bounds__(kThreads, 2) Bf16LinearKernel(const Bf16Linear
 }
 
 using KernelFn = void (*)(Bf16LinearParams);
-// [y is f32][token tiles per CTA - 1]
-constexpr KernelFn kKernels[2][2] = {{Bf16LinearKernel<1, false>, Bf16LinearKernel<2, false>},
-                                     {Bf16LinearKernel<1, true>, Bf16LinearKernel<2, true>}};
+// [y is f32][log2 of the token tiles per CTA]
+constexpr KernelFn kKernels[2][4] = {
+    {Bf16LinearKernel<1, false>, Bf16LinearKernel<2, false>, Bf16LinearKernel<4, false>, Bf16LinearKernel<8, false>},
+    {Bf16LinearKernel<1, true>, Bf16LinearKernel<2, true>, Bf16LinearKernel<4, true>, Bf16LinearKernel<8, true>}};
 
 }  // namespace
 
@@ -124,10 +130,14 @@ int Bf16LinearKSplit(int m, int k, int num_sms, int compute_major) {
 cudaError_t LaunchBf16Linear(const Bf16LinearParams& p, cudaStream_t stream) {
   if (p.n <= 0) return cudaSuccess;
   if (p.m <= 0 || p.k <= 0 || p.k % 16 != 0 || p.x_stride < p.k || p.x_stride % 8 != 0 || p.y_stride < p.m ||
-      p.k_split < 1 || p.k_split > kBf16LinearMaxKSplit)
+      p.k_split < 1 || p.k_split > kBf16LinearMaxKSplit || p.groups < 1 || p.x_group % 8 != 0 || p.w_group % 8 != 0)
     return cudaErrorInvalidValue;
-  // Tokens per CTA change only the N side of the MMAs, never a sum's order.
-  return split_k::Launch(kKernels[p.y_f32 ? 1 : 0], p, p.n, p.m, p.k_split, stream);
+  const int64_t row_tiles = (static_cast<int64_t>(p.m) + kBf16LinearRowsPerCta - 1) / kBf16LinearRowsPerCta;
+  if (row_tiles * p.groups > 65535) return cudaErrorInvalidValue;
+  // Tokens per CTA (8 to 64, by N) change only the N side of the MMAs, never a sum's order.
+  const int width = p.n <= 8 ? 0 : p.n <= 16 ? 1 : p.n <= 32 ? 2 : 3;
+  return split_k::Launch(kKernels[p.y_f32 ? 1 : 0][width], p, p.n, 8 << width, static_cast<int>(row_tiles * p.groups) *
+                         kBf16LinearRowsPerCta, p.k_split, stream);
 }
 
 }  // namespace peregrine::kernels

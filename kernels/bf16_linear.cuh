@@ -16,7 +16,11 @@
 // Lane (g, t) of a warp loads K [16t, 16t + 16) of a 64-wide unit for rows g and g + 8 (two
 // 16-byte loads each) and of token g; MMA k-step j takes the lane's elements 4j, 4j + 1 as the
 // fragment's k = 2t, 2t + 1 and 4j + 2, 4j + 3 as k = 2t + 8, 2t + 9, on both sides, so the
-// dot products are those of the unpermuted order. No atomics, no allocation: capture-safe.
+// dot products are those of the unpermuted order. (Loads of K [8t, 8t + 8) and [32 + 8t, 40 +
+// 8t) instead, 64 contiguous bytes per row and load, measured ~10% faster at one token on the
+// H200; not adopted yet, see bench/results/h200/deterministic/NOTES.md.) `groups` > 1 runs that many
+// independent projections of the same shape in one launch (the grouped output projection's
+// head groups). No atomics, no allocation: capture-safe.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -40,6 +44,10 @@ struct Bf16LinearParams {
   int64_t x_stride = 0;     // elements between rows of x (>= k, a multiple of 8)
   int64_t y_stride = 0;     // elements between rows of y (>= m)
   int k_split = 1;          // from Bf16LinearKSplit
+  // Group i reads x + i * x_group, w + i * w_group and writes y + i * y_group (elements; x's
+  // and w's multiples of 8).
+  int groups = 1;
+  int64_t x_group = 0, w_group = 0, y_group = 0;
 };
 
 // How many CTAs (one cluster) share the K range of a row tile: doubled from 1 while the grid

@@ -172,7 +172,8 @@ cudaError_t LaunchFp8W8A16(const Fp8W8A16Params& p, cudaStream_t stream) {
   if (p.n <= 0) return cudaSuccess;
   if (p.m <= 0 || p.k <= 0 || p.k % kW8A16MinK != 0 || p.k_split < 1 || p.k_split > kW8A16MaxKSplit)
     return cudaErrorInvalidValue;
-  return split_k::Launch(kKernels[p.y_f32 ? 1 : 0], p, p.n, p.m, p.k_split, stream);
+  const int wide = p.n > 8 ? 1 : 0;
+  return split_k::Launch(kKernels[p.y_f32 ? 1 : 0][wide], p, p.n, 8 << wide, p.m, p.k_split, stream);
 }
 
 }  // namespace peregrine::kernels

@@ -20,13 +20,17 @@ inline constexpr int kThreads = kWarps * 32;
 inline constexpr int kTiles = kRowsPerCta / 16;  // m16 tiles per warp
 inline constexpr int kSumStride = kRowsPerCta + 4;  // padded token row of a warp's partial tile
 
-// Shared memory of one CTA's epilogue.
+// Shared memory of one CTA's epilogue: the warps' partial sums of two token tiles at a time
+// (wider CTAs sum theirs in rounds, so shared memory stays under the static 48 KiB), and the
+// CTA's whole tile for the cluster's sum.
 template <int kNTiles>
 struct TileSums {
   static constexpr int kTokens = 8 * kNTiles;
   static constexpr int kTileElems = kTokens * kRowsPerCta;
-  float partial[kWarps][kTokens * kSumStride];  // [warp][token][row] (padded)
-  float cta_sum[kTileElems];                    // [token][row]
+  static constexpr int kRoundTiles = kNTiles < 2 ? kNTiles : 2;
+  static constexpr int kRoundElems = 8 * kRoundTiles * kRowsPerCta;
+  float partial[kWarps][8 * kRoundTiles * kSumStride];  // [warp][token of the round][row] (padded)
+  float cta_sum[kTileElems];                             // [token][row]
 };
 
 // Sums the CTA's tile and calls store(token in tile, row in tile, value) for each output,
@@ -34,31 +38,36 @@ struct TileSums {
 template <int kNTiles, typename Store>
 __device__ __forceinline__ void SumAndStore(TileSums<kNTiles>& s, const float (&acc)[kTiles][kNTiles][4], int k_split,
                                             Store store) {
-  constexpr int kTileElems = TileSums<kNTiles>::kTileElems;
+  using Sums = TileSums<kNTiles>;
   const int warp = static_cast<int>(threadIdx.x) / 32;
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const int g = lane / 4, t = lane % 4;
   float* mine = s.partial[warp];
 #pragma unroll
-  for (int r = 0; r < kTiles; ++r)
+  for (int first = 0; first < kNTiles; first += Sums::kRoundTiles) {
+    if (first > 0) __syncthreads();  // the previous round's partials are read
 #pragma unroll
-    for (int nt = 0; nt < kNTiles; ++nt) {
-      const int row = 16 * r + g, token = 8 * nt + 2 * t;
-      mine[token * kSumStride + row] = acc[r][nt][0];
-      mine[(token + 1) * kSumStride + row] = acc[r][nt][1];
-      mine[token * kSumStride + row + 8] = acc[r][nt][2];
-      mine[(token + 1) * kSumStride + row + 8] = acc[r][nt][3];
-    }
-  __syncthreads();
-  for (int e = static_cast<int>(threadIdx.x); e < kTileElems; e += kThreads) {
-    const int token = e / kRowsPerCta, row = e % kRowsPerCta;
-    float sum = 0.0f;
+    for (int r = 0; r < kTiles; ++r)
 #pragma unroll
-    for (int w = 0; w < kWarps; ++w) sum += s.partial[w][token * kSumStride + row];
-    if (k_split == 1) {
-      store(token, row, sum);
-    } else {
-      s.cta_sum[e] = sum;
+      for (int i = 0; i < Sums::kRoundTiles; ++i) {
+        const int nt = first + i;
+        const int row = 16 * r + g, token = 8 * i + 2 * t;
+        mine[token * kSumStride + row] = acc[r][nt][0];
+        mine[(token + 1) * kSumStride + row] = acc[r][nt][1];
+        mine[token * kSumStride + row + 8] = acc[r][nt][2];
+        mine[(token + 1) * kSumStride + row + 8] = acc[r][nt][3];
+      }
+    __syncthreads();
+    for (int e = static_cast<int>(threadIdx.x); e < Sums::kRoundElems; e += kThreads) {
+      const int token = e / kRowsPerCta, row = e % kRowsPerCta;
+      float sum = 0.0f;
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) sum += s.partial[w][token * kSumStride + row];
+      if (k_split == 1) {
+        store(8 * first + token, row, sum);
+      } else {
+        s.cta_sum[(8 * first + token) * kRowsPerCta + row] = sum;
+      }
     }
   }
   if (k_split == 1) return;
@@ -66,7 +75,7 @@ __device__ __forceinline__ void SumAndStore(TileSums<kNTiles>& s, const float (&
   // second barrier keeps the peers' shared memory alive until rank 0 has read them.
   ClusterSync();
   if (ClusterRank() == 0) {
-    for (int e = static_cast<int>(threadIdx.x); e < kTileElems; e += kThreads) {
+    for (int e = static_cast<int>(threadIdx.x); e < Sums::kTileElems; e += kThreads) {
       float sum = 0.0f;
       for (int q = 0; q < k_split; ++q) sum += ClusterPeer(s.cta_sum, q)[e];
       store(e / kRowsPerCta, e % kRowsPerCta, sum);
@@ -87,14 +96,12 @@ inline int KSplit(int m, int units, int min_units, int max_split, int num_sms, i
   return split;
 }
 
-// grid = (token tiles of 8 or 16, k_split, row tiles of 32), cluster (1, k_split, 1) when
-// k_split > 1; `kernels[wide]` takes 8 << wide tokens per CTA.
+// grid = (token tiles of `tokens_per_cta`, k_split, row tiles of 32), cluster (1, k_split, 1)
+// when k_split > 1.
 template <typename Params>
-cudaError_t Launch(void (*const (&kernels)[2])(Params), const Params& p, int64_t n, int m, int k_split,
+cudaError_t Launch(void (*kernel)(Params), const Params& p, int64_t n, int tokens_per_cta, int m, int k_split,
                    cudaStream_t stream) {
-  const int wide = n > 8 ? 1 : 0;
-  const int64_t tokens = 8 << wide;
-  const int64_t token_tiles = (n + tokens - 1) / tokens;
+  const int64_t token_tiles = (n + tokens_per_cta - 1) / tokens_per_cta;
   const int64_t row_tiles = (static_cast<int64_t>(m) + kRowsPerCta - 1) / kRowsPerCta;
   if (token_tiles > INT32_MAX || row_tiles > 65535) return cudaErrorInvalidValue;
   cudaLaunchConfig_t config = {};
@@ -112,7 +119,7 @@ cudaError_t Launch(void (*const (&kernels)[2])(Params), const Params& p, int64_t
     config.attrs = attribute;
     config.numAttrs = 1;
   }
-  return cudaLaunchKernelEx(&config, kernels[wide], p);
+  return cudaLaunchKernelEx(&config, kernel, p);
 }
 
 }  // namespace peregrine::kernels::split_k

@@ -83,7 +83,8 @@ struct Case {
 // Partial row tiles (33, 200), a partial last K unit (K = 80, 336), K split over the cluster
 // (M = 64, K = 4096: 2 row tiles), V4-like shapes (q_lora 1024 -> heads, hidden -> kv, ...).
 constexpr Case kCases[] = {{16, 64}, {33, 80}, {200, 336}, {64, 4096}, {512, 4096}, {1024, 1024}, {4096, 512}};
-constexpr int64_t kBatches[] = {300, 129, 64, 33, 16, 9, 8, 7, 2, 1};
+// Every CTA width (8, 16, 32, 64 tokens) with full and partial token tiles.
+constexpr int64_t kBatches[] = {300, 129, 64, 33, 32, 17, 16, 9, 8, 7, 2, 1};
 
 TEST_F(Bf16LinearTest, MatchesReferenceAndEveryRowIsBatchInvariant) {
   std::mt19937 rng(11);

@@ -60,8 +60,13 @@ Status BatchInvariantLinear(const Blas& blas, const StridedLinearArgs& a, cudaSt
   TensorChecker check("batch_invariant_linear");
   PG_RETURN_IF_ERROR(check.Require(a.k > 0 && a.k % 16 == 0 && a.k <= INT32_MAX,
                                    "K=" + std::to_string(a.k) + " must be a positive multiple of 16"));
-  PG_RETURN_IF_ERROR(check.Require(a.m > 0 && a.m <= 65535LL * kernels::kBf16LinearRowsPerCta,
-                                   "M=" + std::to_string(a.m) + " must be positive and fit the grid's row tiles"));
+  PG_RETURN_IF_ERROR(check.Require(a.groups >= 1 && a.m > 0 &&
+                                       (a.m + kernels::kBf16LinearRowsPerCta - 1) / kernels::kBf16LinearRowsPerCta *
+                                               a.groups <=
+                                           65535,
+                                   "M=" + std::to_string(a.m) + " times " + std::to_string(a.groups) +
+                                       " groups must be positive and fit the grid's row tiles"));
+  PG_RETURN_IF_ERROR(check.Require(a.x_group % 8 == 0 && a.w_group % 8 == 0, "group strides must be multiples of 8"));
   PG_RETURN_IF_ERROR(check.Require(a.n >= 0, "N must not be negative"));
   PG_RETURN_IF_ERROR(check.Require(a.x_stride >= a.k && a.x_stride % 8 == 0 && a.y_stride >= a.m,
                                    "row strides: x's must be >= K and a multiple of 8, y's >= M"));
@@ -78,6 +83,10 @@ Status BatchInvariantLinear(const Blas& blas, const StridedLinearArgs& a, cudaSt
   p.k = static_cast<int>(a.k);
   p.x_stride = a.x_stride;
   p.y_stride = a.y_stride;
+  p.groups = static_cast<int>(a.groups);
+  p.x_group = a.x_group;
+  p.w_group = a.w_group;
+  p.y_group = a.y_group;
   p.k_split = kernels::Bf16LinearKSplit(p.m, p.k, blas.num_sms(), blas.compute_major());
   PG_CUDA_RETURN_IF_ERROR(kernels::LaunchBf16Linear(p, stream));
   return Status::Ok();

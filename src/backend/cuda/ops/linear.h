@@ -24,7 +24,8 @@ Status Linear(Blas& blas, const LinearArgs& args, cudaStream_t stream);
 
 // The batch-invariant kernel on rows that need not be contiguous (the grouped output
 // projection reads one head group of every row): y[t, :m] = x[t, :k] . w^T, the rows of x
-// `x_stride` and those of y `y_stride` elements apart.
+// `x_stride` and those of y `y_stride` elements apart; with `groups` > 1, that many such
+// projections in one launch, group i at x + i * x_group, w + i * w_group, y + i * y_group.
 struct StridedLinearArgs {
   const void* x = nullptr;  // bf16, 16-byte aligned rows
   int64_t x_stride = 0;     // >= k, a multiple of 8
@@ -33,6 +34,8 @@ struct StridedLinearArgs {
   bool y_f32 = false;
   int64_t y_stride = 0;     // >= m
   int64_t n = 0, m = 0, k = 0;  // k a positive multiple of 16
+  int64_t groups = 1;
+  int64_t x_group = 0, w_group = 0, y_group = 0;  // elements; x's and w's multiples of 8
 };
 Status BatchInvariantLinear(const Blas& blas, const StridedLinearArgs& args, cudaStream_t stream);
 

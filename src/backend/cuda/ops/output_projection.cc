@@ -24,20 +24,22 @@ Status GroupedOutputProjection(Blas& blas, const OutputProjectionArgs& a, cudaSt
   if (batch.value() == 0) return Status::Ok();
 
   if (blas.batch_invariant()) {
-    // One batch-invariant launch per head group, then wo_b through the batch-invariant path.
+    // Every head group in one batch-invariant launch, then wo_b through the batch-invariant path.
     const int64_t gi = group_in.value(), r = rank.value(), g = groups.value();
-    for (int64_t j = 0; j < g; ++j) {
-      StridedLinearArgs s;
-      s.x = static_cast<const char*>(a.o.data) + j * gi * 2;
-      s.x_stride = heads.value() * dim.value();
-      s.w = static_cast<const char*>(a.wo_a.data) + j * r * gi * 2;
-      s.y = static_cast<char*>(a.mid.data) + j * r * 2;
-      s.y_stride = g * r;
-      s.n = batch.value();
-      s.m = r;
-      s.k = gi;
-      PG_RETURN_IF_ERROR(BatchInvariantLinear(blas, s, stream));
-    }
+    StridedLinearArgs s;
+    s.x = a.o.data;
+    s.x_stride = heads.value() * dim.value();
+    s.w = a.wo_a.data;
+    s.y = a.mid.data;
+    s.y_stride = g * r;
+    s.n = batch.value();
+    s.m = r;
+    s.k = gi;
+    s.groups = g;
+    s.x_group = gi;
+    s.w_group = r * gi;
+    s.y_group = r;
+    PG_RETURN_IF_ERROR(BatchInvariantLinear(blas, s, stream));
     const Tensor mid = Tensor::Contiguous(a.mid.data, DType::kBF16, {batch.value(), mid_in.value()}, Device::kCuda);
     if (!fp8) return Linear(blas, {mid, a.wo_b, a.out}, stream);
     Fp8ProjectionArgs p;
