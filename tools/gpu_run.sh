@@ -37,7 +37,8 @@
 #                                   perplexity, top-1 agreement and KL, Peregrine CPU / CUDA bf16 /
 #                                   CUDA FP8+MXFP4 against HF transformers fp32 and bf16 (TOKENIZER:
 #                                   the tokenizer directory, default build-demo/tokenizer)
-#   bash tools/gpu_run.sh deterministic every gpu-labelled test (TESTS narrows it), then the cost of
+#   bash tools/gpu_run.sh deterministic every gpu-labelled test (TESTS narrows it; PARTS picks of
+#                                   "tests profile bench serve"), then the cost of
 #                                   --enable-deterministic-inference (profile at V4-Flash shapes, 4K and
 #                                   128K context, against the default kernels; the batch-invariant bf16
 #                                   projection against cuBLAS) and the demo model served with and without
@@ -219,10 +220,14 @@ FLASH="$ROOT/bench/configs/deepseek-v4-flash"
 FLASH4="--model-path $FLASH --synthetic-weights --num-layers 4 --expert-format mxfp4"
 
 if [ "$PHASE" = "deterministic" ]; then
-  for t in ${TESTS:-$(gpu_tests)}; do run_test "$t" 240; done
+  PARTS="${PARTS:-tests profile bench serve}"  # any of them
+  if [[ " $PARTS " == *" tests "* ]]; then
+    for t in ${TESTS:-$(gpu_tests)}; do run_test "$t" 240; done
+  fi
   # The cost: decode steps at V4-Flash shapes with the default and the batch-invariant kernels,
   # interleaved twice; a long context at low batch (attention never splits a request then).
   for rep in 1 2; do
+    [[ " $PARTS " == *" profile "* ]] || break
     for det in "" "--enable-deterministic-inference"; do
       tag="default"; [ -n "$det" ] && tag="invariant"
       for ctx in 4096 131072; do
@@ -235,7 +240,7 @@ if [ "$PHASE" = "deterministic" ]; then
       done
     done
   done
-  if [ -x "$BIN/peregrine_fp8_bench" ]; then
+  if [[ " $PARTS " == *" bench "* ]] && [ -x "$BIN/peregrine_fp8_bench" ]; then
     echo "== peregrine_fp8_bench (bf16_linear_invariant rows against cuBLAS)"
     timeout 200 "$BIN/peregrine_fp8_bench" --out "$OUT/fp8_bench.jsonl" >"$OUT/fp8_bench.log" 2>&1 || status=1
     grep bf16_linear_invariant "$OUT/fp8_bench.log" | "$PY" -c '
@@ -244,16 +249,22 @@ for line in sys.stdin:
     r = json.loads(line)
     print("%11s n=%4d: %8.2f us %.2f TB/s, cuBLAS %8.2f us (%.2fx)" % (r["shape"], r["n"], r["time_us"], r["tb_s_weights"], r["peer_time_us"], r["speedup_vs_peer"]))'
   fi
-  # A real client over HTTP: the trained demo model served on the GPU, each request alone and
-  # then all at once; identical with the flag, reported without it.
-  for det in "" "--enable-deterministic-inference"; do
-    tag="default"; [ -n "$det" ] && tag="invariant"
-    # shellcheck disable=SC2086
-    start_server "demo_$tag" 8127 "$PEREGRINE" --max-num-batched-tokens 256 $det
-    expect=""; [ -n "$det" ] && expect="--expect-identical"
-    timeout 300 "$PY" "$ROOT/tools/determinism_check.py" --base-url http://127.0.0.1:8127 --name "demo_$tag" \
-      --out "$OUT/determinism.jsonl" $expect || status=1
-    stop_server
+  # A real client over HTTP: the trained demo model, then V4-Flash shapes (4 layers, random
+  # weights) served on the GPU, each request alone and then all at once; identical with the
+  # flag, reported without it.
+  for model in demo flash; do
+    for det in "" "--enable-deterministic-inference"; do
+      [[ " $PARTS " == *" serve "* ]] || break 2
+      tag="default"; [ -n "$det" ] && tag="invariant"
+      args="--max-num-batched-tokens 256"
+      [ "$model" = flash ] && args="$FLASH4 --max-num-seqs 64 --max-model-len 4096 --max-num-batched-tokens 256"
+      # shellcheck disable=SC2086
+      start_server "${model}_$tag" 8127 "$PEREGRINE" $args $det
+      expect=""; [ -n "$det" ] && expect="--expect-identical"
+      timeout 300 "$PY" "$ROOT/tools/determinism_check.py" --base-url http://127.0.0.1:8127 --name "${model}_$tag" \
+        --out "$OUT/determinism.jsonl" $expect || status=1
+      stop_server
+    done
   done
   exit $status
 fi

@@ -2,9 +2,10 @@
 // DeviceModelLimits::batch_invariant): a sequence's logits are bit for bit the same however
 // its prompt is chunked, whatever shares its steps, and whichever decode graph bucket (with
 // padding rows) its token lands in, with graphs and without. Over every fixture (the fast
-// kernels' shapes and the generic ones) and over the demo model's shapes with learned routing
-// over 8 experts (so the experts a batch touches vary), MXFP4 experts and FP8 dense
-// projections quantised at load. The same runs with the default kernels are printed beside
+// kernels' shapes and the generic ones), the demo model's shapes with learned routing over 8
+// experts (so the experts a batch touches vary), MXFP4 experts and FP8 dense projections
+// quantised at load, and two V4-Flash layers (CSA and HCA at the real widths, 256 experts,
+// weights generated on the device), where cuBLAS's algorithm choice by row count is real. The same runs with the default kernels are printed beside
 // them (their logits differ by rounding: cuBLAS picks its algorithm by row count, attention
 // splits by the batch's load, the MoE and mHC kernels split by the batch's size).
 #include <gtest/gtest.h>
@@ -28,15 +29,18 @@ namespace {
 
 using testing::StepChunk;
 
+enum class Source { kFixture, kDemoShapes, kFlashLayers };
 struct Case {
   std::string name;
-  std::filesystem::path dir;  // empty: the demo model's shapes with synthetic weights
+  std::filesystem::path dir;  // the fixture
+  Source source = Source::kFixture;
 };
 
 std::vector<Case> Cases() {
   std::vector<Case> out;
   for (const auto& dir : testing::FixtureDirs()) out.push_back({dir.filename().string(), dir});
-  out.push_back({"demo_mxfp4_fp8", {}});
+  out.push_back({"demo_mxfp4_fp8", {}, Source::kDemoShapes});
+  out.push_back({"flash_2layers_mxfp4", {}, Source::kFlashLayers});
   return out;
 }
 
@@ -53,9 +57,19 @@ class CudaDeterministicTest : public ::testing::TestWithParam<Case> {
   void SetUp() override {
     if (peregrine::cuda::ListDevices().empty()) GTEST_SKIP() << "no CUDA device";
     const Case& c = GetParam();
-    if (c.dir.empty()) {
+    if (c.source == Source::kDemoShapes) {
       config_ = DemoModelConfig();
       config_.vocab_size = 4096;  // logits rows stay small; the layers are the demo model's
+      checkpoint_ = MakeSyntheticCheckpoint(config_, 20261204);
+    } else if (c.source == Source::kFlashLayers) {
+      auto config = LoadModelConfig(testing::SourceRoot() / "bench" / "configs" / "deepseek-v4-flash");
+      ASSERT_TRUE(config.ok()) << config.status().ToString();
+      config_ = *config;
+      // A CSA and an HCA layer, both with learned routing (V4-Flash's layers 4 and 3).
+      config_.num_layers = 2;
+      config_.layer_types = {AttentionType::kCompressedSparse, AttentionType::kHeavilyCompressed};
+      config_.mlp_layer_types = {MoeType::kLearned, MoeType::kLearned};
+      config_.vocab_size = 16384;  // the head's width is not what this checks
       checkpoint_ = MakeSyntheticCheckpoint(config_, 20261204);
     } else {
       auto config = LoadModelConfig(c.dir / "model");
@@ -77,9 +91,13 @@ class CudaDeterministicTest : public ::testing::TestWithParam<Case> {
     o.max_context = std::min<int64_t>(config_.max_position_embeddings, 512);
     o.max_logit_rows = 512;
     o.batch_invariant = batch_invariant;
-    if (GetParam().dir.empty()) {
+    if (GetParam().source == Source::kDemoShapes) {
       o.weights.expert_format = ExpertFormat::kMXFP4;
       o.weights.dense_format = DenseFormat::kFP8;
+    } else if (GetParam().source == Source::kFlashLayers) {
+      o.weights.synthetic_matrices = true;  // generated on the device
+      o.weights.seed = 20261204;
+      o.weights.expert_format = ExpertFormat::kMXFP4;
     }
     auto model = testing::SlotModel::Create(config_, *checkpoint_, o);
     EXPECT_TRUE(model.ok()) << model.status().ToString();
@@ -118,9 +136,10 @@ class CudaDeterministicTest : public ::testing::TestWithParam<Case> {
   }
 
   // Slot 0 decodes 8 tokens alone; slot 1, prefilled identically, decodes the same tokens
-  // beside slot 2, slot 3 or both (other lengths): batches of 2 and 3 (graph buckets 2 and 4,
-  // one padding row) with slot 1 at changing rows. Returns how many of slot 1's steps differ
-  // in any bit from slot 0's.
+  // beside slot 2, slot 3 or both (other lengths), with slot 1 at changing rows: decode
+  // batches of 2 and 3 (graph buckets 2 and 4, one padding row) and, every other step, slot
+  // 3 prefilling a 40-token chunk beside them (a 41- or 42-row step: other GEMM shapes, other
+  // attention splits). Returns how many of slot 1's steps differ in any bit from slot 0's.
   int DecodeDifferences(testing::SlotModel& model, bool graphs) {
     EXPECT_TRUE(model.EnableGraphs(graphs ? 4 : 0).ok());
     std::vector<float> ignored;
@@ -141,9 +160,12 @@ class CudaDeterministicTest : public ::testing::TestWithParam<Case> {
       EXPECT_TRUE(model.Forward({&one, 1}, &alone).ok());
       const std::vector<int32_t>& order = orders[static_cast<size_t>(step) % orders.size()];
       std::vector<StepChunk> chunks;
-      for (int32_t s : order)
-        chunks.push_back({s, next[s]++, s == 1 ? std::span<const int32_t>(token) : std::span<const int32_t>(other),
-                          true, false});
+      for (int32_t s : order) {
+        std::span<const int32_t> tokens = s == 1 ? std::span<const int32_t>(token) : std::span<const int32_t>(other);
+        if (s == 3 && step % 2 == 1) tokens = p.subspan(static_cast<size_t>(step), 40);
+        chunks.push_back({s, next[s], tokens, true, false});
+        next[s] += static_cast<int64_t>(tokens.size());
+      }
       EXPECT_TRUE(model.Forward(chunks, &batched).ok());
       const int64_t v = config_.vocab_size;
       const int64_t row = std::find(order.begin(), order.end(), 1) - order.begin();
