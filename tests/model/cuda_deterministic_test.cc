@@ -15,10 +15,12 @@
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "backend/cuda/device.h"
 #include "cuda_model_util.h"
+#include "cuda_thread_group.h"
 #include "golden.h"
 #include "model/checkpoint.h"
 #include "model/deepseek_v4/demo_model.h"
@@ -44,6 +46,17 @@ std::vector<Case> Cases() {
   return out;
 }
 
+// Two V4-Flash layers: a CSA and an HCA layer, both with learned routing (V4-Flash's layers 4
+// and 3), at the real widths; a smaller vocabulary (the head's width is not what is checked).
+Result<ModelConfig> FlashLayers() {
+  PG_ASSIGN_OR_RETURN(ModelConfig c, LoadModelConfig(testing::SourceRoot() / "bench" / "configs" / "deepseek-v4-flash"));
+  c.num_layers = 2;
+  c.layer_types = {AttentionType::kCompressedSparse, AttentionType::kHeavilyCompressed};
+  c.mlp_layer_types = {MoeType::kLearned, MoeType::kLearned};
+  c.vocab_size = 16384;
+  return c;
+}
+
 // Index of the first element whose bits differ, or -1.
 int64_t FirstDifference(const std::vector<float>& a, const std::vector<float>& b) {
   if (a.size() != b.size()) return 0;
@@ -62,14 +75,9 @@ class CudaDeterministicTest : public ::testing::TestWithParam<Case> {
       config_.vocab_size = 4096;  // logits rows stay small; the layers are the demo model's
       checkpoint_ = MakeSyntheticCheckpoint(config_, 20261204);
     } else if (c.source == Source::kFlashLayers) {
-      auto config = LoadModelConfig(testing::SourceRoot() / "bench" / "configs" / "deepseek-v4-flash");
+      auto config = FlashLayers();
       ASSERT_TRUE(config.ok()) << config.status().ToString();
       config_ = *config;
-      // A CSA and an HCA layer, both with learned routing (V4-Flash's layers 4 and 3).
-      config_.num_layers = 2;
-      config_.layer_types = {AttentionType::kCompressedSparse, AttentionType::kHeavilyCompressed};
-      config_.mlp_layer_types = {MoeType::kLearned, MoeType::kLearned};
-      config_.vocab_size = 16384;  // the head's width is not what this checks
       checkpoint_ = MakeSyntheticCheckpoint(config_, 20261204);
     } else {
       auto config = LoadModelConfig(c.dir / "model");
@@ -201,6 +209,94 @@ TEST_P(CudaDeterministicTest, DecodeLogitsDoNotDependOnTheBatch) {
     ASSERT_NE(plain, nullptr);
     std::printf("%s decode%s: default kernels differ in %d of 8 steps, batch-invariant in 0\n",
                 GetParam().name.c_str(), graphs ? " (graphs)" : "", DecodeDifferences(*plain, graphs));
+  }
+}
+
+// The logits of one sequence (the prompt's last row, then 4 decode steps) run alone in slot 0,
+// then again in slot 1 beside slot 2: prompts in 48-token chunks sharing each step with slot
+// 2's, decodes beside slot 2's. Returns [alone..., batched...].
+std::vector<std::vector<float>> AloneThenBatched(testing::SlotModel& model, std::span<const int32_t> p, int64_t vocab) {
+  std::vector<std::vector<float>> out;
+  std::vector<float> logits;
+  const std::vector<int32_t> other(p.rbegin(), p.rend());
+  const int64_t n = static_cast<int64_t>(p.size());
+  const int32_t tokens[4] = {5, 18, 31, 44};
+  const StepChunk whole{0, 0, p, true, false};
+  EXPECT_TRUE(model.Forward({&whole, 1}, &logits).ok());
+  out.push_back(logits);
+  for (int i = 0; i < 4; ++i) {
+    const StepChunk c{0, n + i, {&tokens[i], 1}, true, false};
+    EXPECT_TRUE(model.Forward({&c, 1}, &logits).ok());
+    out.push_back(logits);
+  }
+  for (int64_t begin = 0; begin < n; begin += 48) {
+    const size_t len = static_cast<size_t>(std::min<int64_t>(48, n - begin));
+    const bool last = begin + 48 >= n;
+    const StepChunk chunks[2] = {{2, begin, std::span<const int32_t>(other).subspan(static_cast<size_t>(begin), len), false, false},
+                                 {1, begin, p.subspan(static_cast<size_t>(begin), len), last, false}};
+    EXPECT_TRUE(model.Forward(chunks, &logits).ok());
+    if (last) out.push_back(logits);
+  }
+  for (int i = 0; i < 4; ++i) {
+    const int32_t mate = static_cast<int32_t>((i * 7 + 3) % vocab);
+    const StepChunk chunks[2] = {{2, n + i, {&mate, 1}, true, false}, {1, n + i, {&tokens[i], 1}, true, false}};
+    EXPECT_TRUE(model.Forward(chunks, &logits).ok());
+    out.emplace_back(logits.begin() + vocab, logits.end());  // slot 1's row
+  }
+  return out;
+}
+
+// Tensor and expert parallel (2 ranks as threads on the GPU, summing over cuda_thread_group.h
+// in rank order, as the custom all-reduce does; NCCL with 2 ranks adds two values per element,
+// the same either way): rank 0's logits of a sequence alone and batched are bit for bit the
+// same with batch-invariant kernels, on two V4-Flash layers. Printed beside: the default kernels.
+TEST(CudaDeterministicShardedTest, TensorAndExpertParallelRanksAreBatchInvariant) {
+  if (peregrine::cuda::ListDevices().empty()) GTEST_SKIP() << "no CUDA device";
+  auto config = FlashLayers();
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
+  const std::unique_ptr<Checkpoint> checkpoint = MakeSyntheticCheckpoint(*config, 20261204);
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 150; ++i) prompt.push_back(static_cast<int32_t>((i * 37 + 11) % config->vocab_size));
+  for (const bool expert_parallel : {false, true}) {
+    for (const bool invariant : {true, false}) {
+      testing::ThreadGroup group(2);
+      std::vector<std::vector<std::vector<float>>> ranks(2);
+      std::vector<std::string> failures(2);
+      std::vector<std::thread> threads;
+      for (int r = 0; r < 2; ++r) {
+        threads.emplace_back([&, r] {
+          std::unique_ptr<distributed::Communicator> comm = group.Member(r);
+          testing::SlotModelOptions o;
+          o.num_slots = 3;
+          o.max_tokens = 256;
+          o.max_context = 256;
+          o.max_logit_rows = 256;
+          o.batch_invariant = invariant;
+          o.weights.synthetic_matrices = true;
+          o.weights.seed = 20261204;
+          o.weights.expert_format = ExpertFormat::kMXFP4;
+          o.parallel = DeviceParallel{r, 2, expert_parallel, comm.get()};
+          auto model = testing::SlotModel::Create(*config, *checkpoint, o);
+          if (!model.ok()) {
+            failures[static_cast<size_t>(r)] = model.status().ToString();
+            return;
+          }
+          ranks[static_cast<size_t>(r)] = AloneThenBatched(**model, prompt, config->vocab_size);
+        });
+      }
+      for (std::thread& t : threads) t.join();
+      for (const std::string& f : failures) ASSERT_TRUE(f.empty()) << f;
+      ASSERT_EQ(ranks[0].size(), 10u);
+      EXPECT_TRUE(ranks[1] == ranks[0]) << "the ranks' logits differ";
+      int differ = 0;
+      for (size_t i = 0; i < 5; ++i) differ += FirstDifference(ranks[0][i + 5], ranks[0][i]) >= 0;
+      const char* what = expert_parallel ? "EP 2" : "TP 2";
+      if (invariant) {
+        EXPECT_EQ(differ, 0) << what;
+      }
+      std::printf("flash_2layers %s, %s: %d of 5 steps differ alone vs batched\n", what,
+                  invariant ? "batch-invariant" : "default kernels", differ);
+    }
   }
 }
 
