@@ -99,6 +99,7 @@ class CudaScorer final : public RowScorer {
     o.prefix_caching = false;
     o.weights.expert_format = e.expert_format;
     o.weights.dense_format = e.dense_format;
+    o.batch_invariant = e.deterministic_inference;
     {
       const KvLayout layout = deepseek_v4::KvGeometry::For(source.config, o.block_tokens, {2, 2}).Layout();
       o.kv_tokens = std::max<int64_t>(layout.BlocksFor(o.max_context), 1) * layout.block_tokens;
@@ -218,6 +219,8 @@ void AddScoreCommand(CLI::App& app) {
       ->check(CLI::IsMember({"bf16", "mxfp4"}));
   cmd->add_option("--dense-format", f->engine.dense_format, "CUDA dense projections: bf16 or fp8")
       ->check(CLI::IsMember({"bf16", "fp8"}));
+  cmd->add_flag("--enable-deterministic-inference", f->engine.deterministic_inference,
+                "CUDA: batch-invariant kernels (a row's logits do not depend on how its tokens are chunked)");
   cmd->add_option("--tokens", f->tokens, "int32 little-endian token rows")->required();
   cmd->add_option("--seq-len", f->seq_len, "Tokens per row")->capture_default_str();
   cmd->add_option("--out", f->out, "Per predicted token: int32 argmax, float32 logprob of the next token")->required();

@@ -14,6 +14,7 @@
 #include <bit>
 #include <cstdio>
 #include <memory>
+#include <ostream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -37,6 +38,9 @@ struct Case {
   std::filesystem::path dir;  // the fixture
   Source source = Source::kFixture;
 };
+
+// gtest prints a parameter through this (the test names already carry it).
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 
 std::vector<Case> Cases() {
   std::vector<Case> out;
