@@ -9,7 +9,7 @@
 // warp + 8, ... of its CTA's K range, accumulated in unit order with m16n8k16 MMAs; the 8
 // warps' partial sums are added in warp order, and when the K range is split over the CTAs of
 // a thread-block cluster (sm_90, for shapes with few row tiles) rank 0 adds the CTAs' sums in
-// rank order. Tokens are only the MMA's N side (8 or 16 per CTA, grid.x), whose columns never
+// rank order. Tokens are only the MMA's N side (8 to 64 per CTA, grid.x), whose columns never
 // mix. cuBLAS picks its algorithm (and split-K) by N, which is why the default path is not
 // batch-invariant.
 //
