@@ -12,6 +12,7 @@
 #include "backend/cuda/allocator.h"
 #include "backend/cuda/ops/sparse_attention_plan.h"
 #include "backend/cuda/ops/tensor_check.h"
+#include "kernels/hyper_connection.cuh"
 
 namespace peregrine::cuda {
 namespace {
@@ -194,6 +195,31 @@ TEST(SparseAttentionPlanTest, WholeRequestsAtLargeBatchSplitsAtSmallBatch) {
   std::vector<int32_t> t(static_cast<size_t>(single.num_ints()));
   ASSERT_TRUE(PlanSparseAttention(std::vector<int64_t>{128 + 8192}, single, t).ok());
   EXPECT_EQ(t[static_cast<size_t>(single.requests_offset() + 1)], 130);  // 130 tiles, one per CTA
+}
+
+// The mHC collapse's batch-invariant split is batch 1's at every batch size (so a row's sums
+// run in one order), and its workspace bound covers every split row and stays monotone.
+TEST(HyperConnectionSplitTest, BatchInvariantSplitIgnoresTheBatch) {
+  for (const int64_t k : {int64_t{512}, int64_t{1000}, int64_t{4 * 4096}, int64_t{8 * 8192}}) {
+    const kernels::HcSplit one = kernels::HcSplitFor(1, k);
+    int64_t last = 0;
+    bool default_split_changes = false;
+    for (const int64_t n : {int64_t{1}, int64_t{2}, int64_t{33}, int64_t{64}, int64_t{1000}, int64_t{8192}}) {
+      const kernels::HcSplit s = kernels::HcSplitOf(n, k, true);
+      EXPECT_EQ(s.num_splits, one.num_splits) << "k " << k << " n " << n;
+      EXPECT_EQ(s.units_per_split, one.units_per_split) << "k " << k << " n " << n;
+      default_split_changes |= kernels::HcSplitOf(n, k, false).num_splits != one.num_splits;
+      const int64_t mixes = 24;
+      const int64_t floats = kernels::HcWorkspaceFloatsOf(n, mixes, k, true);
+      EXPECT_GE(floats, (mixes + 1) * n * s.num_splits);
+      EXPECT_GE(floats, last);
+      last = floats;
+    }
+    // Where the default split moves with the batch, the invariant one is what keeps it fixed.
+    if (one.num_splits > 1) {
+      EXPECT_TRUE(default_split_changes) << "k " << k;
+    }
+  }
 }
 
 TEST(SparseAttentionPlanTest, RejectsBadInput) {
