@@ -210,6 +210,32 @@ def test_256_concurrent_streams_match_sequential_results(client, aclient):
             assert text == expected[p]
 
 
+def test_logprobs_and_seeded_samples_are_the_same_alone_or_concurrent(client):
+    """Greedy and seeded sampled completions with logprobs: each alone, then all at once from
+    as many threads (one batch, other prompt lengths chunked beside them): text, token logprobs
+    and top-3 alternatives bit for bit the same (the CPU backend is batch-invariant by
+    construction)."""
+    import concurrent.futures
+    m = model_id(client)
+    prompts = [f"Batch mates {i}: " + "alpha beta gamma " * (1 + i % 5) for i in range(12)]
+
+    def one(i):
+        k = dict(model=m, prompt=prompts[i], max_tokens=10, logprobs=3)
+        if i % 2:
+            k.update(temperature=0.8, top_p=0.95, seed=100 + i)
+        else:
+            k.update(temperature=0)
+        choice = client.completions.create(**k).choices[0]
+        lp = choice.logprobs
+        return choice.text, lp.tokens, lp.token_logprobs, [sorted(t.items()) for t in lp.top_logprobs]
+
+    alone = [one(i) for i in range(len(prompts))]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=len(prompts)) as pool:
+        together = list(pool.map(one, range(len(prompts))))
+    for i, (a, t) in enumerate(zip(alone, together)):
+        assert a == t, f"request {i} differs alone vs concurrent"
+
+
 def test_disconnect_storm_returns_to_baseline(client, server):
     import http.client
     m = model_id(client)
