@@ -10,6 +10,7 @@
 #include <numeric>
 #include <vector>
 
+#include "drafter_feed.h"
 #include "golden.h"
 #include "model/deepseek_v4/model.h"
 #include "model/mapped_file.h"
@@ -82,24 +83,10 @@ class BlockDrafterTest : public ::testing::Test {
   // Runs tokens [pos, pos + len) in `slot` with the drafter following; drafts a block when
   // `draft` (the anchor is tokens[pos + len]).
   std::vector<speculative::DepthCandidates> Step(int32_t slot, int64_t pos, int64_t len, bool draft) {
-    const std::span<const int32_t> chunk(golden_.tokens.data() + pos, static_cast<size_t>(len));
-    ChunkView view;
-    view.slot = slot;
-    view.first_position = pos;
-    view.num_tokens = len;
-    view.tokens = chunk;
-    view.blocks = blocks_;
-    view.keep_hidden = true;
-    std::vector<float> logits;
-    EXPECT_TRUE(model_->Forward(std::vector<ChunkView>{view}, *pools_, &logits).ok());
-    std::vector<int32_t> rows(static_cast<size_t>(len));
-    std::iota(rows.begin(), rows.end(), 0);
-    DraftInput in;
-    in.slot = slot;
-    in.first_position = pos;
-    in.rows = rows;
-    in.tokens = std::span<const int32_t>(golden_.tokens.data() + pos, static_cast<size_t>(len + (draft ? 1 : 0)));
-    in.restart = pos == 0;
+    drafter_test::DrafterFeed feed;
+    const Status fed = drafter_test::FeedDrafter(*model_, *pools_, blocks_, slot, golden_.tokens, pos, len, draft, &feed);
+    EXPECT_TRUE(fed.ok()) << fed.ToString();
+    DraftInput& in = feed.input;
     in.num_steps = draft ? static_cast<int32_t>(golden_.block) : 0;
     in.top_k = 3;
     std::vector<std::vector<speculative::DepthCandidates>> out;

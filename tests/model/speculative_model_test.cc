@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "demo_model_golden.h"
+#include "drafter_feed.h"
 #include "golden.h"
 #include "model/deepseek_v4/model.h"
 
@@ -206,26 +207,11 @@ TEST_F(DrafterTest, FirstStepEqualsTheMtpReferenceWhateverTheChunking) {
   int checked = 0;
   while (pos + 1 < n) {
     const int64_t len = std::min<int64_t>(7, n - 1 - pos);
-    const std::span<const int32_t> chunk(tokens.data() + pos, static_cast<size_t>(len));
-    ChunkView view;
-    view.slot = 1;
-    view.first_position = pos;
-    view.num_tokens = len;
-    view.tokens = chunk;
-    view.blocks = blocks_;
-    view.keep_hidden = true;
-    std::vector<float> logits;
-    ASSERT_TRUE(model_->Forward(std::vector<ChunkView>{view}, *pools_, &logits).ok());
-    std::vector<int32_t> rows(static_cast<size_t>(len));
-    std::iota(rows.begin(), rows.end(), 0);
-    DraftInput in;
-    in.slot = 1;
-    in.first_position = pos;
-    in.rows = rows;
-    in.restart = pos == 0;
     const bool draft = (pos / 7) % 2 == 1;
-    // Drafting needs the successor of the chunk's last row: the next token.
-    in.tokens = std::span<const int32_t>(tokens.data() + pos, static_cast<size_t>(len + (draft ? 1 : 0)));
+    // Drafting needs the successor of the chunk's last row: the next token (FeedDrafter adds it).
+    drafter_test::DrafterFeed feed;
+    ASSERT_TRUE(drafter_test::FeedDrafter(*model_, *pools_, blocks_, 1, tokens, pos, len, draft, &feed).ok());
+    DraftInput& in = feed.input;
     in.num_steps = draft ? 3 : 0;
     in.top_k = 4;
     std::vector<std::vector<speculative::DepthCandidates>> out;
