@@ -46,6 +46,8 @@ peregrine::Result<peregrine::cli::EngineOptions> EngineOptionsOf(const peregrine
   o.speculative.num_steps = serve.speculative_num_steps;
   o.speculative.num_draft_tokens = serve.speculative_num_draft_tokens;
   o.speculative.topk = serve.speculative_eagle_topk;
+  o.speculative.ngram.min_match = serve.speculative_ngram_min_match;
+  o.speculative.ngram.max_match = serve.speculative_ngram_max_match;
   o.parallel = serve.parallel();
   if (!serve.dist_init_addr.empty())
     PG_RETURN_IF_ERROR(peregrine::distributed::ParseHostPort(serve.dist_init_addr, &o.rendezvous_host, &o.rendezvous_port));

@@ -367,12 +367,19 @@ void AddServeCommand(CLI::App& app, EngineFactory factory, RankRunner rank_runne
                 "(CUDA, slower; the CPU backend always is)");
   cmd->add_option("--speculative-algorithm", options->speculative_algorithm,
                   "Speculative decoding: mtp (the checkpoint's drafter chained: its MTP layer, or its DSpark "
-                  "block drafter), ddtree (DDTree draft trees over its top-k) or none");
+                  "block drafter), ddtree (DDTree draft trees over its top-k), ngram (prompt lookup: chains "
+                  "copied from the sequence's earlier tokens, no drafter model; CPU and CUDA) or none");
   cmd->add_option("--speculative-num-steps", options->speculative_num_steps, "Draft depth")->capture_default_str();
   cmd->add_option("--speculative-num-draft-tokens", options->speculative_num_draft_tokens,
                   "Tokens verified per step, the newest one included (0: num-steps + 1; ddtree: the tree's budget)")
       ->capture_default_str();
   cmd->add_option("--speculative-eagle-topk", options->speculative_eagle_topk, "ddtree: candidates per depth")
+      ->capture_default_str();
+  cmd->add_option("--speculative-ngram-min-match-window-size", options->speculative_ngram_min_match,
+                  "ngram: the shortest suffix of the sequence matched against its earlier tokens")
+      ->capture_default_str();
+  cmd->add_option("--speculative-ngram-max-match-window-size", options->speculative_ngram_max_match,
+                  "ngram: the longest suffix matched (the longest that occurs earlier wins)")
       ->capture_default_str();
   cmd->add_option("--max-num-seqs,--max-running-requests", options->max_num_seqs, "Running sequences per step")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));

@@ -47,6 +47,8 @@ struct ServeOptions {
   int32_t speculative_num_steps = 3;
   int32_t speculative_num_draft_tokens = 0;
   int32_t speculative_eagle_topk = 4;
+  int32_t speculative_ngram_min_match = 1;
+  int32_t speculative_ngram_max_match = 12;
   // vLLM/SGLang spellings (cli/compat_flags.h) and logging.
   int64_t tensor_parallel_size = 1;
   std::string dtype = "auto";

@@ -417,6 +417,7 @@ bool Engine::Launch(SchedulerOutput plan) {
     v.restore = c.restore;
     v.needs_logits = c.samples;
     rc.lookahead = c.lookahead;
+    rc.history = std::span<const int32_t>(seq->tokens).first(static_cast<size_t>(known_end));
     if (seq->scores_from(c.first)) {
       // Row i scores the token after position first + i, up to the last prompt token.
       const int64_t end = std::min(c.first + c.num_tokens, seq->num_prompt_scores());

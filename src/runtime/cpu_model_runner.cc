@@ -64,7 +64,7 @@ std::vector<int32_t> CpuModelRunner::eos_token_ids() const {
 Result<std::unique_ptr<CpuModelRunner>> CpuModelRunner::Create(std::unique_ptr<HostModel> model,
                                                                const CpuRunnerOptions& options) {
   PG_RETURN_IF_ERROR(speculative::Validate(options.speculative));
-  if (options.speculative.enabled() && !model->has_drafter())
+  if (options.speculative.needs_model_drafter() && !model->has_drafter())
     return InvalidArgument("speculative decoding needs a drafter: the checkpoint has no MTP layer");
   return std::make_unique<CpuModelRunner>(std::move(model), options);
 }
@@ -100,7 +100,17 @@ Status CpuModelRunner::Launch(std::span<const RunnerChunk> chunks, std::span<con
       v.feeds_last = false;
     }
     const int32_t lookahead = spec.enabled() ? chunks[i].lookahead : -1;
-    if (lookahead >= 0) {
+    if (lookahead > 0 && !spec.needs_model_drafter() && v.num_tokens == 1 && v.needs_logits && !v.all_logits) {
+      // The n-gram drafter: a chain copied from the sequence's own earlier tokens.
+      const std::vector<int32_t> chain =
+          speculative::NgramChainAfter(chunks[i].history, v.first_position, v.tokens[0], spec.ngram, lookahead);
+      if (!chain.empty()) {
+        trees[i] = speculative::ChainTree(v.tokens[0], chain);
+        v.tokens = trees[i].tokens;
+        v.num_tokens = trees[i].num_nodes();
+        v.tree_parents = trees[i].parents;
+      }
+    } else if (lookahead >= 0 && spec.needs_model_drafter()) {
       v.keep_hidden = true;
       const SlotDraft& d = slot_drafts_[static_cast<size_t>(v.slot)];
       const bool can_verify = lookahead > 0 && v.num_tokens == 1 && v.needs_logits && !v.all_logits &&
@@ -120,6 +130,8 @@ Status CpuModelRunner::Launch(std::span<const RunnerChunk> chunks, std::span<con
         v.num_tokens = trees[i].num_nodes();
         v.tree_parents = trees[i].parents;
       }
+    }
+    if (lookahead >= 0) {
       // The engine took snapshots for every boundary the lookahead could reach; the chunk
       // passes those its deepest token reaches (the rest go back when the engine trims).
       if (block > 0 && !v.snapshots.empty()) {
@@ -151,7 +163,7 @@ Status CpuModelRunner::Launch(std::span<const RunnerChunk> chunks, std::span<con
     const int64_t chunk_step_row = static_cast<int64_t>(step_row);
     first_row += static_cast<size_t>(v.logit_rows());
     step_row += static_cast<size_t>(v.num_tokens);
-    const bool follows = spec.enabled() && chunks[ci].lookahead >= 0;
+    const bool follows = spec.needs_model_drafter() && chunks[ci].lookahead >= 0;
     if (follows) {
       // What the drafter reads after this step: the rows whose state is now committed.
       std::vector<int32_t>& rows_out = draft_rows[ci];
@@ -240,7 +252,7 @@ Status CpuModelRunner::Launch(std::span<const RunnerChunk> chunks, std::span<con
   // The drafter follows every speculating sequence; sampled rows get the next step's candidates.
   std::vector<size_t> drafted;
   for (size_t ci = 0; ci < views.size(); ++ci) {
-    if (!spec.enabled() || chunks[ci].lookahead < 0) continue;
+    if (!spec.needs_model_drafter() || chunks[ci].lookahead < 0) continue;
     const ChunkView& v = views[ci];
     DraftInput in;
     in.slot = v.slot;

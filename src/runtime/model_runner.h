@@ -45,6 +45,10 @@ struct RunnerChunk {
   // block table covers first_position + 1 + lookahead positions). Such a row's result is
   // the accepted drafts and then the token sampled after them.
   int32_t lookahead = -1;
+  // The sequence's tokens known on the host, from position 0 (prompt, then output): what the
+  // n-gram drafter (speculative/ngram.h) matches against. May end before the chunk's newest
+  // token (one the launched step still samples).
+  std::span<const int32_t> history;
 };
 
 // A scored chunk's rows, as ScoreToken (sampling/sampler.h) computes them.

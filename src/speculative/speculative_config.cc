@@ -12,7 +12,8 @@ Result<Algorithm> ParseAlgorithm(std::string_view name) {
   if (name == "mtp" || name == "MTP" || name == "nextn" || name == "NEXTN" || name == "eagle" || name == "EAGLE")
     return Algorithm::kMtp;
   if (name == "ddtree" || name == "DDTREE") return Algorithm::kDdtree;
-  return InvalidArgument("unknown speculative algorithm '" + std::string(name) + "' (mtp, ddtree or none)");
+  if (name == "ngram" || name == "NGRAM") return Algorithm::kNgram;
+  return InvalidArgument("unknown speculative algorithm '" + std::string(name) + "' (mtp, ddtree, ngram or none)");
 }
 
 std::string_view AlgorithmName(Algorithm algorithm) {
@@ -20,6 +21,7 @@ std::string_view AlgorithmName(Algorithm algorithm) {
     case Algorithm::kNone: return "none";
     case Algorithm::kMtp: return "mtp";
     case Algorithm::kDdtree: return "ddtree";
+    case Algorithm::kNgram: return "ngram";
   }
   return "none";
 }
@@ -33,9 +35,14 @@ Status Validate(const SpeculativeConfig& c) {
   if (nodes < c.num_steps || nodes > kMaxSpeculativeNodes)
     return InvalidArgument("--speculative-num-draft-tokens must be in [num_steps + 1, " +
                            std::to_string(kMaxSpeculativeNodes + 1) + "]");
-  if (c.algorithm == Algorithm::kMtp && nodes != c.num_steps)
-    return InvalidArgument("an MTP chain verifies num_steps + 1 tokens: --speculative-num-draft-tokens must be " +
+  if ((c.algorithm == Algorithm::kMtp || c.algorithm == Algorithm::kNgram) && nodes != c.num_steps)
+    return InvalidArgument("a draft chain verifies num_steps + 1 tokens: --speculative-num-draft-tokens must be " +
                            std::to_string(c.num_steps + 1) + " (use --speculative-algorithm ddtree for trees)");
+  if (c.algorithm == Algorithm::kNgram &&
+      (c.ngram.min_match < 1 || c.ngram.max_match < c.ngram.min_match || c.ngram.max_match > 64))
+    return InvalidArgument(
+        "--speculative-ngram-min-match-window-size and --speculative-ngram-max-match-window-size must satisfy "
+        "1 <= min <= max <= 64");
   return Status::Ok();
 }
 

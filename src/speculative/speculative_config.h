@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "base/status.h"
+#include "speculative/ngram.h"
 
 namespace peregrine::speculative {
 
@@ -14,6 +15,7 @@ enum class Algorithm : uint8_t {
   kNone,
   kMtp,     // the checkpoint's MTP layer chained num_steps deep: one draft token per depth
   kDdtree,  // DDTree: a best-first tree over the MTP chain's top-k per depth under a node budget
+  kNgram,   // prompt lookup (ngram.h): a chain copied from the sequence's own earlier tokens, no model
 };
 
 struct SpeculativeConfig {
@@ -23,6 +25,7 @@ struct SpeculativeConfig {
   // 0: num_steps + 1 (a chain).
   int32_t num_draft_tokens = 0;
   int32_t topk = 4;              // candidates per depth for trees (--speculative-eagle-topk)
+  NgramOptions ngram;            // ngram: the suffix lengths it matches
 
   bool enabled() const { return algorithm != Algorithm::kNone; }
   // Draft positions after a row's token that a verify step may accept (0 when off).
@@ -31,14 +34,16 @@ struct SpeculativeConfig {
   int32_t max_nodes() const;
   // Candidates per depth the drafter returns.
   int32_t candidates() const { return algorithm == Algorithm::kDdtree ? topk : 1; }
+  // Whether the drafter is a model's (MTP layers, a block drafter) rather than the n-gram lookup.
+  bool needs_model_drafter() const { return algorithm == Algorithm::kMtp || algorithm == Algorithm::kDdtree; }
 };
 
-// "mtp" (SGLang's NEXTN/EAGLE names too: "nextn", "eagle"), "ddtree", "none"/"".
+// "mtp" (SGLang's NEXTN/EAGLE names too: "nextn", "eagle"), "ddtree", "ngram", "none"/"".
 Result<Algorithm> ParseAlgorithm(std::string_view name);
 std::string_view AlgorithmName(Algorithm algorithm);
 // InvalidArgument unless 1 <= num_steps <= kMaxSpeculativeSteps, the node budget is at least
 // num_steps (so the chain fits) and at most kMaxSpeculativeNodes, 1 <= topk <= 16, and a
-// chain's node budget is its depth.
+// chain's node budget is its depth (MTP, ngram), and for ngram 1 <= min match <= max match <= 64.
 Status Validate(const SpeculativeConfig& config);
 
 inline constexpr int32_t kMaxSpeculativeSteps = 16;

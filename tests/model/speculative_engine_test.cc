@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "demo_model_golden.h"
@@ -196,6 +197,35 @@ TEST_F(SpeculativeEngineTest, DdtreeTreesGiveTheNonSpeculativeTokens) {
               static_cast<double>(run.stats.spec_num_accepted_tokens) / static_cast<double>(run.stats.spec_num_drafts));
 }
 
+speculative::SpeculativeConfig Ngram(int32_t steps, int32_t min_match, int32_t max_match) {
+  speculative::SpeculativeConfig c;
+  c.algorithm = speculative::Algorithm::kNgram;
+  c.num_steps = steps;
+  c.ngram.min_match = min_match;
+  c.ngram.max_match = max_match;
+  return c;
+}
+
+// Prompt lookup: chains copied from each sequence's own earlier tokens (the demo model
+// repeats itself, so many are accepted), lossless with and without overlapped steps.
+TEST_F(SpeculativeEngineTest, NgramChainsGiveTheNonSpeculativeTokens) {
+  for (const auto& [steps, min_match, overlap] : {std::tuple{4, 1, false}, std::tuple{6, 3, true}}) {
+    RunSetup s;
+    s.spec = Ngram(steps, min_match, 8);
+    s.overlap = overlap;
+    const EngineRun run = RunEngine(s, Requests());
+    const std::string what = "ngram, " + std::to_string(steps) + " steps" + (overlap ? ", overlapped" : "");
+    ExpectIdentical(run, Reference(), what);
+    EXPECT_GT(run.stats.spec_num_drafts, 0) << what;
+    EXPECT_GT(run.stats.spec_num_accepted_tokens, 0) << what;
+    EXPECT_LE(run.stats.spec_num_draft_tokens, steps * run.stats.spec_num_drafts) << what;
+    std::printf("%s: %lld drafts, %lld draft tokens, mean accepted %.3f\n", what.c_str(),
+                static_cast<long long>(run.stats.spec_num_drafts),
+                static_cast<long long>(run.stats.spec_num_draft_tokens),
+                static_cast<double>(run.stats.spec_num_accepted_tokens) / static_cast<double>(run.stats.spec_num_drafts));
+  }
+}
+
 // Small blocks (snapshots at boundaries the verify steps cross, kept only where the accepted
 // path reaches), a KV pool that forces preemption, overlapped steps, no prefix caching.
 TEST_F(SpeculativeEngineTest, LosslessUnderPagingPreemptionAndOverlap) {
@@ -278,6 +308,17 @@ TEST(SpeculativeRunnerTest, RefusesModelsWithoutADrafterAndBadConfigs) {
   o.speculative = Mtp(3);
   auto runner = CpuModelRunner::Create(std::move(model).value(), o);
   EXPECT_EQ(runner.status().code(), StatusCode::kInvalidArgument);
+  // The n-gram drafter needs no drafter in the checkpoint.
+  auto plain = deepseek_v4::Model::Load(fixture, 1);
+  ASSERT_TRUE(plain.ok()) << plain.status().ToString();
+  o.speculative = Ngram(3, 1, 4);
+  EXPECT_TRUE(CpuModelRunner::Create(std::move(plain).value(), o).ok());
+  EXPECT_FALSE(speculative::Validate(Ngram(3, 0, 4)).ok());
+  EXPECT_FALSE(speculative::Validate(Ngram(3, 5, 4)).ok());
+  speculative::SpeculativeConfig ngram_tree = Ngram(3, 1, 4);
+  ngram_tree.num_draft_tokens = 6;
+  EXPECT_FALSE(speculative::Validate(ngram_tree).ok());
+  EXPECT_EQ(speculative::ParseAlgorithm("ngram").value(), speculative::Algorithm::kNgram);
   speculative::SpeculativeConfig bad = Mtp(3);
   bad.num_draft_tokens = 9;  // a chain verifies steps + 1
   EXPECT_FALSE(speculative::Validate(bad).ok());
