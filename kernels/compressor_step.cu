@@ -63,6 +63,16 @@ __global__ void __launch_bounds__(kThreads) CompressorStepKernel(const Compresso
       float* gate_row = gate_state + static_cast<int64_t>(half * ratio + in_block) * width;
       const float* ape = p.ape + static_cast<int64_t>(in_block) * width;
       const int64_t in_offset = static_cast<int64_t>(t) * width;
+      const int save = p.save_rows != nullptr ? p.save_rows[t] : -1;
+      if (save >= 0 && save < p.num_save_rows) {
+        // Each thread saves the channels it then overwrites.
+        float* kv_saved = p.save_kv + static_cast<int64_t>(save) * width;
+        float* gate_saved = p.save_gate + static_cast<int64_t>(save) * width;
+        for (int c = tid; c < width; c += kThreads) {
+          kv_saved[c] = kv_row[c];
+          gate_saved[c] = gate_row[c];
+        }
+      }
       if (p.input_type == ElementType::kBF16) {
         AppendRow<kThreads>(static_cast<const __nv_bfloat16*>(p.kv) + in_offset,
                             static_cast<const __nv_bfloat16*>(p.gate) + in_offset, ape, kv_row, gate_row, width);

@@ -73,8 +73,17 @@ struct CompressorStepParams {
   int snapshot_interval = 0;
   int num_snapshots = 0;                    // records
   ElementType input_type = ElementType::kF32;
+  // Verify saves (null save_rows: none).
+  const int32_t* save_rows = nullptr;  // [num_tokens] save row per token row, -1: none
+  float* save_kv = nullptr;            // [num_save_rows, coff*dim]
+  float* save_gate = nullptr;          // [num_save_rows, coff*dim]
+  int num_save_rows = 0;
 };
 
+// Speculative verify (optional save_rows): before token t overwrites its ring row, a token
+// with save_rows[t] >= 0 copies the row's old kv and gate values (full width) into that row
+// of save_kv / save_gate, so that the tokens a verify rejects can be undone.
+//
 // Largest entry width (the pooled entry is staged in shared memory).
 inline constexpr int kCompressorMaxDim = 8192;
 

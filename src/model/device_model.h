@@ -97,6 +97,16 @@ struct DeviceModelLimits {
   // the batch (its size, its other rows, how prefill is chunked), so a request's tokens and
   // logprobs are the same alone or in any batch. Costs speed (see the profile).
   bool batch_invariant = false;
+  // Speculative verify: draft-chain tokens a step may hold (their compressor rows are saved
+  // for the rollback); 0: the model verifies no drafts.
+  int64_t max_verify_rows = 0;
+};
+
+// What a speculative verify keeps (DeviceModel::EnqueueCommit): the first `kept` tokens of
+// the draft chain the last step ran in `slot` (its root, then the accepted drafts).
+struct ChainCommit {
+  int32_t slot = 0;
+  int64_t kept = 0;
 };
 
 // A contiguous piece of device memory (a KV page is a list of them).
@@ -128,6 +138,14 @@ class DeviceModel {
   // Device, after the forward and outside graphs: the snapshots the chunks write that the
   // forward did not (per-request state left in the step's buffers).
   virtual Status EnqueueSnapshots(std::span<const ChunkView> chunks, const DeviceStep& step, cudaStream_t stream) = 0;
+  // Device, after a step with draft chains (ChunkView::tree_parents) and before the next
+  // step: each commit's slot keeps the chain's first `kept` tokens (1 <= kept <= its length)
+  // as if only they had run; every chain of the step needs one. A chain without its commit
+  // leaves its slot unusable. InvalidArgument (nothing enqueued) for slots or counts the last
+  // step did not verify.
+  virtual Status EnqueueCommit(std::span<const ChainCommit> /*commits*/, cudaStream_t /*stream*/) {
+    return Unimplemented("this model cannot verify draft chains");
+  }
   // The last step's logits [logit_rows, vocab] f32 on the device (valid until the next step).
   virtual Tensor logits(int64_t rows) const = 0;
   // Names of the op kinds OpProfiler::Run receives, in print order.

@@ -128,6 +128,7 @@ Status DeviceExecutor::Setup(const ModelConfig& config, const Checkpoint& checkp
   limits.max_context = options_.max_context;
   limits.block_tokens = options_.block_tokens;
   limits.batch_invariant = options_.batch_invariant;
+  limits.max_verify_rows = options_.max_verify_rows;
   PG_ASSIGN_OR_RETURN(model_, factory(config, checkpoint, limits, options_.weights, *allocator_, stream_.get()));
   if (comm_ != nullptr) comm_->UseStream(stream_.get());
   PG_RETURN_IF_ERROR(AllocatePools());
@@ -331,15 +332,19 @@ Status DeviceExecutor::Prepare(std::span<const ChunkView> chunks, bool allow_gra
   PG_RETURN_IF_ERROR(meta_copied_[static_cast<size_t>(turn)].Synchronize());
   StepMeta meta(meta_host_[static_cast<size_t>(turn)].as<int32_t>(), meta_.as<int32_t>(), meta_capacity_);
 
+  // Graph steps: decode (one token per chunk) or speculative verify (draft chains of one
+  // common length T per chunk), B chunks padded to the bucket's.
   bool decode = allow_graph && !chunks.empty() && static_cast<int64_t>(chunks.size()) <= graph_max_batch_;
+  const int64_t per_chunk = chunks.empty() ? 1 : chunks.front().num_tokens;
   int64_t tokens = 0;
   for (const ChunkView& c : chunks) {
     tokens += c.num_tokens;
-    decode = decode && c.num_tokens == 1 && c.needs_logits && !c.all_logits;
+    decode = decode && c.num_tokens == per_chunk && c.needs_logits && !c.all_logits &&
+             c.tree_parents.empty() == (per_chunk == 1);
   }
   const int64_t b = Bucket(static_cast<int64_t>(chunks.size()));
-  *bucket = decode && b <= options_.max_tokens && b <= options_.max_logit_rows ? b : 0;
-  PG_ASSIGN_OR_RETURN(*step, model_->Plan(chunks, *bucket > 0 ? *bucket : tokens, meta));
+  *bucket = decode && b * per_chunk <= options_.max_tokens && b * per_chunk <= options_.max_logit_rows ? b : 0;
+  PG_ASSIGN_OR_RETURN(*step, model_->Plan(chunks, *bucket > 0 ? *bucket * per_chunk : tokens, meta));
 
   // Block-table changes: each chunk's rows of the tables as its sequence now stands (a
   // sequence that starts in a slot rewrites the row from 0).
@@ -423,10 +428,11 @@ Status DeviceExecutor::Launch(std::span<const ChunkView> chunks, const LogitsHoo
                       meta_capacity_);
   if (bucket > 0) {
     // Every row of a bucket computes logits (padding rows' are never read).
+    const int64_t per_chunk = chunks.front().num_tokens;
     DeviceStep padded = step;
     padded.num_chunks = bucket;
-    padded.logit_rows = bucket;
-    const std::pair<int64_t, int64_t> key{bucket, 1};
+    padded.logit_rows = bucket * per_chunk;
+    const std::pair<int64_t, int64_t> key{bucket, per_chunk};
     auto it = graphs_.find(key);
     if (it == graphs_.end()) {
       PG_RETURN_IF_ERROR(pc::Graph::BeginCapture(s));
@@ -456,6 +462,11 @@ Status DeviceExecutor::StoreSampledTokens(const int32_t* tokens, int64_t num_tok
   a.feeds = Tensor::Contiguous(meta_.as<int32_t>() + store_pairs_, DType::kI32, {num_store_pairs_, 2}, Device::kCuda);
   a.sampled = Tensor::Contiguous(const_cast<int32_t*>(tokens), DType::kI32, {num_tokens}, Device::kCuda);
   return pc::FeedTokens(a, stream_.get());
+}
+
+Status DeviceExecutor::CommitChains(std::span<const ChainCommit> commits) {
+  if (sharded()) return Unimplemented("speculative verify on a sharded model");
+  return model_->EnqueueCommit(commits, stream_.get());
 }
 
 Status DeviceExecutor::Forward(std::span<const ChunkView> chunks, std::vector<float>* logits) {

@@ -50,6 +50,7 @@ struct ExecutorOptions {
   bool prefix_caching = true;
   double snapshot_fraction = 0.1;
   bool batch_invariant = false;  // --enable-deterministic-inference (DeviceModelLimits)
+  int64_t max_verify_rows = 0;   // speculative verify tokens per step (DeviceModelLimits)
   DeviceWeightOptions weights;
 };
 
@@ -85,7 +86,9 @@ class DeviceExecutor {
   cuda::CachingAllocator& allocator() { return *allocator_; }
 
   // Decode steps (one token per chunk, each wanting logits) of up to `max_batch` chunks
-  // replay a captured graph per power-of-two bucket; 0 launches every step op by op.
+  // replay a captured graph per power-of-two bucket, and so do speculative verify steps
+  // (every chunk a draft chain of one length T: a graph per bucket and T); 0 launches every
+  // step op by op.
   Status EnableGraphs(int64_t max_batch);
   // Enqueues a step and returns without waiting; `hook` gets the step's device logits
   // [R, vocab] (per chunk in order: every token's row with all_logits, else the last
@@ -98,6 +101,10 @@ class DeviceExecutor {
   // needs logits, in chunk order) go to their slots' entries of the token buffer (what the
   // next step's fed chunks read).
   Status StoreSampledTokens(const int32_t* tokens, int64_t num_tokens);
+  // After a step with draft chains (ChunkView::tree_parents) and before the next Launch:
+  // each slot keeps its chain's first `kept` tokens (DeviceModel::EnqueueCommit). Unsharded
+  // executors only.
+  Status CommitChains(std::span<const ChainCommit> commits);
   // Runs a step and copies its logits [R, vocab] to the host.
   Status Forward(std::span<const ChunkView> chunks, std::vector<float>* logits);
   // The same step op by op with events between ops (no graph): GPU time per op kind and

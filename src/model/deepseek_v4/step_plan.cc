@@ -42,6 +42,16 @@ Status CheckChunk(const ChunkView& chunk, const StepLimits& limits, int64_t wind
   }
   for (int32_t s : chunk.snapshots)
     if (s >= limits.num_snapshots) return InvalidArgument("snapshot id outside the pools");
+  if (!chunk.tree_parents.empty()) {
+    if (static_cast<int64_t>(chunk.tree_parents.size()) != t_n)
+      return InvalidArgument("a draft tree needs one parent per token");
+    for (int64_t i = 0; i < t_n; ++i)
+      if (chunk.tree_parents[static_cast<size_t>(i)] != i - 1)
+        return InvalidArgument("the device backend verifies draft chains only (each node the child of the one before)");
+    if (chunk.restore >= 0) return InvalidArgument("a draft chain cannot restore its slot");
+    for (int32_t s : chunk.snapshots)
+      if (s >= 0) return InvalidArgument("a draft chain passes no block boundary that takes a snapshot");
+  }
   if (chunk.restore >= limits.num_snapshots || (chunk.restore >= 0 && (b <= 0 || chunk.first_position % b != 0)))
     return InvalidArgument("a restore must name a snapshot taken at a block boundary");
   return Status::Ok();
@@ -84,6 +94,7 @@ Result<StepPlan> PlanStep(std::span<const ChunkView> chunks, const ModelConfig& 
   p.hca_rows.reserve(un);
   p.chunk_offsets.push_back(0);
   p.snapshot_table.assign(chunks.size() * static_cast<size_t>(p.max_snapshots), -1);
+  p.save_rows.assign(un, -1);
 
   const int64_t scratch = limits.num_slots * w;  // first scratch row
   int64_t row = 0;
@@ -91,6 +102,15 @@ Result<StepPlan> PlanStep(std::span<const ChunkView> chunks, const ModelConfig& 
     const ChunkView& chunk = chunks[ci];
     const int64_t t_n = chunk.num_tokens;
     const int64_t p0 = chunk.first_position;
+    const bool verify = !chunk.tree_parents.empty();
+    if (verify) {
+      if (p.num_save_rows + t_n > limits.max_save_rows)
+        return InvalidArgument("a step verifies more draft tokens than the device holds (" +
+                               std::to_string(limits.max_save_rows) + ")");
+      p.verify_chunks.push_back({static_cast<int64_t>(ci), row, p.num_save_rows});
+      for (int64_t i = 0; i < t_n; ++i) p.save_rows[static_cast<size_t>(row + i)] = static_cast<int32_t>(p.num_save_rows + i);
+      p.num_save_rows += t_n;
+    }
     p.chunk_positions.push_back(static_cast<int32_t>(p0));
     p.chunk_slots.push_back(chunk.slot);
     std::copy(chunk.snapshots.begin(), chunk.snapshots.end(),
@@ -106,7 +126,7 @@ Result<StepPlan> PlanStep(std::span<const ChunkView> chunks, const ModelConfig& 
       for (int64_t q = std::max<int64_t>(0, pos - w + 1); q <= pos; ++q)
         win[len++] = static_cast<int32_t>(q < p0 ? chunk.slot * w + q % w : scratch + row + (q - p0));
       p.window_lengths.push_back(static_cast<int32_t>(len));
-      if (i >= t_n - w) {
+      if (i >= t_n - w && !verify) {
         p.ring_src[static_cast<size_t>(t)] = static_cast<int32_t>(scratch + t);
         p.ring_dst[static_cast<size_t>(t)] = static_cast<int32_t>(chunk.slot * w + pos % w);
       }
@@ -119,7 +139,7 @@ Result<StepPlan> PlanStep(std::span<const ChunkView> chunks, const ModelConfig& 
       p.csa_rows.push_back(len + std::min(c.index_topk, csa));
       p.hca_rows.push_back(len + hca);
     }
-    if (chunk.all_logits) {
+    if (chunk.all_logits || verify) {
       for (int64_t i = 0; i < t_n; ++i) p.logit_rows.push_back(static_cast<int32_t>(row + i));
     } else if (chunk.needs_logits) {
       p.logit_rows.push_back(static_cast<int32_t>(row + t_n - 1));

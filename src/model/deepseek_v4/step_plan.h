@@ -11,6 +11,14 @@
 //   compressed   pages of the paged kinds, addressed through the slot's row of the
 //                persistent block tables (page_table_rows = the token's or chunk's slot).
 //   snapshots    chunk b's i-th block boundary writes snapshot_table[b, i] (-1: none).
+//
+// Speculative verify (a chunk with ChunkView::tree_parents; chains only on the device): its
+// tokens run as consecutive positions, but its window rows stay in the scratch rows (no ring
+// update) and every compressor ring row a token overwrites is first saved (save_rows: token
+// -> row of the model's save buffers), so that after acceptance the model keeps the accepted
+// prefix (scratch -> ring) and puts the rejected tokens' ring rows back, with no recompute.
+// Entries the rejected tokens completed lie past the sequence's end and are rewritten before
+// anything reads them. A verify chunk passes no block boundary that takes a snapshot.
 #pragma once
 
 #include <cstdint>
@@ -41,6 +49,14 @@ struct StepPlan {
   int64_t max_snapshots = 1;            // S: boundaries a chunk of this step can pass
   std::vector<int32_t> snapshot_table;  // [B, S]
   std::vector<int32_t> logit_rows;      // [R] rows whose logits are wanted, in row order
+  std::vector<int32_t> save_rows;       // [N] a verify token's save row, else -1
+  int64_t num_save_rows = 0;
+  struct Verify {
+    int64_t chunk = 0;      // index in the step's chunks
+    int64_t first_row = 0;  // its first token row
+    int64_t first_save_row = 0;
+  };
+  std::vector<Verify> verify_chunks;
   // KV rows each token's attention reads, per layer kind (the attention work planner's input).
   std::vector<int64_t> sliding_rows;    // [N] window
   std::vector<int64_t> csa_rows;        // [N] window + min(topk, csa entries)
@@ -57,6 +73,7 @@ struct StepLimits {
   int64_t num_blocks = 0;    // block ids are in [0, num_blocks)
   int64_t num_snapshots = 0; // snapshot ids are in [0, num_snapshots)
   int64_t first_entry_tokens = 1;  // KvLayout::first_entry_tokens (block coverage)
+  int64_t max_save_rows = 0;       // verify tokens per step (0: no speculative verify)
 };
 
 // The snapshots table width for chunks of up to `max_chunk_tokens` tokens.

@@ -21,7 +21,8 @@ ModelConfig SmallConfig() {
 
 // 8-token blocks, taken once 4 tokens of the block exist.
 const StepLimits kLimits{/*num_slots=*/3, /*max_tokens=*/16, /*max_context=*/64, /*block_tokens=*/8,
-                         /*num_blocks=*/32, /*num_snapshots=*/4, /*first_entry_tokens=*/4};
+                         /*num_blocks=*/32, /*num_snapshots=*/4, /*first_entry_tokens=*/4,
+                         /*max_save_rows=*/6};
 
 const std::vector<int32_t> kBlocks = [] {
   std::vector<int32_t> b(8);
@@ -111,6 +112,52 @@ TEST(StepPlanTest, SnapshotTableHasOneColumnPerBoundaryAChunkCanPass) {
   EXPECT_EQ(plan->snapshot_table, (std::vector<int32_t>{3, -1, 1, -1}));
   // Decode steps need one column.
   EXPECT_EQ(MaxSnapshotsPerChunk(1, 256), 1);
+}
+
+// A verify chain runs as consecutive tokens with every logits row, leaves the rings alone and
+// saves its tokens' compressor rows; a plain chunk beside it is planned as usual.
+TEST(StepPlanTest, VerifyChainStagesItsRowsAndSavesCompressorRows) {
+  const ModelConfig c = SmallConfig();
+  const std::vector<int32_t> draft = {5, 6, 7, 8}, parents = {-1, 0, 1, 2}, prompt = {1, 2};
+  ChunkView chain = Chunk(1, 9, draft, true);
+  chain.tree_parents = parents;
+  const ChunkView plain = Chunk(2, 0, prompt, true);
+  const ChunkView chunks[] = {plain, chain};
+  auto plan = PlanStep(chunks, c, kLimits);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  const StepPlan& p = *plan;
+  EXPECT_EQ(p.positions, (std::vector<int32_t>{0, 1, 9, 10, 11, 12}));
+  EXPECT_EQ(p.logit_rows, (std::vector<int32_t>{1, 2, 3, 4, 5}));
+  // The prompt's rows move into slot 2's ring (rows 8 + pos % 4); the chain's stay staged.
+  EXPECT_EQ(p.ring_src, (std::vector<int32_t>{12, 13, -1, -1, -1, -1}));
+  EXPECT_EQ(p.ring_dst, (std::vector<int32_t>{8, 9, -1, -1, -1, -1}));
+  EXPECT_EQ(p.save_rows, (std::vector<int32_t>{-1, -1, 0, 1, 2, 3}));
+  EXPECT_EQ(p.num_save_rows, 4);
+  ASSERT_EQ(p.verify_chunks.size(), 1u);
+  EXPECT_EQ(p.verify_chunks[0].chunk, 1);
+  EXPECT_EQ(p.verify_chunks[0].first_row, 2);
+  EXPECT_EQ(p.verify_chunks[0].first_save_row, 0);
+  // Node 3 (position 12) reads 9..12: ring rows of slot 1 for none, scratch rows 14..17 for all.
+  EXPECT_EQ(std::vector<int32_t>(p.window_indices.begin() + 5 * 4, p.window_indices.begin() + 6 * 4),
+            (std::vector<int32_t>{14, 15, 16, 17}));
+
+  // Trees, restores, snapshots and too many verify tokens are refused.
+  const std::vector<int32_t> tree = {-1, 0, 0, 1};
+  ChunkView branching = chain;
+  branching.tree_parents = tree;
+  EXPECT_EQ(PlanStep({&branching, 1}, c, kLimits).status().code(), StatusCode::kInvalidArgument);
+  ChunkView snapshotting = Chunk(1, 6, draft, true);  // passes boundary 8
+  snapshotting.tree_parents = parents;
+  const int32_t snap[] = {2};
+  snapshotting.snapshots = snap;
+  EXPECT_EQ(PlanStep({&snapshotting, 1}, c, kLimits).status().code(), StatusCode::kInvalidArgument);
+  const int32_t no_snap[] = {-1};
+  snapshotting.snapshots = no_snap;
+  EXPECT_TRUE(PlanStep({&snapshotting, 1}, c, kLimits).ok());
+  ChunkView other = chain;
+  other.slot = 0;
+  const ChunkView two_chains[] = {chain, other};  // 8 verify tokens, 6 save rows
+  EXPECT_EQ(PlanStep(two_chains, c, kLimits).status().code(), StatusCode::kInvalidArgument);
 }
 
 TEST(StepPlanTest, RejectsBadSteps) {

@@ -53,6 +53,14 @@ Status CompressorStep(const CompressorStepArgs& a, cudaStream_t stream) {
                                      "snapshots need records of ratio x coff*Dc floats, a count and an interval that "
                                      "is a multiple of the ratio"));
   }
+  const bool has_saves = a.save_rows.data != nullptr;
+  Dim save_rows("num_save_rows");
+  if (has_saves) {
+    PG_RETURN_IF_ERROR(check.Check("save_rows", a.save_rows, DType::kI32, {rows_in}, Device::kCuda, 4));
+    PG_RETURN_IF_ERROR(check.Check("save_kv", a.save_kv, DType::kF32, {&save_rows, &width}));
+    PG_RETURN_IF_ERROR(check.Check("save_gate", a.save_gate, DType::kF32, {&save_rows, &width}));
+    PG_RETURN_IF_ERROR(check.Require(save_rows.value() <= INT32_MAX, "num_save_rows overflows int32"));
+  }
   PG_RETURN_IF_ERROR(check.Require(dim.value() >= 1 && dim.value() <= kernels::kCompressorMaxDim,
                                    "Dc must be in [1, " + std::to_string(kernels::kCompressorMaxDim) + "]"));
   PG_RETURN_IF_ERROR(check.Require(a.rope_dim >= 0 && a.rope_dim % 2 == 0 && a.rope_dim <= dim.value(),
@@ -87,6 +95,12 @@ Status CompressorStep(const CompressorStepArgs& a, cudaStream_t stream) {
     p.max_snapshots = static_cast<int>(max_snapshots.value());
     p.snapshot_interval = static_cast<int>(a.snapshot_interval);
     p.num_snapshots = static_cast<int>(a.num_snapshots);
+  }
+  if (has_saves) {
+    p.save_rows = a.save_rows.as<const int32_t>();
+    p.save_kv = a.save_kv.as<float>();
+    p.save_gate = a.save_gate.as<float>();
+    p.num_save_rows = static_cast<int>(save_rows.value());
   }
   p.batch = static_cast<int>(batch.value());
   p.num_tokens = static_cast<int>(rows_in->value());

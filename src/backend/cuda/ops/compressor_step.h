@@ -40,6 +40,11 @@ struct CompressorStepArgs {
   int64_t snapshot_stride = 0;
   int64_t num_snapshots = 0;
   int64_t snapshot_interval = 0;  // tokens between snapshot boundaries (a multiple of ratio)
+  // Speculative verify: token t with save_rows[t] >= 0 saves the ring row it overwrites into
+  // that row of save_kv / save_gate first (kernels/compressor_step.cuh); absent: no saves.
+  Tensor save_rows;  // [N] i32 (N: rows of kv)
+  Tensor save_kv;    // [num_save_rows, coff*Dc] f32
+  Tensor save_gate;  // [num_save_rows, coff*Dc] f32
 };
 
 // Appends every request's tokens, in order, and writes the entries of the blocks they

@@ -92,6 +92,7 @@ Status CudaModel::Impl::EnqueueAttention(int64_t i, int64_t rows, int64_t chunks
   const ModelConfig& c = config;
   const DeviceLayer& lw = weights.layers[static_cast<size_t>(i)];
   const LayerKv& st = kv[static_cast<size_t>(i)];
+  const LayerSave* save = saves.empty() ? nullptr : &saves[static_cast<size_t>(i)];
   const AttentionType type = c.layer_types[static_cast<size_t>(i)];
   const bool sliding = type == AttentionType::kSliding;
   const bool csa = type == AttentionType::kCompressedSparse;
@@ -151,8 +152,8 @@ Status CudaModel::Impl::EnqueueAttention(int64_t i, int64_t rows, int64_t chunks
 
   // Compressors: append this step's tokens, emit the entries of completed blocks.
   auto compress = [&](const DeviceCompressor& cw, const Tensor& kv_ring, const Tensor& gate_ring, const Tensor& cache,
-                      const DeviceTensor& kv_buf, const DeviceTensor& gate_buf, float* tail_kv,
-                      float* tail_gate) -> Status {
+                      const DeviceTensor& kv_buf, const DeviceTensor& gate_buf, float* tail_kv, float* tail_gate,
+                      const DeviceTensor* save_kv, const DeviceTensor* save_gate) -> Status {
     const int64_t width = cw.coff * cw.dim;
     const Tensor ckv = View(kv_buf, DType::kF32, {rows, width});
     const Tensor cgate = View(gate_buf, DType::kF32, {rows, width});
@@ -186,19 +187,28 @@ Status CudaModel::Impl::EnqueueAttention(int64_t i, int64_t rows, int64_t chunks
         a.num_snapshots = pools.num_snapshots;
         a.snapshot_interval = geometry.block_tokens;
       }
+      if (save_kv != nullptr && save_kv->view.data != nullptr) {
+        // Every step passes its save rows (-1 outside verify chunks), so graphs replay any step.
+        a.save_rows = MetaView(layout.save_rows, {rows});
+        a.save_kv = save_kv->view;
+        a.save_gate = save_gate->view;
+      }
       return pc::CompressorStep(a, s);
     });
   };
   if (lw.compressor)
     PG_RETURN_IF_ERROR(compress(*lw.compressor, st.kv_ring, st.gate_ring, st.cache, ws.ckv, ws.cgate, st.tail_kv,
-                                st.tail_gate));
+                                st.tail_gate, save == nullptr ? nullptr : &save->kv,
+                                save == nullptr ? nullptr : &save->gate));
 
   // Indexer (CSA): its own compressor, then scores over the visible keys and the top-k.
   const Tensor topk = View(ws.topk, DType::kI32, {rows, c.index_topk});
   const Tensor topk_counts = View(ws.topk_counts, DType::kI32, {rows});
   if (csa) {
     PG_RETURN_IF_ERROR(compress(*lw.index_compressor, st.index_kv_ring, st.index_gate_ring, st.index_keys, ws.ikv,
-                                ws.igate, st.tail_index_kv, st.tail_index_gate));
+                                ws.igate, st.tail_index_kv, st.tail_index_gate,
+                                save == nullptr ? nullptr : &save->index_kv,
+                                save == nullptr ? nullptr : &save->index_gate));
     const Tensor iq = View(ws.iq, DType::kBF16, {rows, ih * id});
     PG_RETURN_IF_ERROR(project(qr_n, lw.index_wq_b, iq));
     PG_RETURN_IF_ERROR(rope(View(ws.iq, DType::kBF16, {rows * ih, id}), false));

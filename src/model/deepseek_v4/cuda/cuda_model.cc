@@ -10,6 +10,7 @@
 #include "backend/cuda/device.h"
 #include "backend/cuda/ops/embedding.h"
 #include "backend/cuda/ops/hyper_connection.h"
+#include "backend/cuda/ops/kv_copy.h"
 #include "backend/cuda/ops/linear.h"
 #include "backend/cuda/ops/step_feed.h"
 #include "backend/cuda/ops/sparse_attention.h"
@@ -151,6 +152,33 @@ Status CudaModel::Impl::Allocate(cudaStream_t load_stream) {
   if (parallel.size > 1) {
     PG_RETURN_IF_ERROR(alloc(DType::kF32, {o.max_logit_rows, weights.head_rows}, &x.head_logits));
     PG_RETURN_IF_ERROR(alloc(DType::kF32, {parallel.size, o.max_logit_rows, weights.head_rows}, &x.gathered_logits));
+  }
+
+  // Speculative verify: the compressor rows its tokens overwrite, per layer.
+  if (o.max_verify_rows > 0) {
+    const int64_t v = o.max_verify_rows;
+    saves.clear();
+    saves.resize(geometry.layers.size());
+    int64_t compressed = 0;
+    for (size_t i = 0; i < geometry.layers.size(); ++i) {
+      const KvGeometry::Layer& l = geometry.layers[i];
+      if (l.ratio == 0) continue;
+      ++compressed;
+      const bool is_csa = l.csa_index >= 0;
+      const int64_t width = (is_csa ? 2 : 1) * hd;
+      PG_RETURN_IF_ERROR(alloc(DType::kF32, {v, width}, &saves[i].kv));
+      PG_RETURN_IF_ERROR(alloc(DType::kF32, {v, width}, &saves[i].gate));
+      if (is_csa) {
+        PG_RETURN_IF_ERROR(alloc(DType::kF32, {v, 2 * id}, &saves[i].index_kv));
+        PG_RETURN_IF_ERROR(alloc(DType::kF32, {v, 2 * id}, &saves[i].index_gate));
+      }
+    }
+    // A kept token moves one window row per layer; a rejected one restores up to four rows
+    // per compressed layer.
+    const int64_t per_row = std::max<int64_t>(static_cast<int64_t>(geometry.layers.size()), 4 * compressed);
+    PG_RETURN_IF_ERROR(alloc(DType::kU8, {v * per_row, static_cast<int64_t>(sizeof(kernels::KvCopySegment))},
+                             &commit_segments));
+    PG_RETURN_IF_ERROR(alloc(DType::kU8, {8}, &commit_checksum));
   }
 
   fast_attention = BuiltAttention(h, hd);
@@ -380,7 +408,7 @@ int64_t CudaModel::meta_capacity(int64_t rows, int64_t chunks) const {
   const int64_t padded = std::max(rows, chunks);
   const int64_t schedule_ints = m.fast_attention ? m.attention_layout.num_ints() : 0;
   const int64_t snapshots = MaxSnapshotsPerChunk(m.limits.max_tokens, m.geometry.block_tokens);
-  return rows * (w + 9) + 4 * (padded + 1) + padded * snapshots + 3 * schedule_ints + 64;
+  return rows * (w + 10) + 4 * (padded + 1) + padded * snapshots + 3 * schedule_ints + 68;
 }
 
 Result<DeviceStep> CudaModel::Plan(std::span<const ChunkView> chunks, int64_t rows, StepMeta& meta) {
@@ -396,6 +424,10 @@ Result<DeviceStep> CudaModel::Plan(std::span<const ChunkView> chunks, int64_t ro
   limits.num_blocks = m.pools.num_blocks;
   limits.num_snapshots = m.pools.num_snapshots;
   limits.first_entry_tokens = layout.first_entry_tokens;
+  limits.max_save_rows = m.limits.max_verify_rows;
+  // A step replaces the last one's chains: one not committed by now leaves its slot unusable
+  // (the runner commits before it plans again).
+  m.chains.clear();
   PG_ASSIGN_OR_RETURN(StepPlan plan, PlanStep(chunks, m.config, limits));
   for (const ChunkView& chunk : chunks)
     if (layout.BlocksFor(chunk.first_position + chunk.num_tokens) > m.pools.max_blocks)
@@ -430,6 +462,7 @@ Result<DeviceStep> CudaModel::Plan(std::span<const ChunkView> chunks, int64_t ro
   PG_ASSIGN_OR_RETURN(ml.logit_rows, place(std::max<int64_t>(rows, 1)));
   ml.max_snapshots = plan.max_snapshots;
   PG_ASSIGN_OR_RETURN(ml.snapshot_table, place(padded_chunks * plan.max_snapshots));
+  PG_ASSIGN_OR_RETURN(ml.save_rows, place(rows));
   const int64_t schedule_ints = m.fast_attention ? m.attention_layout.num_ints() : 0;
   for (int64_t& section : ml.schedules) {
     PG_ASSIGN_OR_RETURN(const int64_t at, place(schedule_ints));
@@ -459,6 +492,11 @@ Result<DeviceStep> CudaModel::Plan(std::span<const ChunkView> chunks, int64_t ro
   copy(ml.chunk_slots, plan.chunk_slots, padded_chunks, -1);
   copy(ml.logit_rows, plan.logit_rows, std::max<int64_t>(rows, 1), 0);
   copy(ml.snapshot_table, plan.snapshot_table, padded_chunks * plan.max_snapshots, -1);
+  copy(ml.save_rows, plan.save_rows, rows, -1);
+  for (const StepPlan::Verify& v : plan.verify_chunks) {
+    const ChunkView& chunk = chunks[static_cast<size_t>(v.chunk)];
+    m.chains.push_back({chunk.slot, chunk.first_position, chunk.num_tokens, v.first_row, v.first_save_row});
+  }
   if (m.fast_attention) {
     const std::vector<int64_t>* kinds[3] = {&plan.sliding_rows, &plan.csa_rows, &plan.hca_rows};
     std::vector<int64_t> padded;
@@ -583,6 +621,83 @@ Status CudaModel::EnqueueRestores(std::span<const ChunkView> chunks, cudaStream_
     }
   }
   return Status::Ok();
+}
+
+Status CudaModel::EnqueueCommit(std::span<const ChainCommit> commits, cudaStream_t stream) {
+  return impl_->EnqueueCommit(commits, stream);
+}
+
+Status CudaModel::Impl::EnqueueCommit(std::span<const ChainCommit> commits, cudaStream_t s) {
+  if (commits.empty()) return Status::Ok();
+  if (saves.empty()) return InvalidArgument("CUDA model: built without speculative verify (max_verify_rows 0)");
+  const KvGeometry& g = geometry;
+  const int64_t w = g.window, hd = g.head_dim, id = g.index_dim;
+  const int64_t scratch = static_cast<int64_t>(pools.num_slots) * w;
+  std::vector<uint8_t> done(chains.size(), 0);
+  std::vector<kernels::KvCopySegment> segments;
+  auto add = [&](const void* src, void* dst, int64_t bytes) {
+    kernels::KvCopySegment seg;
+    seg.src = src;
+    seg.dst = dst;
+    seg.words = static_cast<uint64_t>(bytes / 8);
+    segments.push_back(seg);
+  };
+  auto at = [](const Tensor& t, int64_t byte_offset) { return static_cast<char*>(t.data) + byte_offset; };
+  for (const ChainCommit& commit : commits) {
+    size_t k = 0;
+    while (k < chains.size() && chains[k].slot != commit.slot) ++k;
+    if (k == chains.size() || done[k])
+      return InvalidArgument("CUDA model: slot " + std::to_string(commit.slot) + " verified no draft chain to commit");
+    const VerifiedChain& chain = chains[k];
+    if (commit.kept < 1 || commit.kept > chain.num_tokens)
+      return InvalidArgument("CUDA model: a commit keeps 1 to " + std::to_string(chain.num_tokens) + " tokens");
+    done[k] = 1;
+    // Kept tokens: their window rows move from the step's rows into the ring (the last W).
+    for (int64_t t = std::max<int64_t>(0, commit.kept - w); t < commit.kept; ++t) {
+      const int64_t pos = chain.first_position + t;
+      const int64_t src_row = scratch + chain.first_row + t;
+      const int64_t dst_row = static_cast<int64_t>(chain.slot) * w + pos % w;
+      for (const LayerKv& l : kv) add(at(l.window, src_row * hd * 2), at(l.window, dst_row * hd * 2), hd * 2);
+    }
+    // Rejected tokens: each ring row they overwrote gets back what the first of them found
+    // there (a later one saved an already overwritten row).
+    for (size_t i = 0; i < g.layers.size(); ++i) {
+      const KvGeometry::Layer& layer = g.layers[i];
+      if (layer.ratio == 0) continue;
+      const bool is_csa = layer.csa_index >= 0;
+      const int64_t coff = is_csa ? 2 : 1, ratio = layer.ratio;
+      const int64_t ring_rows = coff * ratio;
+      std::vector<uint8_t> restored(static_cast<size_t>(ring_rows), 0);
+      for (int64_t t = commit.kept; t < chain.num_tokens; ++t) {
+        const int64_t pos = chain.first_position + t;
+        const int64_t r = coff == 2 ? ((pos / ratio) % 2) * ratio + pos % ratio : pos % ratio;
+        if (restored[static_cast<size_t>(r)]) continue;
+        restored[static_cast<size_t>(r)] = 1;
+        const int64_t save = chain.first_save_row + t;
+        const int64_t ring = static_cast<int64_t>(chain.slot) * ring_rows + r;
+        const LayerSave& sv = saves[i];
+        const LayerKv& l = kv[i];
+        const int64_t width = coff * hd;
+        add(at(sv.kv.view, save * width * 4), at(l.kv_ring, ring * width * 4), width * 4);
+        add(at(sv.gate.view, save * width * 4), at(l.gate_ring, ring * width * 4), width * 4);
+        if (is_csa) {
+          add(at(sv.index_kv.view, save * 2 * id * 4), at(l.index_kv_ring, ring * 2 * id * 4), 2 * id * 4);
+          add(at(sv.index_gate.view, save * 2 * id * 4), at(l.index_gate_ring, ring * 2 * id * 4), 2 * id * 4);
+        }
+      }
+    }
+  }
+  for (size_t k = 0; k < chains.size(); ++k)
+    if (!done[k]) return InvalidArgument("CUDA model: every verified chain needs its commit");
+  chains.clear();
+  const auto capacity = static_cast<size_t>(commit_segments.view.shape[0]);
+  if (segments.size() > capacity) return Internal("CUDA model: the commit's copies exceed their buffer");
+  if (segments.empty()) return Status::Ok();
+  // From pageable memory: the copy has left `segments` when the call returns.
+  PG_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(commit_segments.view.data, segments.data(),
+                                          segments.size() * sizeof(kernels::KvCopySegment), cudaMemcpyHostToDevice, s));
+  return pc::KvCopy(static_cast<const kernels::KvCopySegment*>(commit_segments.view.data),
+                    static_cast<int64_t>(segments.size()), static_cast<uint64_t*>(commit_checksum.view.data), 1, s);
 }
 
 Status CudaModel::EnqueueSnapshots(std::span<const ChunkView> chunks, const DeviceStep& step, cudaStream_t stream) {

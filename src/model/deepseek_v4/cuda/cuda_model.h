@@ -47,6 +47,9 @@ class CudaModel final : public DeviceModel {
   Status EnqueueRestores(std::span<const ChunkView> chunks, cudaStream_t stream) override;
   Status Enqueue(const DeviceStep& step, const StepMeta& meta, cudaStream_t stream, OpProfiler* profiler) override;
   Status EnqueueSnapshots(std::span<const ChunkView> chunks, const DeviceStep& step, cudaStream_t stream) override;
+  // Speculative verify of draft chains (step_plan.h): the kept prefix's window rows into the
+  // rings, the rejected tokens' compressor rows back from the save buffers.
+  Status EnqueueCommit(std::span<const ChainCommit> commits, cudaStream_t stream) override;
   Tensor logits(int64_t rows) const override;
   std::vector<std::string> op_kinds() const override;
   // Per layer: the window ring (bf16), then the compressor rings and the indexer's (f32);

@@ -37,6 +37,22 @@ struct LayerKv {
   float* tail_index_gate = nullptr;
 };
 
+// A layer's compressor ring rows that a verify step's tokens overwrote, by save row
+// ([max_verify_rows, coff*Dh] f32; the indexer's [max_verify_rows, 2*Id]): what the commit
+// puts back for rejected tokens. Empty for window-only layers or without verify.
+struct LayerSave {
+  DeviceTensor kv, gate, index_kv, index_gate;
+};
+
+// A draft chain of the last planned step (what EnqueueCommit keeps a prefix of).
+struct VerifiedChain {
+  int32_t slot = 0;
+  int64_t first_position = 0;
+  int64_t num_tokens = 0;
+  int64_t first_row = 0;       // its first token row in the step
+  int64_t first_save_row = 0;  // its first row of the save buffers
+};
+
 // Per-step activations, sized for max_tokens rows; a step uses the first N rows.
 struct Workspace {
   DeviceTensor streams;   // [N, hc, D] f32
@@ -86,6 +102,7 @@ struct MetaLayout {
   int64_t ring_src = 0, ring_dst = 0, csa_entries = 0, hca_entries = 0;
   int64_t chunk_offsets = 0, chunk_positions = 0, chunk_slots = 0, logit_rows = 0;
   int64_t snapshot_table = 0, max_snapshots = 1;  // [chunks, max_snapshots]
+  int64_t save_rows = 0;  // [rows] a verify token's save row, -1 otherwise
   std::array<int64_t, 3> schedules{};  // sliding, CSA, HCA
 };
 
@@ -114,6 +131,15 @@ struct CudaModel::Impl {
   int64_t window_layer_rows = 0;   // rows of one layer's window buffer
   int64_t snapshot_floats = 0;     // one snapshot record, in floats
   bool bound = false;
+
+  // Speculative verify (limits.max_verify_rows > 0): the save buffers per layer, the last
+  // planned step's chains (committed by EnqueueCommit), and the commit's copy list.
+  std::vector<LayerSave> saves;
+  std::vector<VerifiedChain> chains;
+  DeviceTensor commit_segments;  // [capacity, sizeof(KvCopySegment)] u8
+  DeviceTensor commit_checksum;  // [1] u64 (the copy kernel's checksum, unused)
+  // Enqueues the copies that keep each commit's prefix (cuda_model.cc).
+  Status EnqueueCommit(std::span<const ChainCommit> commits, cudaStream_t stream);
 
   // Fast-kernel availability at this config.
   bool fast_attention = false;
