@@ -67,7 +67,9 @@ Result<std::unique_ptr<DeviceExecutor>> MakeCudaExecutor(const EngineOptions& o,
   eo.device = device;
   eo.num_slots = o.max_num_seqs;
   eo.max_tokens = o.max_num_batched_tokens;
-  eo.max_logit_rows = o.max_num_seqs + o.max_scored_rows;
+  // Speculative verify: every node of a slot's chain has a logits row.
+  eo.max_verify_rows = CudaModelRunner::VerifyRows(o.speculative, o.max_num_seqs);
+  eo.max_logit_rows = std::max(o.max_num_seqs, eo.max_verify_rows) + o.max_scored_rows;
   eo.max_context = o.max_model_len > 0 ? o.max_model_len : source.config.max_position_embeddings;
   eo.block_tokens = o.block_size;
   eo.kv_tokens = o.kv_cache_tokens;
@@ -121,7 +123,9 @@ Result<std::unique_ptr<ModelRunner>> MakeRunner(const EngineOptions& o, ModelSou
     ro.max_scored_rows = o.max_scored_rows;
     ro.speculative = o.speculative;
     // A config with DSpark's keys names a block drafter (loaded where the checkpoint has it).
-    const char* drafter = model->config().has_block_drafter() ? "the block drafter" : "the MTP layer";
+    const char* drafter = !o.speculative.needs_model_drafter()        ? "the sequence's own tokens"
+                          : model->config().has_block_drafter() ? "the block drafter"
+                                                                  : "the MTP layer";
     PG_ASSIGN_OR_RETURN(std::unique_ptr<CpuModelRunner> runner, CpuModelRunner::Create(std::move(model), ro));
     if (o.speculative.enabled())
       LogInfo("speculative decoding: {} over {}, {} steps, {} tokens verified per step",
@@ -131,8 +135,13 @@ Result<std::unique_ptr<ModelRunner>> MakeRunner(const EngineOptions& o, ModelSou
     return std::unique_ptr<ModelRunner>(std::move(runner));
   }
   if (o.device != "cuda") return InvalidArgument("unknown device '" + o.device + "' (cpu or cuda)");
-  if (o.speculative.enabled())
-    return Unimplemented("speculative decoding runs on the CPU backend only so far (--device cpu)");
+  PG_RETURN_IF_ERROR(speculative::Validate(o.speculative));
+  if (o.speculative.needs_model_drafter())
+    return Unimplemented("speculative decoding with a drafter model (mtp, ddtree) runs on the CPU backend only so far "
+                         "(--device cpu); on the GPU use --speculative-algorithm ngram");
+  if (o.speculative.enabled() && (!o.device_sampling || o.parallel.is_distributed()))
+    return Unimplemented("speculative decoding on the GPU needs device sampling and one GPU (no --host-sampling, "
+                         "no --tp)");
 #ifdef PEREGRINE_WITH_CUDA
   const auto start = std::chrono::steady_clock::now();
   std::unique_ptr<distributed::Communicator> comm;
@@ -157,7 +166,11 @@ Result<std::unique_ptr<ModelRunner>> MakeRunner(const EngineOptions& o, ModelSou
           static_cast<double>(executor->weight_bytes()) / 1e9, executor->sharded() ? " on rank 0" : "",
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   LogLines(LogLevel::kInfo, executor->Describe());
-  auto runner = std::make_unique<CudaModelRunner>(std::move(executor), o.device_sampling, o.overlap);
+  auto runner = std::make_unique<CudaModelRunner>(std::move(executor), o.device_sampling, o.overlap, o.speculative);
+  if (o.speculative.enabled())
+    LogInfo("speculative decoding: ngram over the sequence's own tokens, {} steps, {} tokens verified per step "
+            "(steps do not overlap while speculating)",
+            o.speculative.num_steps, o.speculative.max_nodes() + 1);
   if (staging != nullptr) runner->SetKvStaging(std::move(staging));
   return std::unique_ptr<ModelRunner>(std::move(runner));
 #else

@@ -11,6 +11,7 @@
 #include "kernels/sampling.cuh"
 #include "runtime/host_scoring.h"
 #include "sampling/token_bitmask.h"
+#include "speculative/ngram.h"
 
 namespace peregrine {
 
@@ -24,11 +25,147 @@ Tensor DeviceView(const peregrine::cuda::DeviceBuffer& b, DType t, Shape s) {
 
 }  // namespace
 
-CudaModelRunner::CudaModelRunner(std::unique_ptr<DeviceExecutor> executor, bool device_sampling, bool overlap)
+CudaModelRunner::CudaModelRunner(std::unique_ptr<DeviceExecutor> executor, bool device_sampling, bool overlap,
+                                 const speculative::SpeculativeConfig& speculative)
     : executor_(std::move(executor)),
       device_sampling_(device_sampling),
       overlap_(overlap),
+      speculative_(speculative),
       slot_positions_(static_cast<size_t>(executor_->kv_capacity().num_slots), -1) {}
+
+int64_t CudaModelRunner::VerifyRows(const speculative::SpeculativeConfig& speculative, int64_t num_slots) {
+  return speculative.enabled() ? num_slots * (1 + static_cast<int64_t>(speculative.max_nodes())) : 0;
+}
+
+void CudaModelRunner::PlanVerify(LaunchSlot& slot, std::span<const RunnerChunk> chunks,
+                                 std::span<const RunnerSampling> sampling) {
+  step_trees_.assign(step_.size(), {});
+  step_snapshots_.assign(step_.size(), {});
+  slot.trees.assign(sampling.size(), {});
+  slot.first_positions.assign(sampling.size(), 0);
+  slot.verifies = false;
+  if (!speculative_.enabled()) return;
+  const int64_t block = executor_->kv_capacity().layout.block_tokens;
+  size_t row = 0;
+  for (size_t ci = 0; ci < step_.size(); ++ci) {
+    ChunkView& v = step_[ci];
+    const RunnerChunk& chunk = chunks[ci];
+    const int32_t lookahead = chunk.lookahead;
+    if (lookahead < 0) {
+      row += v.needs_logits ? 1 : 0;
+      continue;
+    }
+    if (lookahead > 0 && v.needs_logits && v.num_tokens == 1 && !v.all_logits && !v.feeds_last &&
+        row < sampling.size() && sampling[row].mask == RowMask::kNone && chunk.scoring.targets.empty()) {
+      // The chain stops before the first block boundary that takes a snapshot (the verify
+      // step writes none; the plain step that reaches it does).
+      int64_t depth = lookahead;
+      for (size_t i = 0; block > 0 && i < v.snapshots.size(); ++i) {
+        if (v.snapshots[i] < 0) continue;
+        const int64_t boundary = (v.first_position / block + 1 + static_cast<int64_t>(i)) * block;
+        depth = std::min(depth, boundary - v.first_position - 2);
+        break;
+      }
+      std::vector<int32_t> chain;
+      if (depth > 0)
+        chain = speculative::NgramChainAfter(chunk.history, v.first_position, v.tokens[0], speculative_.ngram,
+                                             static_cast<int32_t>(depth));
+      // A short chain is padded to the depth with its last token (a guess like any other):
+      // speculating rows then share one length, and such steps replay one graph per bucket.
+      if (!chain.empty()) {
+        const int32_t last = chain.back();
+        chain.resize(static_cast<size_t>(depth), last);
+      }
+      if (!chain.empty()) {
+        speculative::DraftTree& tree = step_trees_[ci];
+        tree = speculative::ChainTree(v.tokens[0], chain);
+        v.tokens = tree.tokens;
+        v.num_tokens = tree.num_nodes();
+        v.tree_parents = tree.parents;
+        slot.trees[row] = tree;
+        slot.first_positions[row] = v.first_position;
+        slot.verifies = true;
+      }
+    }
+    // The engine took snapshots for every boundary the lookahead could reach; the chunk
+    // passes those it reaches (the engine takes the rest back).
+    if (block > 0 && !v.snapshots.empty()) {
+      const int64_t reach = (v.first_position + v.span()) / block - v.first_position / block;
+      step_snapshots_[ci].assign(v.snapshots.begin(),
+                                 v.snapshots.begin() + std::min<int64_t>(reach, static_cast<int64_t>(v.snapshots.size())));
+      v.snapshots = step_snapshots_[ci];
+    }
+    row += v.needs_logits ? 1 : 0;
+  }
+}
+
+Status CudaModelRunner::AcceptChain(LaunchSlot& slot, size_t row, bool skipped, SampleResult* result,
+                                    std::vector<SampleResult>* drafts, ChainCommit* commit) {
+  const speculative::DraftTree& tree = slot.trees[row];
+  const size_t first = slot.first_row[row];
+  const auto n = static_cast<size_t>(tree.num_nodes());
+  const int32_t* tokens = slot.out_tokens.as<int32_t>();
+  const float* logprobs = slot.out_logprobs.as<float>();
+  const int32_t* status = slot.out_status.as<int32_t>();
+  const int32_t* top_tokens = slot.out_top_tokens.as<int32_t>();
+  const float* top_logprobs = slot.out_top_logprobs.as<float>();
+  const SamplingParams& params = *slot.sampling[row].params;
+  const int64_t vocab = executor_->config().vocab_size;
+  std::vector<SampleResult> targets(n);
+  std::vector<int32_t> target_tokens(n);
+  std::vector<float> row_logits;
+  for (size_t j = 0; j < n; ++j) {
+    const size_t d = first + j;
+    SampleResult& out = targets[j];
+    if (status[d] != kernels::kSamplingOk) {
+      // The device gave this node up: the host samples it from the device's edited row.
+      row_logits.resize(static_cast<size_t>(vocab));
+      PG_CUDA_RETURN_IF_ERROR(cudaMemcpy(row_logits.data(), slot.saved_logits_d.as<float>() + d * static_cast<size_t>(vocab),
+                                         row_logits.size() * 4, cudaMemcpyDeviceToHost));
+      const auto begin = static_cast<size_t>(slot.batch.edit_offsets[d]);
+      const auto end = static_cast<size_t>(slot.batch.edit_offsets[d + 1]);
+      SequenceSamplingState probe = *slot.node_states[d];
+      out = SampleOverflowRow(row_logits, std::span(slot.batch.edits).subspan(begin, end - begin),
+                              std::span<const float>(slot.out_edit_raw.as<float>() + begin, end - begin), params, probe,
+                              slot.rng_before[d]);
+    } else {
+      out.token = tokens[d];
+      if (params.logprobs >= 0) {
+        out.logprob = logprobs[d];
+        for (int32_t k = 0; k < std::min<int32_t>(params.logprobs, static_cast<int32_t>(kTop)); ++k) {
+          const size_t at = d * kTop + static_cast<size_t>(k);
+          if (top_tokens[at] < 0) break;
+          out.top_logprobs.push_back({top_tokens[at], top_logprobs[at]});
+        }
+      }
+    }
+    target_tokens[j] = out.token;
+  }
+  PG_ASSIGN_OR_RETURN(speculative::Acceptance acc, speculative::Accept(tree, target_tokens));
+  std::vector<int32_t> path = {0};
+  path.insert(path.end(), acc.nodes.begin(), acc.nodes.end());
+  commit->slot = slot.row_slots[row];
+  commit->kept = static_cast<int64_t>(path.size());
+  slot_positions_[static_cast<size_t>(commit->slot)] = slot.first_positions[row] + commit->kept;
+  ++spec_counts_.num_drafts;
+  spec_counts_.num_draft_tokens += static_cast<int64_t>(n) - 1;
+  spec_counts_.num_accepted_tokens += static_cast<int64_t>(acc.nodes.size());
+  if (spec_counts_.accepted_per_position.size() < static_cast<size_t>(speculative_.lookahead()))
+    spec_counts_.accepted_per_position.resize(static_cast<size_t>(speculative_.lookahead()), 0);
+  for (size_t k = 0; k < acc.nodes.size() && k < spec_counts_.accepted_per_position.size(); ++k)
+    ++spec_counts_.accepted_per_position[k];
+  if (skipped) return Status::Ok();
+  for (size_t k = 0; k + 1 < path.size(); ++k) drafts->push_back(targets[static_cast<size_t>(path[k])]);
+  *result = targets[static_cast<size_t>(path.back())];
+  // The request's state as sequential decoding leaves it: each kept token, one draw each.
+  SequenceSamplingState& state = *slot.sampling[row].state;
+  const auto draws = static_cast<unsigned long long>(DrawsPerToken(params));
+  for (size_t k = 0; k < path.size(); ++k) {
+    state.Append(k + 1 < path.size() ? tree.tokens[static_cast<size_t>(path[k + 1])] : result->token);
+    state.rng().discard(draws);
+  }
+  return Status::Ok();
+}
 
 CudaModelRunner::~CudaModelRunner() {
   // Launched steps write into this runner's pinned buffers: let them finish first (a step
@@ -130,9 +267,12 @@ Status CudaModelRunner::PlanChunks(std::span<const RunnerChunk> chunks) {
 }
 
 void CudaModelRunner::Advance(std::span<const RunnerChunk> chunks, const Status& status) {
-  for (const RunnerChunk& chunk : chunks)
-    slot_positions_[static_cast<size_t>(chunk.view.slot)] =
-        status.ok() ? chunk.view.first_position + chunk.view.num_tokens : -1;
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    // A verified chain's slot stands where its commit (Collect) puts it.
+    const bool chain = i < step_.size() && !step_[i].tree_parents.empty();
+    slot_positions_[static_cast<size_t>(chunks[i].view.slot)] =
+        status.ok() && !chain ? chunks[i].view.first_position + chunks[i].view.num_tokens : -1;
+  }
 }
 
 Status CudaModelRunner::EnsureCapacity(LaunchSlot& slot, size_t rows, size_t edits) {
@@ -224,8 +364,9 @@ Status CudaModelRunner::EnqueueSampling(LaunchSlot& slot, const Tensor& logits, 
     save.dst = DeviceView(slot.saved_logits_d, DType::kF32, {rr, vocab});
     save.flags = a.status;
     PG_RETURN_IF_ERROR(peregrine::cuda::CopyFlaggedRows(save, stream));
-    // The next step's fed chunks read these tokens from their slots.
-    PG_RETURN_IF_ERROR(executor_->StoreSampledTokens(slot.tokens_d.as<int32_t>(), rr));
+    // The next step's fed chunks read these tokens from their slots. A step with chains is
+    // not followed by fed chunks (no overlap while speculating): its rows are per node.
+    if (!slot.verifies) PG_RETURN_IF_ERROR(executor_->StoreSampledTokens(slot.tokens_d.as<int32_t>(), rr));
     PG_CUDA_RETURN_IF_ERROR(d2h(slot.out_tokens, slot.tokens_d, r * 4));
     PG_CUDA_RETURN_IF_ERROR(d2h(slot.out_logprobs, slot.logprobs_d, r * 4));
     PG_CUDA_RETURN_IF_ERROR(d2h(slot.out_status, slot.status_d, r * 4));
@@ -242,8 +383,9 @@ Status CudaModelRunner::PlanRows(LaunchSlot& slot, std::span<const RunnerChunk> 
   slot.scorer.Clear();
   slot.compacts = false;
   int64_t row = 0;
-  for (const RunnerChunk& chunk : chunks) {
-    const ChunkView& v = chunk.view;
+  for (size_t ci = 0; ci < chunks.size(); ++ci) {
+    const RunnerChunk& chunk = chunks[ci];
+    const ChunkView& v = ci < step_.size() ? step_[ci] : chunk.view;
     const int64_t rows = v.logit_rows();
     if (!chunk.scoring.targets.empty()) {
       if (!v.all_logits ||
@@ -253,10 +395,15 @@ Status CudaModelRunner::PlanRows(LaunchSlot& slot, std::span<const RunnerChunk> 
     }
     row += rows;
     if (!v.needs_logits) continue;
-    slot.compacts = slot.compacts || row - 1 != static_cast<int64_t>(slot.sample_rows.size());
-    slot.sample_rows.push_back(static_cast<int32_t>(row - 1));
+    // A verify chain samples every node; other chunks their last token.
+    for (int64_t k = v.tree_parents.empty() ? row - 1 : row - rows; k < row; ++k) {
+      slot.compacts = slot.compacts || k != static_cast<int64_t>(slot.sample_rows.size());
+      slot.sample_rows.push_back(static_cast<int32_t>(k));
+    }
   }
-  if (slot.sample_rows.size() != num_sampling) return Internal("one sampling entry per sampled chunk expected");
+  size_t sampled_chunks = 0;
+  for (const ChunkView& v : step_) sampled_chunks += v.needs_logits ? 1 : 0;
+  if (sampled_chunks != num_sampling) return Internal("one sampling entry per sampled chunk expected");
   return Status::Ok();
 }
 
@@ -319,11 +466,43 @@ Status CudaModelRunner::Launch(std::span<const RunnerChunk> chunks, std::span<co
   }
 
   const int64_t vocab = executor_->config().vocab_size;
+  PlanVerify(slot, chunks, sampling);
   PG_RETURN_IF_ERROR(PlanRows(slot, chunks, sampling.size()));
   slot.batch.Clear();
-  slot.rng_before.resize(sampling.size());
-  for (size_t i = 0; i < sampling.size(); ++i)
-    AppendDeviceRow(*sampling[i].params, *sampling[i].state, vocab, slot.batch, &slot.rng_before[i]);
+  slot.rng_before.clear();
+  slot.node_states.clear();
+  slot.first_row.clear();
+  slot.num_nodes.clear();
+  for (size_t i = 0; i < sampling.size(); ++i) {
+    slot.first_row.push_back(slot.rng_before.size());
+    const speculative::DraftTree& tree = slot.trees[i];
+    if (tree.num_nodes() == 0) {
+      slot.num_nodes.push_back(1);
+      slot.rng_before.emplace_back();
+      slot.node_states.emplace_back();
+      AppendDeviceRow(*sampling[i].params, *sampling[i].state, vocab, slot.batch, &slot.rng_before.back());
+      continue;
+    }
+    // A verify chain: node j samples with the state sequential decoding would have there (the
+    // chain's tokens up to j appended, one draw per token before it); the request's own
+    // state moves in Collect, by the tokens kept.
+    const auto draws = static_cast<unsigned long long>(DrawsPerToken(*sampling[i].params));
+    slot.num_nodes.push_back(static_cast<size_t>(tree.num_nodes()));
+    SequenceSamplingState node = *sampling[i].state;
+    for (int64_t j = 0; j < tree.num_nodes(); ++j) {
+      if (j > 0) {
+        node.Append(tree.tokens[static_cast<size_t>(j)]);
+        node.rng().discard(draws);
+      }
+      slot.node_states.emplace_back(node);
+      SequenceSamplingState probe = node;
+      slot.rng_before.emplace_back();
+      AppendDeviceRow(*sampling[i].params, probe, vocab, slot.batch, &slot.rng_before.back());
+    }
+  }
+  slot.row_slots.clear();
+  for (size_t ci = 0; ci < step_.size(); ++ci)
+    if (step_[ci].needs_logits) slot.row_slots.push_back(step_[ci].slot);
   slot.rows = slot.batch.num_rows();
   slot.edits = slot.batch.edits.size();
   PG_RETURN_IF_ERROR(EnsureCapacity(slot, std::max<size_t>(slot.rows, 1), slot.edits));
@@ -345,7 +524,8 @@ Status CudaModelRunner::Launch(std::span<const RunnerChunk> chunks, std::span<co
   if (!s.ok()) {
     ReleaseGate(slot);  // the stream may already wait on it
     // Nothing waits on this slot; its RNG draws are rolled back so a retry draws the same.
-    for (size_t i = 0; i < sampling.size(); ++i) sampling[i].state->rng() = slot.rng_before[i];
+    for (size_t i = 0; i < sampling.size(); ++i)
+      if (slot.num_nodes[i] == 1) sampling[i].state->rng() = slot.rng_before[slot.first_row[i]];
     return s;
   }
   launched_.push_back(index);
@@ -396,7 +576,7 @@ Status CudaModelRunner::Collect(std::span<const uint8_t> skip, CollectedStep* co
   idle_since_collect_ = false;
   ++device_time_.steps;
 
-  const size_t r = slot.rows;
+  const size_t r = slot.first_row.size();  // the engine's sampling rows (device rows: slot.rows)
   if (skip.size() != r) return Internal("collect: one skip flag per sampling row expected");
   PG_ASSIGN_OR_RETURN(*scores, slot.scorer.Read());
   const int32_t* tokens = slot.out_tokens.as<int32_t>();
@@ -408,11 +588,20 @@ Status CudaModelRunner::Collect(std::span<const uint8_t> skip, CollectedStep* co
   results->assign(r, SampleResult{});
   refeed_failed->assign(r, 0);
   std::vector<float> row_logits;
-  for (size_t i = 0; i < r; ++i) {
-    if (status[i] != kernels::kSamplingOk) (*refeed_failed)[i] = 1;
-    if (skip[i]) continue;
-    const SamplingParams& params = *slot.sampling[i].params;
-    SequenceSamplingState& state = *slot.sampling[i].state;
+  std::vector<ChainCommit> commits;
+  for (size_t row = 0; row < r; ++row) {
+    if (slot.num_nodes[row] > 1) {
+      // Nothing reads a verified row's token from the device (no fed chunk follows).
+      commits.emplace_back();
+      PG_RETURN_IF_ERROR(AcceptChain(slot, row, skip[row] != 0, &(*results)[row], &collected->drafts[row],
+                                     &commits.back()));
+      continue;
+    }
+    const size_t i = slot.first_row[row];  // its device row
+    if (status[i] != kernels::kSamplingOk) (*refeed_failed)[row] = 1;
+    if (skip[row]) continue;
+    const SamplingParams& params = *slot.sampling[row].params;
+    SequenceSamplingState& state = *slot.sampling[row].state;
     if (status[i] != kernels::kSamplingOk) {
       // The device gave this row up (too many candidates): finish it on the host from the
       // device's edited row, with the RNG as it was before this step's draw.
@@ -422,12 +611,12 @@ Status CudaModelRunner::Collect(std::span<const uint8_t> skip, CollectedStep* co
                                          row_logits.size() * 4, cudaMemcpyDeviceToHost));
       const auto begin = static_cast<size_t>(slot.batch.edit_offsets[i]);
       const auto end = static_cast<size_t>(slot.batch.edit_offsets[i + 1]);
-      (*results)[i] = SampleOverflowRow(row_logits, std::span(slot.batch.edits).subspan(begin, end - begin),
-                                        std::span<const float>(slot.out_edit_raw.as<float>() + begin, end - begin),
-                                        params, state, slot.rng_before[i]);
+      (*results)[row] = SampleOverflowRow(row_logits, std::span(slot.batch.edits).subspan(begin, end - begin),
+                                          std::span<const float>(slot.out_edit_raw.as<float>() + begin, end - begin),
+                                          params, state, slot.rng_before[i]);
       continue;
     }
-    SampleResult& out = (*results)[i];
+    SampleResult& out = (*results)[row];
     out.token = tokens[i];
     if (params.logprobs >= 0) {
       out.logprob = logprobs[i];
@@ -438,6 +627,13 @@ Status CudaModelRunner::Collect(std::span<const uint8_t> skip, CollectedStep* co
       }
     }
     state.Append(out.token);
+  }
+  // Every chain keeps its accepted prefix before the next step runs (stream order).
+  if (!commits.empty()) {
+    if (Status c = executor_->CommitChains(commits); !c.ok()) {
+      for (const ChainCommit& commit : commits) slot_positions_[static_cast<size_t>(commit.slot)] = -1;
+      return c;
+    }
   }
   return Status::Ok();
 }

@@ -14,6 +14,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <utility>
@@ -28,6 +29,8 @@
 #include "runtime/device_executor.h"
 #include "runtime/device_scorer.h"
 #include "runtime/model_runner.h"
+#include "speculative/draft_tree.h"
+#include "speculative/speculative_config.h"
 #include "scheduler/engine_request.h"
 
 namespace peregrine {
@@ -37,10 +40,21 @@ class CudaModelRunner final : public ModelRunner {
   // `device_sampling`: sample on the GPU (kernels/sampling.cuh), so only token ids cross to
   // the host; otherwise the logits are copied and sampled on the host. `overlap` (needs
   // device sampling): let the engine launch step n+1 before collecting step n.
-  CudaModelRunner(std::unique_ptr<DeviceExecutor> executor, bool device_sampling, bool overlap = true);
+  // `speculative` (ngram only so far, with device sampling): a speculating row's chunk
+  // becomes a draft chain verified in the step (model/deepseek_v4/step_plan.h), its nodes
+  // sampled on the device with the draws sequential decoding would make, the accepted prefix
+  // kept by DeviceExecutor::CommitChains in Collect; steps then do not overlap (the next
+  // step's positions depend on what was accepted).
+  CudaModelRunner(std::unique_ptr<DeviceExecutor> executor, bool device_sampling, bool overlap = true,
+                  const speculative::SpeculativeConfig& speculative = {});
   ~CudaModelRunner() override;
+  // The options the executor needs for `speculative` on `num_slots` slots: verify rows.
+  static int64_t VerifyRows(const speculative::SpeculativeConfig& speculative, int64_t num_slots);
 
-  int max_in_flight() const override { return device_sampling_ && overlap_ ? 2 : 1; }
+  int max_in_flight() const override { return device_sampling_ && overlap_ && !speculative_.enabled() ? 2 : 1; }
+  int32_t speculative_lookahead() const override { return speculative_.lookahead(); }
+  int32_t speculative_max_nodes() const override { return speculative_.max_nodes(); }
+  SpeculativeCounts speculative_counts() const override { return spec_counts_; }
   // Fails (Internal) when a chunk continues a slot at another position than where its
   // state stands: the engine and the device state disagree.
   Status Launch(std::span<const RunnerChunk> chunks, std::span<const RunnerSampling> sampling) override;
@@ -50,9 +64,11 @@ class CudaModelRunner final : public ModelRunner {
   Status SupplyMasks(std::span<const uint32_t* const> masks) override;
   bool defers_masks() const override { return device_sampling_; }
   KvCapacity kv_capacity() const override { return executor_->kv_capacity(); }
-  // The executor's logits rows beyond one per slot.
+  // The executor's logits rows beyond one per slot (and the verify nodes).
   int64_t max_scored_rows() const override {
-    return std::max<int64_t>(executor_->options().max_logit_rows - executor_->options().num_slots, 0);
+    const int64_t slots = executor_->options().num_slots;
+    return std::max<int64_t>(
+        executor_->options().max_logit_rows - std::max(slots, VerifyRows(speculative_, slots)), 0);
   }
   DeviceTime device_time() const override { return device_time_; }
   void NoteIdle() override { idle_since_collect_ = true; }
@@ -80,6 +96,15 @@ class CudaModelRunner final : public ModelRunner {
     std::vector<std::mt19937_64> rng_before;
     std::vector<RunnerSampling> sampling;
     std::vector<int32_t> slots;  // the chunks' state slots (marked unusable if the step fails)
+    // Speculative verify: per engine sampling row, its first device row and node count (1 for
+    // a plain row), the chain it verifies (else empty), and per device row of a chain the
+    // sampling state that node samples from.
+    std::vector<size_t> first_row, num_nodes;
+    std::vector<int32_t> row_slots;
+    std::vector<speculative::DraftTree> trees;
+    std::vector<int64_t> first_positions;
+    std::vector<std::optional<SequenceSamplingState>> node_states;  // by device row (plain rows: none)
+    bool verifies = false;
     std::vector<SampleResult> host_results;  // host sampling: the step's results
     std::vector<ChunkScores> host_scores;    // host sampling: the step's prompt scores
     // Prompt logprobs: the logits row of each sampling row (the scored chunks' rows come
@@ -126,9 +151,21 @@ class CudaModelRunner final : public ModelRunner {
   // Scores the step's rows and moves the sampling rows to the front of `logits`.
   Status EnqueueScoring(LaunchSlot& slot, const Tensor& logits, cudaStream_t stream, Tensor* sampled);
 
+  // Speculative verify: turns speculating rows' chunks in step_ into draft chains and plans
+  // the slot's per-row bookkeeping (Launch, before the device rows are appended).
+  void PlanVerify(LaunchSlot& slot, std::span<const RunnerChunk> chunks, std::span<const RunnerSampling> sampling);
+  // Collect of a verified row: acceptance, the results, the state, the counts.
+  Status AcceptChain(LaunchSlot& slot, size_t row, bool skipped, SampleResult* result,
+                     std::vector<SampleResult>* drafts, ChainCommit* commit);
+
   std::unique_ptr<DeviceExecutor> executor_;
   bool device_sampling_ = false;
   bool overlap_ = true;
+  speculative::SpeculativeConfig speculative_;
+  SpeculativeCounts spec_counts_;
+  // Per step chunk (step_ order) the chain built for it (empty: none) and its snapshots.
+  std::vector<speculative::DraftTree> step_trees_;
+  std::vector<std::vector<int32_t>> step_snapshots_;
   std::vector<int64_t> slot_positions_;  // [num_slots] next position of the slot's state, -1 unusable
   std::vector<ChunkView> step_;
   std::array<LaunchSlot, 2> launch_slots_;

@@ -73,6 +73,7 @@ struct RunOptions {
   int64_t block_tokens = 256;
   bool device_sampling = true;
   bool batch_invariant = false;
+  speculative::SpeculativeConfig speculative;
 };
 
 struct RunResult {
@@ -105,7 +106,8 @@ RunResult RunWaves(const std::filesystem::path& fixture, const std::vector<std::
   o.kv_tokens = ro.kv_tokens;
   o.prefix_caching = ro.prefix_caching;
   o.snapshot_fraction = 0.5;
-  o.max_logit_rows = kSeqs + 64;  // prompt logprobs: 64 scored rows per step
+  o.max_verify_rows = CudaModelRunner::VerifyRows(ro.speculative, kSeqs);
+  o.max_logit_rows = std::max(kSeqs, o.max_verify_rows) + 64;  // prompt logprobs: 64 scored rows per step
   o.batch_invariant = ro.batch_invariant;
   auto executor = DeviceExecutor::Create(*config, **checkpoint, *factory, o);
   EXPECT_TRUE(executor.ok()) << executor.status().ToString();
@@ -116,7 +118,8 @@ RunResult RunWaves(const std::filesystem::path& fixture, const std::vector<std::
   EngineConfig ec;
   ec.scheduler.max_num_batched_tokens = o.max_tokens;
   ec.scheduler.max_num_seqs = kSeqs;
-  Engine engine(ec, std::make_unique<CudaModelRunner>(std::move(executor).value(), ro.device_sampling, ro.overlap));
+  Engine engine(ec, std::make_unique<CudaModelRunner>(std::move(executor).value(), ro.device_sampling, ro.overlap,
+                                                     ro.speculative));
   size_t total = 0;
   for (const auto& wave : waves) total += wave.size();
   result.out.resize(total);
@@ -294,6 +297,65 @@ TEST_P(CudaEngineTest, DeterministicInferenceGivesEveryRequestItsTokensAlone) {
     std::printf("%s %s: %d/%zu requests with the same tokens alone and together, %d/%zu the same logprobs\n",
                 GetParam().filename().c_str(), invariant ? "batch-invariant" : "default kernels", same_tokens,
                 requests.size(), same_logprobs, requests.size());
+  }
+}
+
+// Speculative decoding with the n-gram drafter: every speculating row's chunk becomes a
+// draft chain verified in one step, its nodes sampled with the draws of sequential decoding,
+// the accepted prefix kept and the rest rolled back (window rows staged, compressor rows
+// restored). With batch-invariant kernels a chain's logits are bit for bit those of decoding
+// its tokens one by one, so every request's tokens and logprobs must equal those of the run
+// without speculation (greedy, seeded sampling, top-k/p, min-p, penalties). Prompts that
+// repeat themselves give the drafter something to copy. The default kernels' agreement is
+// printed (rounding of other GEMM shapes may move a token).
+TEST_P(CudaEngineTest, NgramSpeculationGivesTheNonSpeculativeTokens) {
+  std::vector<EngineRequest> requests = Requests(vocab_);
+  for (int i = 0; i < 3; ++i) {
+    EngineRequest r;
+    r.id = "rep" + std::to_string(i);
+    for (int rep = 0; rep < 5; ++rep)
+      for (int t = 0; t < 9 + i; ++t) r.prompt_ids.push_back(static_cast<int32_t>((t * 7 + i * 5 + 11) % vocab_));
+    r.max_tokens = 40;
+    r.ignore_eos = true;
+    r.sampling.seed = 77 + static_cast<uint64_t>(i);
+    r.sampling.logprobs = 2;
+    r.sampling.temperature = i == 1 ? 0.6f : 0.0f;
+    r.sampling.frequency_penalty = i == 2 ? 0.3f : 0.0f;
+    requests.push_back(std::move(r));
+  }
+  speculative::SpeculativeConfig spec;
+  spec.algorithm = speculative::Algorithm::kNgram;
+  spec.num_steps = 4;
+  spec.ngram = {1, 8};
+  for (const bool invariant : {true, false}) {
+    RunOptions plain;
+    plain.batch_invariant = invariant;
+    plain.prefix_caching = true;
+    plain.block_tokens = 64;  // boundaries with snapshots inside the generated text
+    RunOptions speculating = plain;
+    speculating.speculative = spec;
+    const RunResult want = RunWaves(GetParam(), {requests}, plain);
+    const RunResult got = RunWaves(GetParam(), {requests}, speculating);
+    ASSERT_EQ(got.out.size(), requests.size());
+    int same_tokens = 0;
+    for (size_t i = 0; i < requests.size(); ++i) {
+      ASSERT_EQ(got.out[i].finish, FinishReason::kLength) << i << " " << got.out[i].error;
+      same_tokens += got.out[i].tokens == want.out[i].tokens;
+      if (!invariant) continue;
+      EXPECT_EQ(got.out[i].tokens, want.out[i].tokens) << "request " << i;
+      EXPECT_EQ(got.out[i].logprobs, want.out[i].logprobs) << "request " << i;
+    }
+    EXPECT_GT(got.stats.spec_num_drafts, 0);
+    EXPECT_LE(got.stats.spec_num_draft_tokens, spec.num_steps * got.stats.spec_num_drafts);
+    std::printf("%s %s: ngram %lld verify steps, %lld draft tokens, %lld accepted (%.3f per step); %d/%zu requests "
+                "with the tokens of the run without speculation\n",
+                GetParam().filename().c_str(), invariant ? "batch-invariant" : "default kernels",
+                static_cast<long long>(got.stats.spec_num_drafts), static_cast<long long>(got.stats.spec_num_draft_tokens),
+                static_cast<long long>(got.stats.spec_num_accepted_tokens),
+                got.stats.spec_num_drafts > 0 ? static_cast<double>(got.stats.spec_num_accepted_tokens) /
+                                                    static_cast<double>(got.stats.spec_num_drafts)
+                                              : 0.0,
+                same_tokens, requests.size());
   }
 }
 
