@@ -43,6 +43,10 @@
 #                                   128K context, against the default kernels; the batch-invariant bf16
 #                                   projection against cuBLAS) and the demo model served with and without
 #                                   it, each request alone vs all at once (tools/determinism_check.py)
+#   bash tools/gpu_run.sh speculative every gpu-labelled test (TESTS narrows it), then the trained demo
+#                                   model served without speculation and with the n-gram drafter
+#                                   (--speculative-algorithm ngram, SPEC_STEPS deep), greedy, 1 and 16
+#                                   streams, twice: TPOT, throughput and the mean accept length
 #   bash tools/gpu_run.sh structured every gpu-labelled test (TESTS narrows it), then serve + bench at
 #                                   V4-Flash shapes with 16 and 64 streams, unconstrained and under a
 #                                   JSON schema (--extra-body), for the decode-throughput ratio
@@ -266,6 +270,21 @@ for line in sys.stdin:
       stop_server
     done
   done
+  exit $status
+fi
+
+if [ "$PHASE" = "speculative" ]; then
+  # Every gpu-labelled test (TESTS narrows it, TESTS=" " none), then the trained demo model
+  # served without speculation and with the n-gram drafter (SPEC_STEPS deep), greedy, at 1
+  # and 16 streams: per-user decode speed (TPOT) and the mean accept length, twice each.
+  for t in ${TESTS:-$(gpu_tests)}; do run_test "$t" 240; done
+  BENCH_ARGS="--num-prompts 32 --input-len 128 --output-len 128 --warmup 2 --extra-body {\"temperature\":0}"
+  for round in 1 2; do
+    serve_bench "demo_none_$round" 8128 "1 16" "$BENCH_ARGS" -- --max-model-len 4096
+    serve_bench "demo_ngram_$round" 8129 "1 16" "$BENCH_ARGS" -- --max-model-len 4096 \
+      --speculative-algorithm ngram --speculative-num-steps "${SPEC_STEPS:-4}"
+  done
+  for f in "$OUT"/bench_demo_ngram_*; do grep -E "accept" "$f" | sed "s|^|  $(basename "$f") |"; done
   exit $status
 fi
 

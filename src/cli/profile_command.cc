@@ -27,6 +27,9 @@ struct ProfileFlags {
   int steps = 20;          // timed graph replays per batch size
   std::string out;         // JSON lines
   double bandwidth_tbs = 4.3;
+  // > 0: also time speculative verify steps of draft chains of this many tokens per sequence
+  // (the root and T - 1 drafts), each followed by its commit, against the decode step.
+  int64_t verify_tokens = 0;
 };
 
 #ifdef PEREGRINE_WITH_CUDA
@@ -79,9 +82,12 @@ int Run(const ProfileFlags& f) {
     return 1;
   }
   ExecutorOptions o;
+  const int64_t verify = std::max<int64_t>(f.verify_tokens, 0);
   o.num_slots = max_b;
-  o.max_tokens = max_b;
-  o.max_context = f.context + 2;
+  o.max_tokens = max_b * std::max<int64_t>(verify, 1);
+  o.max_logit_rows = o.max_tokens;
+  o.max_verify_rows = verify > 0 ? max_b * verify : 0;
+  o.max_context = f.context + std::max<int64_t>(2, verify + 1);
   o.block_tokens = f.engine.block_size;
   o.prefix_caching = false;
   o.weights.synthetic = f.engine.synthetic_weights;
@@ -191,6 +197,57 @@ int Run(const ProfileFlags& f) {
     const double roof_ms = layer_bytes / (f.bandwidth_tbs * 1e12) * 1e3;
     std::printf("  per layer: %.4f ms GPU time, roofline %.4f ms (%.1f MB at %.1f TB/s) -> %.2fx the roofline\n",
                 layer_ms, roof_ms, layer_bytes / 1e6, f.bandwidth_tbs, layer_ms / roof_ms);
+    if (verify > 0) {
+      // Verify steps: each sequence's chain of `verify` tokens at the same position, then the
+      // commit of its root (every draft rejected: the most restores), graphed like the server's.
+      std::vector<int32_t> chain_tokens(static_cast<size_t>(b * verify)), parents(static_cast<size_t>(verify));
+      for (int64_t i = 0; i < b * verify; ++i)
+        chain_tokens[static_cast<size_t>(i)] = static_cast<int32_t>((i * 7919 + 13) % config.vocab_size);
+      for (int64_t j = 0; j < verify; ++j) parents[static_cast<size_t>(j)] = static_cast<int32_t>(j - 1);
+      std::vector<ChunkView> chains = chunks;
+      std::vector<ChainCommit> commits;
+      for (int64_t i = 0; i < b; ++i) {
+        ChunkView& v = chains[static_cast<size_t>(i)];
+        v.num_tokens = verify;
+        v.tokens = std::span<const int32_t>(chain_tokens).subspan(static_cast<size_t>(i * verify), static_cast<size_t>(verify));
+        v.tree_parents = parents;
+        commits.push_back({v.slot, 1});
+      }
+      auto verify_step = [&] {
+        PG_RETURN_IF_ERROR(model.Launch(chains, keep_on_device));
+        PG_RETURN_IF_ERROR(model.CommitChains(commits));
+        PG_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(model.stream()));
+        return Status::Ok();
+      };
+      std::vector<double> verify_times;
+      for (int rep = 0; s.ok() && rep < 3; ++rep) s = verify_step();
+      for (int rep = 0; s.ok() && rep < f.steps; ++rep) {
+        const auto t0 = std::chrono::steady_clock::now();
+        s = verify_step();
+        verify_times.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+      }
+      if (!s.ok()) {
+        std::fprintf(stderr, "error: %s\n", s.ToString().c_str());
+        return 1;
+      }
+      std::sort(verify_times.begin(), verify_times.end());
+      const double verify_ms = verify_times[verify_times.size() / 2];
+      // What the wider step must read at least: the experts b * T tokens touch, T times the KV rows.
+      double verify_bytes = 0.0;
+      for (int64_t l = 0; l < config.num_layers; ++l)
+        verify_bytes += LayerBytes(config, l, b * verify, f.context, mxfp4, dense_fp8);
+      verify_bytes /= static_cast<double>(config.num_layers);
+      std::printf("  verify: %lld tokens per sequence, graphed step + commit %.3f ms (median of %d) = %.2fx the decode "
+                  "step; its roofline is %.2fx the decode step's (%.1f MB per layer)\n",
+                  static_cast<long long>(verify), verify_ms, f.steps, verify_ms / graph_ms, verify_bytes / layer_bytes,
+                  verify_bytes / 1e6);
+      if (out.is_open())
+        out << "{\"bench\":\"verify_step\",\"batch\":" << b << ",\"context\":" << f.context
+            << ",\"num_layers\":" << config.num_layers << ",\"experts\":\"" << (mxfp4 ? "mxfp4" : "bf16")
+            << "\",\"verify_tokens\":" << verify << ",\"verify_step_ms\":" << verify_ms
+            << ",\"decode_step_ms\":" << graph_ms << ",\"ratio\":" << verify_ms / graph_ms
+            << ",\"roofline_ratio\":" << verify_bytes / layer_bytes << "}\n";
+    }
     if (out.is_open()) {
       out << "{\"bench\":\"decode_step\",\"batch\":" << b << ",\"context\":" << f.context
           << ",\"num_layers\":" << config.num_layers << ",\"experts\":\"" << (mxfp4 ? "mxfp4" : "bf16")
@@ -233,6 +290,10 @@ void AddProfileCommand(CLI::App& app) {
   cmd->add_option("--steps", f->steps, "Timed graphed steps per batch size")->check(CLI::Range(1, 100000));
   cmd->add_option("--bandwidth", f->bandwidth_tbs, "Roofline bandwidth in TB/s")->capture_default_str();
   cmd->add_option("--out", f->out, "Append JSON lines to this file");
+  cmd->add_option("--verify-tokens", f->verify_tokens,
+                  "Also time speculative verify steps of draft chains this long (root included) against the "
+                  "decode step")
+      ->check(CLI::Range(int64_t{0}, int64_t{17}));
   cmd->callback([f] {
 #ifdef PEREGRINE_WITH_CUDA
     const int rc = Run(*f);
