@@ -12,7 +12,8 @@ std::vector<int32_t> NgramDraft(std::span<const int32_t> history, const NgramOpt
   // Candidate j: an occurrence ending at j - 1 (continuation from j), j < len, compared with
   // the suffix backwards from its last token.
   int64_t best_start = -1, best_length = 0;
-  for (int64_t j = len - 1; j >= min_match; --j) {
+  const int64_t lowest = std::max<int64_t>(min_match, len - std::max<int64_t>(options.max_search_tokens, 1));
+  for (int64_t j = len - 1; j >= lowest; --j) {
     int64_t m = 0;
     while (m < max_match && m < j && history[static_cast<size_t>(j - 1 - m)] == history[static_cast<size_t>(len - 1 - m)])
       ++m;

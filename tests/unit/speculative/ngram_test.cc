@@ -53,6 +53,17 @@ TEST(NgramDraftTest, RepeatsAndOverlappingOccurrences) {
   EXPECT_EQ(NgramDraft(std::vector<int32_t>{1, 2, 1, 2, 1, 2}, {1, 3}, 4), (std::vector<int32_t>{1, 2}));
 }
 
+TEST(NgramDraftTest, SearchesOnlyTheRecentTokens) {
+  std::vector<int32_t> h = {4, 5, 6};
+  for (int i = 0; i < 100; ++i) h.push_back(9);
+  h.push_back(4);
+  h.push_back(5);
+  NgramOptions o{2, 4};
+  EXPECT_EQ(NgramDraft(h, o, 1), (std::vector<int32_t>{6}));  // "4 5" at 0
+  o.max_search_tokens = 50;
+  EXPECT_TRUE(NgramDraft(h, o, 1).empty());
+}
+
 TEST(NgramDraftTest, MatchesTheReferenceOnRandomHistories) {
   std::mt19937_64 rng(7);
   for (int trial = 0; trial < 3000; ++trial) {
