@@ -44,9 +44,10 @@
 #                                   projection against cuBLAS) and the demo model served with and without
 #                                   it, each request alone vs all at once (tools/determinism_check.py)
 #   bash tools/gpu_run.sh speculative every gpu-labelled test (TESTS narrows it), then the trained demo
-#                                   model served without speculation and with the n-gram drafter
-#                                   (--speculative-algorithm ngram, SPEC_STEPS deep), greedy, 1 and 16
-#                                   streams, twice: TPOT, throughput and the mean accept length
+#                                   model served without speculation, with the n-gram drafter (SPEC_STEPS
+#                                   deep) and with its MTP layer drafting on the GPU (MTP_STEPS deep),
+#                                   greedy, 1 and 16 streams, twice: TPOT, throughput, mean accept length;
+#                                   then peregrine profile --verify-tokens 4 at V4-Flash shapes
 #   bash tools/gpu_run.sh structured every gpu-labelled test (TESTS narrows it), then serve + bench at
 #                                   V4-Flash shapes with 16 and 64 streams, unconstrained and under a
 #                                   JSON schema (--extra-body), for the decode-throughput ratio
@@ -283,8 +284,16 @@ if [ "$PHASE" = "speculative" ]; then
     serve_bench "demo_none_$round" 8128 "1 16" "$BENCH_ARGS" -- --max-model-len 4096
     serve_bench "demo_ngram_$round" 8129 "1 16" "$BENCH_ARGS" -- --max-model-len 4096 \
       --speculative-algorithm ngram --speculative-num-steps "${SPEC_STEPS:-4}"
+    serve_bench "demo_mtp_$round" 8130 "1 16" "$BENCH_ARGS" -- --max-model-len 4096 \
+      --speculative-algorithm mtp --speculative-num-steps "${MTP_STEPS:-3}"
   done
-  for f in "$OUT"/bench_demo_ngram_*; do grep -E "accept" "$f" | sed "s|^|  $(basename "$f") |"; done
+  for f in "$OUT"/bench_demo_ngram_* "$OUT"/bench_demo_mtp_*; do
+    grep -E "accept" "$f" | sed "s|^|  $(basename "$f") |"
+  done
+  # The verify step against the decode step at V4-Flash shapes (4 layers, random weights).
+  timeout 150 "$PEREGRINE" profile $FLASH4 --batch-sizes 1,16,64 --verify-tokens 4 --steps 20 \
+    --out "$OUT/profile_verify.jsonl" >"$OUT/profile_verify.log" 2>&1 || status=1
+  grep -E "^batch|verify" "$OUT/profile_verify.log" | cut -c1-160
   exit $status
 fi
 

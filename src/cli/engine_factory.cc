@@ -69,6 +69,7 @@ Result<std::unique_ptr<DeviceExecutor>> MakeCudaExecutor(const EngineOptions& o,
   eo.max_tokens = o.max_num_batched_tokens;
   // Speculative verify: every node of a slot's chain has a logits row.
   eo.max_verify_rows = CudaModelRunner::VerifyRows(o.speculative, o.max_num_seqs);
+  if (o.speculative.algorithm == speculative::Algorithm::kMtp) eo.max_draft_steps = o.speculative.num_steps;
   eo.max_logit_rows = std::max(o.max_num_seqs, eo.max_verify_rows) + o.max_scored_rows;
   eo.max_context = o.max_model_len > 0 ? o.max_model_len : source.config.max_position_embeddings;
   eo.block_tokens = o.block_size;
@@ -136,9 +137,11 @@ Result<std::unique_ptr<ModelRunner>> MakeRunner(const EngineOptions& o, ModelSou
   }
   if (o.device != "cuda") return InvalidArgument("unknown device '" + o.device + "' (cpu or cuda)");
   PG_RETURN_IF_ERROR(speculative::Validate(o.speculative));
-  if (o.speculative.needs_model_drafter())
-    return Unimplemented("speculative decoding with a drafter model (mtp, ddtree) runs on the CPU backend only so far "
-                         "(--device cpu); on the GPU use --speculative-algorithm ngram");
+  if (o.speculative.algorithm == speculative::Algorithm::kDdtree)
+    return Unimplemented("DDTree draft trees run on the CPU backend only so far (--device cpu); on the GPU use "
+                         "--speculative-algorithm mtp or ngram (chains)");
+  if (o.speculative.algorithm == speculative::Algorithm::kMtp && source.config.has_block_drafter())
+    return Unimplemented("the block drafter runs on the CPU backend only so far (--device cpu)");
   if (o.speculative.enabled() && (!o.device_sampling || o.parallel.is_distributed()))
     return Unimplemented("speculative decoding on the GPU needs device sampling and one GPU (no --host-sampling, "
                          "no --tp)");
@@ -166,10 +169,15 @@ Result<std::unique_ptr<ModelRunner>> MakeRunner(const EngineOptions& o, ModelSou
           static_cast<double>(executor->weight_bytes()) / 1e9, executor->sharded() ? " on rank 0" : "",
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   LogLines(LogLevel::kInfo, executor->Describe());
+  if (o.speculative.algorithm == speculative::Algorithm::kMtp && !executor->has_drafter())
+    return InvalidArgument("speculative decoding needs a drafter: the checkpoint has no MTP layer");
   auto runner = std::make_unique<CudaModelRunner>(std::move(executor), o.device_sampling, o.overlap, o.speculative);
   if (o.speculative.enabled())
-    LogInfo("speculative decoding: ngram over the sequence's own tokens, {} steps, {} tokens verified per step "
-            "(steps do not overlap while speculating)",
+    LogInfo("speculative decoding: {} ({}), {} steps, {} tokens verified per step (steps do not overlap while "
+            "speculating)",
+            speculative::AlgorithmName(o.speculative.algorithm),
+            o.speculative.algorithm == speculative::Algorithm::kMtp ? "the MTP layer on the GPU"
+                                                                    : "the sequence's own tokens",
             o.speculative.num_steps, o.speculative.max_nodes() + 1);
   if (staging != nullptr) runner->SetKvStaging(std::move(staging));
   return std::unique_ptr<ModelRunner>(std::move(runner));

@@ -100,6 +100,26 @@ struct DeviceModelLimits {
   // Speculative verify: draft-chain tokens a step may hold (their compressor rows are saved
   // for the rollback); 0: the model verifies no drafts.
   int64_t max_verify_rows = 0;
+  // Speculative drafting on the device (the checkpoint's MTP layer): chains up to this deep;
+  // 0: no drafter is loaded.
+  int32_t max_draft_steps = 0;
+};
+
+// A drafter's input for one slot after a step (DeviceModel::PlanDraft; host_model.h's
+// DraftInput on the device). Pair j is (the final streams of step row rows[j], next[j], the
+// token after that row) at the drafter position first_position + j; a row of -1 reads the
+// streams the slot kept pending from an earlier call (its successor was unknown then).
+// pending_row >= 0 keeps that row's streams for the slot's next call. `restart` starts the
+// slot's drafter over at first_position (a new sequence, or one whose state it did not
+// follow). `draft`: propose num_steps tokens after the last pair.
+struct DevicePairs {
+  int32_t slot = 0;
+  int64_t first_position = 0;
+  std::span<const int32_t> rows;
+  std::span<const int32_t> next;
+  int32_t pending_row = -1;
+  bool restart = false;
+  bool draft = false;
 };
 
 // What a speculative verify keeps (DeviceModel::EnqueueCommit): the first `kept` tokens of
@@ -146,6 +166,21 @@ class DeviceModel {
   virtual Status EnqueueCommit(std::span<const ChainCommit> /*commits*/, cudaStream_t /*stream*/) {
     return Unimplemented("this model cannot verify draft chains");
   }
+  // Speculative drafting (limits.max_draft_steps > 0 and a drafter in the checkpoint). After
+  // a step was enqueued and before the next one: PlanDraft checks the inputs (InvalidArgument,
+  // nothing changed) and writes the drafter's steps into `meta` (capacity:
+  // draft_meta_capacity); EnqueueDraft runs them, leaving for the i-th input with `draft` its
+  // tokens in row i of draft_tokens() [inputs drafting, num_steps] i32 (greedy chains).
+  virtual bool has_drafter() const { return false; }
+  virtual int64_t draft_meta_capacity() const { return 0; }
+  virtual Result<int64_t> PlanDraft(std::span<const DevicePairs> /*inputs*/, int32_t /*num_steps*/,
+                                    StepMeta& /*meta*/) {
+    return Unimplemented("this model has no drafter on the device");
+  }
+  virtual Status EnqueueDraft(const StepMeta& /*meta*/, cudaStream_t /*stream*/) {
+    return Unimplemented("this model has no drafter on the device");
+  }
+  virtual Tensor draft_tokens() const { return {}; }
   // The last step's logits [logit_rows, vocab] f32 on the device (valid until the next step).
   virtual Tensor logits(int64_t rows) const = 0;
   // Names of the op kinds OpProfiler::Run receives, in print order.

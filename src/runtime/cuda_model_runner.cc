@@ -67,9 +67,20 @@ void CudaModelRunner::PlanVerify(LaunchSlot& slot, std::span<const RunnerChunk> 
         break;
       }
       std::vector<int32_t> chain;
-      if (depth > 0)
+      if (depth > 0 && speculative_.algorithm == speculative::Algorithm::kNgram) {
         chain = speculative::NgramChainAfter(chunk.history, v.first_position, v.tokens[0], speculative_.ngram,
                                              static_cast<int32_t>(depth));
+      } else if (depth > 0 && static_cast<size_t>(v.slot) < drafters_.size()) {
+        // The device drafter's chain after this very token (drafted when it was sampled).
+        const SlotDrafter& d = drafters_[static_cast<size_t>(v.slot)];
+        if (d.seq_id == chunk.seq_id && d.drafts_at == v.first_position) {
+          const int64_t vocab = executor_->config().vocab_size;
+          for (int32_t t : d.drafts) {
+            if (static_cast<int64_t>(chain.size()) >= depth || t < 0 || t >= vocab) break;
+            chain.push_back(t);
+          }
+        }
+      }
       // A short chain is padded to the depth with its last token (a guess like any other):
       // speculating rows then share one length, and such steps replay one graph per bucket.
       if (!chain.empty()) {
@@ -501,8 +512,28 @@ Status CudaModelRunner::Launch(std::span<const RunnerChunk> chunks, std::span<co
     }
   }
   slot.row_slots.clear();
-  for (size_t ci = 0; ci < step_.size(); ++ci)
-    if (step_[ci].needs_logits) slot.row_slots.push_back(step_[ci].slot);
+  slot.records.clear();
+  int64_t step_row = 0, sampling_row = 0;
+  for (size_t ci = 0; ci < step_.size(); ++ci) {
+    const ChunkView& v = step_[ci];
+    if (speculative_.algorithm == speculative::Algorithm::kMtp && chunks[ci].lookahead >= 0 && !v.feeds_last) {
+      LaunchSlot::ChunkRecord r;
+      r.seq_id = chunks[ci].seq_id;
+      r.slot = v.slot;
+      r.first_position = v.first_position;
+      r.first_row = step_row;
+      r.tokens.assign(v.tokens.begin(), v.tokens.end());
+      r.lookahead = chunks[ci].lookahead;
+      r.sampling_row = v.needs_logits ? sampling_row : -1;
+      r.restarts = v.first_position == 0 || v.restore >= 0;
+      slot.records.push_back(std::move(r));
+    }
+    step_row += v.num_tokens;
+    if (v.needs_logits) {
+      slot.row_slots.push_back(v.slot);
+      ++sampling_row;
+    }
+  }
   slot.rows = slot.batch.num_rows();
   slot.edits = slot.batch.edits.size();
   PG_RETURN_IF_ERROR(EnsureCapacity(slot, std::max<size_t>(slot.rows, 1), slot.edits));
@@ -634,6 +665,79 @@ Status CudaModelRunner::Collect(std::span<const uint8_t> skip, CollectedStep* co
       for (const ChainCommit& commit : commits) slot_positions_[static_cast<size_t>(commit.slot)] = -1;
       return c;
     }
+  }
+  if (!slot.records.empty()) {
+    if (Status d = FollowDrafter(slot, skip, *results, commits); !d.ok()) {
+      // The drafters start over; the target's state is intact.
+      for (SlotDrafter& drafter : drafters_) drafter = {};
+      return d;
+    }
+  }
+  return Status::Ok();
+}
+
+Status CudaModelRunner::FollowDrafter(LaunchSlot& slot, std::span<const uint8_t> skip,
+                                      std::span<const SampleResult> results, std::span<const ChainCommit> commits) {
+  if (drafters_.empty()) drafters_.resize(slot_positions_.size());
+  std::vector<DevicePairs> inputs;
+  std::vector<std::vector<int32_t>> rows(slot.records.size()), next(slot.records.size());
+  std::vector<size_t> drafting;  // records that draft, in input order
+  for (size_t k = 0; k < slot.records.size(); ++k) {
+    const LaunchSlot::ChunkRecord& r = slot.records[k];
+    SlotDrafter& d = drafters_[static_cast<size_t>(r.slot)];
+    d.drafts.clear();
+    d.drafts_at = -1;
+    const bool sampled = r.sampling_row >= 0;
+    if (sampled && skip[static_cast<size_t>(r.sampling_row)]) {
+      d = {};  // the sequence finished or starts over
+      continue;
+    }
+    // The rows whose state is committed: a chain's kept prefix, else every token.
+    auto n = static_cast<int64_t>(r.tokens.size());
+    for (const ChainCommit& c : commits)
+      if (sampled && slot.num_nodes[static_cast<size_t>(r.sampling_row)] > 1 && c.slot == r.slot) n = c.kept;
+    const bool continues = !r.restarts && d.seq_id == r.seq_id &&
+                           (d.pending ? d.paired_end == r.first_position - 1 : d.paired_end == r.first_position);
+    DevicePairs in;
+    in.slot = r.slot;
+    in.restart = !continues;
+    in.first_position = continues && d.pending ? r.first_position - 1 : r.first_position;
+    std::vector<int32_t>& rr = rows[k];
+    std::vector<int32_t>& nx = next[k];
+    if (continues && d.pending) {
+      rr.push_back(-1);
+      nx.push_back(r.tokens[0]);
+    }
+    for (int64_t j = 0; j + 1 < n; ++j) {
+      rr.push_back(static_cast<int32_t>(r.first_row + j));
+      nx.push_back(r.tokens[static_cast<size_t>(j + 1)]);
+    }
+    if (sampled) {
+      rr.push_back(static_cast<int32_t>(r.first_row + n - 1));
+      nx.push_back(results[static_cast<size_t>(r.sampling_row)].token);
+    } else {
+      in.pending_row = static_cast<int32_t>(r.first_row + n - 1);
+    }
+    in.rows = rr;
+    in.next = nx;
+    in.draft = sampled && r.lookahead >= 0 && !rr.empty();
+    d.seq_id = r.seq_id;
+    d.paired_end = in.first_position + static_cast<int64_t>(rr.size());
+    d.pending = !sampled;
+    if (in.draft) {
+      d.drafts_at = r.first_position + n;
+      drafting.push_back(k);
+    }
+    inputs.push_back(in);
+  }
+  std::vector<int32_t> tokens;
+  const int32_t steps = speculative_.num_steps;
+  PG_RETURN_IF_ERROR(executor_->Draft(inputs, steps, &tokens));
+  if (tokens.size() != drafting.size() * static_cast<size_t>(steps)) return Internal("the drafter returned too few tokens");
+  for (size_t i = 0; i < drafting.size(); ++i) {
+    SlotDrafter& d = drafters_[static_cast<size_t>(slot.records[drafting[i]].slot)];
+    d.drafts.assign(tokens.begin() + static_cast<std::ptrdiff_t>(i * static_cast<size_t>(steps)),
+                    tokens.begin() + static_cast<std::ptrdiff_t>((i + 1) * static_cast<size_t>(steps)));
   }
   return Status::Ok();
 }

@@ -105,6 +105,19 @@ class CudaModelRunner final : public ModelRunner {
     std::vector<int64_t> first_positions;
     std::vector<std::optional<SequenceSamplingState>> node_states;  // by device row (plain rows: none)
     bool verifies = false;
+    // What the device drafter follows after the step: per chunk (step order) its sequence,
+    // first position and step row, the tokens it ran, its lookahead and its sampling row.
+    struct ChunkRecord {
+      int64_t seq_id = 0;
+      int32_t slot = 0;
+      int64_t first_position = 0;
+      int64_t first_row = 0;
+      std::vector<int32_t> tokens;
+      int32_t lookahead = -1;
+      int64_t sampling_row = -1;
+      bool restarts = false;
+    };
+    std::vector<ChunkRecord> records;
     std::vector<SampleResult> host_results;  // host sampling: the step's results
     std::vector<ChunkScores> host_scores;    // host sampling: the step's prompt scores
     // Prompt logprobs: the logits row of each sampling row (the scored chunks' rows come
@@ -154,6 +167,10 @@ class CudaModelRunner final : public ModelRunner {
   // Speculative verify: turns speculating rows' chunks in step_ into draft chains and plans
   // the slot's per-row bookkeeping (Launch, before the device rows are appended).
   void PlanVerify(LaunchSlot& slot, std::span<const RunnerChunk> chunks, std::span<const RunnerSampling> sampling);
+  // After Collect's commits: the device drafter (--speculative-algorithm mtp) follows every
+  // speculating chunk over its committed rows and drafts the next chains.
+  Status FollowDrafter(LaunchSlot& slot, std::span<const uint8_t> skip, std::span<const SampleResult> results,
+                       std::span<const ChainCommit> commits);
   // Collect of a verified row: acceptance, the results, the state, the counts.
   Status AcceptChain(LaunchSlot& slot, size_t row, bool skipped, SampleResult* result,
                      std::vector<SampleResult>* drafts, ChainCommit* commit);
@@ -163,6 +180,17 @@ class CudaModelRunner final : public ModelRunner {
   bool overlap_ = true;
   speculative::SpeculativeConfig speculative_;
   SpeculativeCounts spec_counts_;
+  // The device drafter per slot: which sequence it follows, the positions it has paired
+  // ([.., paired_end)), whether the row at paired_end waits on the device for its successor,
+  // and the drafts it proposed after the token at drafts_at.
+  struct SlotDrafter {
+    int64_t seq_id = -1;
+    int64_t paired_end = -1;
+    bool pending = false;
+    int64_t drafts_at = -1;
+    std::vector<int32_t> drafts;
+  };
+  std::vector<SlotDrafter> drafters_;
   // Per step chunk (step_ order) the chain built for it (empty: none) and its snapshots.
   std::vector<speculative::DraftTree> step_trees_;
   std::vector<std::vector<int32_t>> step_snapshots_;

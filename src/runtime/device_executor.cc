@@ -129,6 +129,7 @@ Status DeviceExecutor::Setup(const ModelConfig& config, const Checkpoint& checkp
   limits.block_tokens = options_.block_tokens;
   limits.batch_invariant = options_.batch_invariant;
   limits.max_verify_rows = options_.max_verify_rows;
+  limits.max_draft_steps = options_.max_draft_steps;
   PG_ASSIGN_OR_RETURN(model_, factory(config, checkpoint, limits, options_.weights, *allocator_, stream_.get()));
   if (comm_ != nullptr) comm_->UseStream(stream_.get());
   PG_RETURN_IF_ERROR(AllocatePools());
@@ -467,6 +468,37 @@ Status DeviceExecutor::StoreSampledTokens(const int32_t* tokens, int64_t num_tok
 Status DeviceExecutor::CommitChains(std::span<const ChainCommit> commits) {
   if (sharded()) return Unimplemented("speculative verify on a sharded model");
   return model_->EnqueueCommit(commits, stream_.get());
+}
+
+Status DeviceExecutor::Draft(std::span<const DevicePairs> inputs, int32_t num_steps, std::vector<int32_t>* tokens) {
+  if (sharded()) return Unimplemented("drafting on a sharded model");
+  if (!model_->has_drafter()) return Unimplemented("this model has no drafter on the device");
+  const int64_t capacity = model_->draft_meta_capacity();
+  const int64_t slots = options_.num_slots;
+  const auto steps = static_cast<int64_t>(options_.max_draft_steps);
+  if (draft_meta_.data() == nullptr) {
+    PG_ASSIGN_OR_RETURN(draft_meta_host_, pc::PinnedHostBuffer::Allocate(static_cast<size_t>(capacity) * 4));
+    PG_ASSIGN_OR_RETURN(draft_tokens_host_, pc::PinnedHostBuffer::Allocate(static_cast<size_t>(slots * steps) * 4));
+    PG_ASSIGN_OR_RETURN(draft_meta_, allocator_->Allocate(static_cast<size_t>(capacity) * 4));
+  }
+  // The last call waited for its upload: the staging is free.
+  StepMeta meta(draft_meta_host_.as<int32_t>(), draft_meta_.as<int32_t>(), capacity);
+  PG_ASSIGN_OR_RETURN(const int64_t drafting, model_->PlanDraft(inputs, num_steps, meta));
+  cudaStream_t s = stream_.get();
+  PG_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(draft_meta_.data(), meta.host(0), static_cast<size_t>(meta.size()) * 4,
+                                          cudaMemcpyHostToDevice, s));
+  PG_RETURN_IF_ERROR(model_->EnqueueDraft(meta, s));
+  tokens->clear();
+  if (drafting > 0) {
+    const Tensor out = model_->draft_tokens();  // [slots, max_draft_steps]
+    PG_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(draft_tokens_host_.data(), static_cast<size_t>(num_steps) * 4, out.data,
+                                              static_cast<size_t>(out.shape[1]) * 4, static_cast<size_t>(num_steps) * 4,
+                                              static_cast<size_t>(drafting), cudaMemcpyDeviceToHost, s));
+  }
+  PG_RETURN_IF_ERROR(stream_.Synchronize());
+  const int32_t* host = draft_tokens_host_.as<int32_t>();
+  tokens->assign(host, host + drafting * num_steps);
+  return Status::Ok();
 }
 
 Status DeviceExecutor::Forward(std::span<const ChunkView> chunks, std::vector<float>* logits) {

@@ -51,6 +51,7 @@ struct ExecutorOptions {
   double snapshot_fraction = 0.1;
   bool batch_invariant = false;  // --enable-deterministic-inference (DeviceModelLimits)
   int64_t max_verify_rows = 0;   // speculative verify tokens per step (DeviceModelLimits)
+  int32_t max_draft_steps = 0;   // > 0: the model's drafter on the device, chains this deep
   DeviceWeightOptions weights;
 };
 
@@ -105,6 +106,13 @@ class DeviceExecutor {
   // each slot keeps its chain's first `kept` tokens (DeviceModel::EnqueueCommit). Unsharded
   // executors only.
   Status CommitChains(std::span<const ChainCommit> commits);
+  // Whether the model drafts on the device (options.max_draft_steps > 0 and a drafter in
+  // the checkpoint).
+  bool has_drafter() const { return model_->has_drafter(); }
+  // After a step and before the next Launch: the drafter follows `inputs` over that step's
+  // rows (DeviceModel::PlanDraft) and proposes num_steps greedy tokens for each input with
+  // `draft`, returned row by row in `tokens` [drafting inputs * num_steps]. Waits for them.
+  Status Draft(std::span<const DevicePairs> inputs, int32_t num_steps, std::vector<int32_t>* tokens);
   // Runs a step and copies its logits [R, vocab] to the host.
   Status Forward(std::span<const ChunkView> chunks, std::vector<float>* logits);
   // The same step op by op with events between ops (no graph): GPU time per op kind and
@@ -162,6 +170,9 @@ class DeviceExecutor {
   int meta_turn_ = 0;
   cuda::DeviceBuffer meta_;
   int64_t meta_capacity_ = 0;
+  // The drafter's metadata (its own: the step's stays valid for its graphs).
+  cuda::PinnedHostBuffer draft_meta_host_, draft_tokens_host_;
+  cuda::DeviceBuffer draft_meta_;
   // The last launch's sampled-token slots: [R, 2] (slot, row) in the metadata.
   int64_t store_pairs_ = 0, num_store_pairs_ = 0;
   std::map<std::pair<int64_t, int64_t>, cuda::Graph> graphs_;  // by (bucket, tokens per chunk)

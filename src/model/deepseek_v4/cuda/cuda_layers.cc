@@ -41,9 +41,17 @@ Status ProjectWith(pc::Blas& blas, const Tensor& fp8_workspace, const Tensor& x,
 
 }  // namespace
 
+CudaModel::Impl::LayerRefs CudaModel::Impl::LayerAt(int64_t i) const {
+  if (i == config.num_layers && mtp.has_value())
+    return {&mtp->layer, &mtp_kv, nullptr, AttentionType::kSliding, MoeType::kLearned};
+  const auto at = static_cast<size_t>(i);
+  return {&weights.layers[at], &kv[at], saves.empty() ? nullptr : &saves[at], config.layer_types[at],
+          config.mlp_layer_types[at]};
+}
+
 Status CudaModel::Impl::EnqueueLayer(int64_t i, int64_t rows, int64_t chunks) {
   const ModelConfig& c = config;
-  const DeviceLayer& lw = weights.layers[static_cast<size_t>(i)];
+  const DeviceLayer& lw = *LayerAt(i).weights;
   const int64_t d = c.hidden_size;
   const int64_t hc = c.hc_mult;
   const Tensor streams = View(ws.streams, DType::kF32, {rows, hc, d});
@@ -90,10 +98,11 @@ Status CudaModel::Impl::EnqueueLayer(int64_t i, int64_t rows, int64_t chunks) {
 
 Status CudaModel::Impl::EnqueueAttention(int64_t i, int64_t rows, int64_t chunks) {
   const ModelConfig& c = config;
-  const DeviceLayer& lw = weights.layers[static_cast<size_t>(i)];
-  const LayerKv& st = kv[static_cast<size_t>(i)];
-  const LayerSave* save = saves.empty() ? nullptr : &saves[static_cast<size_t>(i)];
-  const AttentionType type = c.layer_types[static_cast<size_t>(i)];
+  const LayerRefs refs = LayerAt(i);
+  const DeviceLayer& lw = *refs.weights;
+  const LayerKv& st = *refs.kv;
+  const LayerSave* save = refs.save;
+  const AttentionType type = refs.attention;
   const bool sliding = type == AttentionType::kSliding;
   const bool csa = type == AttentionType::kCompressedSparse;
   const int64_t d = c.hidden_size;
@@ -297,7 +306,8 @@ Status CudaModel::Impl::EnqueueAttention(int64_t i, int64_t rows, int64_t chunks
 
 Status CudaModel::Impl::EnqueueMoe(int64_t i, int64_t rows) {
   const ModelConfig& c = config;
-  const DeviceLayer& lw = weights.layers[static_cast<size_t>(i)];
+  const LayerRefs refs = LayerAt(i);
+  const DeviceLayer& lw = *refs.weights;
   const int64_t d = c.hidden_size;
   const int64_t e = weights.experts;  // this rank's experts (all of them unless EP)
   const int64_t k = c.num_experts_per_tok;
@@ -306,7 +316,7 @@ Status CudaModel::Impl::EnqueueMoe(int64_t i, int64_t rows) {
   const float limit = static_cast<float>(c.swiglu_limit);
   const cudaStream_t s = stream;
   const Tensor x = View(ws.x, DType::kBF16, {rows, d});
-  const bool hash = c.mlp_layer_types[static_cast<size_t>(i)] == MoeType::kHash;
+  const bool hash = refs.moe == MoeType::kHash;
   const bool mxfp4 = lw.experts.format == ExpertFormat::kMXFP4;
 
   PG_RETURN_IF_ERROR(Op(OpKind::kRouter, [&]() -> Status {

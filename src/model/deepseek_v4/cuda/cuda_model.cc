@@ -217,7 +217,7 @@ Status CudaModel::Impl::EnqueueStep(int64_t rows, int64_t chunks, int64_t logit_
   return EnqueueHead(rows, logit_rows);
 }
 
-Status CudaModel::Impl::EnqueueHead(int64_t rows, int64_t logit_rows) {
+Status CudaModel::Impl::EnqueueHead(int64_t rows, int64_t logit_rows, bool drafter) {
   const ModelConfig& c = config;
   const int64_t d = c.hidden_size;
   const int64_t hc = c.hc_mult;
@@ -227,10 +227,11 @@ Status CudaModel::Impl::EnqueueHead(int64_t rows, int64_t logit_rows) {
     pc::HcHeadArgs a;
     a.streams = View(ws.streams, DType::kF32, {rows, hc, d});
     a.rows = MetaView(layout.logit_rows, {logit_rows});
-    a.fn = weights.hc_head.fn.view;
-    a.base = weights.hc_head.base.view;
-    a.scale = weights.hc_head.scale.view;
-    a.norm_weight = weights.norm.view;
+    const DeviceHyperConnection& mix = drafter ? mtp->hc_head : weights.hc_head;
+    a.fn = mix.fn.view;
+    a.base = mix.base.view;
+    a.scale = mix.scale.view;
+    a.norm_weight = drafter ? mtp->norm.view : weights.norm.view;
     a.workspace = ws.hc_workspace.view;
     a.y = View(ws.head_x, DType::kBF16, {logit_rows, d});
     a.hc_eps = static_cast<float>(c.hc_eps);
@@ -308,6 +309,18 @@ Result<std::unique_ptr<CudaModel>> CudaModel::Create(const ModelConfig& config, 
   PG_ASSIGN_OR_RETURN(impl->blas, pc::Blas::Create(allocator));
   impl->blas.set_batch_invariant(limits.batch_invariant);
   PG_ASSIGN_OR_RETURN(impl->weights, LoadDeviceWeights(impl->config, checkpoint, w, allocator, stream));
+  if (limits.max_draft_steps > 0) {
+    if (parallel.size > 1) return InvalidArgument("CUDA model: the MTP drafter runs on one GPU only");
+    if (limits.max_verify_rows <= 0) return InvalidArgument("CUDA model: a drafter needs verify rows");
+    // Without an MTP layer in the checkpoint the model has no drafter (has_drafter() says so).
+    Result<DeviceMtp> mtp = LoadDeviceMtp(impl->config, checkpoint, w, allocator, stream);
+    if (mtp.ok()) {
+      impl->weights.bytes += mtp->bytes;
+      impl->mtp.emplace(std::move(mtp).value());
+    } else if (mtp.status().code() != StatusCode::kNotFound) {
+      return mtp.status();
+    }
+  }
   PG_RETURN_IF_ERROR(impl->Allocate(stream));
   return std::unique_ptr<CudaModel>(new CudaModel(std::move(impl)));
 }
@@ -319,6 +332,10 @@ KvLayout CudaModel::kv_layout() const {
   for (KvKind& k : layout.per_request)
     if (k.name == "window")
       k.fixed_bytes = static_cast<int64_t>(m.geometry.layers.size()) * m.limits.max_tokens * m.geometry.head_dim * 2;
+  // The MTP drafter's window: a ring per slot and its step rows, as one layer's window.
+  if (m.mtp.has_value())
+    layout.per_request.push_back({"mtp_window", m.geometry.window * m.geometry.head_dim * 2,
+                                  m.limits.max_tokens * m.geometry.head_dim * 2});
   return layout;
 }
 
@@ -398,6 +415,14 @@ Status CudaModel::BindKv(const DeviceKvPools& pools) {
                                    {std::max<int64_t>(blocks, 1), l.entries_per_page, hd}, Device::kCuda);
     }
   }
+  if (m.mtp.has_value()) {
+    void* mtp_window = nullptr;
+    for (size_t i = 0; i < layout.per_request.size(); ++i)
+      if (layout.per_request[i].name == "mtp_window") mtp_window = pools.per_request[i];
+    if (mtp_window == nullptr) return InvalidArgument("KV pools without the drafter's window");
+    m.mtp_kv.window = Tensor::Contiguous(mtp_window, DType::kBF16, {m.window_layer_rows, hd}, Device::kCuda);
+    PG_RETURN_IF_ERROR(m.AllocateDrafter());
+  }
   m.bound = true;
   return Status::Ok();
 }
@@ -437,7 +462,18 @@ Result<DeviceStep> CudaModel::Plan(std::span<const ChunkView> chunks, int64_t ro
     return InvalidArgument("step wants " + std::to_string(r) + " logits rows; the model holds " +
                            std::to_string(m.limits.max_logit_rows));
   if (rows < plan.num_tokens || rows > m.limits.max_tokens) return Internal("CUDA model: step rows out of range");
+  PG_ASSIGN_OR_RETURN(DeviceStep step, m.WritePlan(plan, rows, meta));
+  m.last_step_rows = rows;
+  for (const StepPlan::Verify& v : plan.verify_chunks) {
+    const ChunkView& chunk = chunks[static_cast<size_t>(v.chunk)];
+    m.chains.push_back({chunk.slot, chunk.first_position, chunk.num_tokens, v.first_row, v.first_save_row});
+  }
+  return step;
+}
 
+Result<DeviceStep> CudaModel::Impl::WritePlan(const StepPlan& plan, int64_t rows, StepMeta& meta) {
+  Impl& m = *this;
+  const int64_t r = static_cast<int64_t>(plan.logit_rows.size());
   const int64_t w = m.config.sliding_window;
   const int64_t n_chunks = plan.num_chunks;
   const int64_t padded_chunks = std::max(rows, n_chunks);
@@ -493,10 +529,6 @@ Result<DeviceStep> CudaModel::Plan(std::span<const ChunkView> chunks, int64_t ro
   copy(ml.logit_rows, plan.logit_rows, std::max<int64_t>(rows, 1), 0);
   copy(ml.snapshot_table, plan.snapshot_table, padded_chunks * plan.max_snapshots, -1);
   copy(ml.save_rows, plan.save_rows, rows, -1);
-  for (const StepPlan::Verify& v : plan.verify_chunks) {
-    const ChunkView& chunk = chunks[static_cast<size_t>(v.chunk)];
-    m.chains.push_back({chunk.slot, chunk.first_position, chunk.num_tokens, v.first_row, v.first_save_row});
-  }
   if (m.fast_attention) {
     const std::vector<int64_t>* kinds[3] = {&plan.sliding_rows, &plan.csa_rows, &plan.hca_rows};
     std::vector<int64_t> padded;

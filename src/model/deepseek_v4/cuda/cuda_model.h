@@ -50,6 +50,13 @@ class CudaModel final : public DeviceModel {
   // Speculative verify of draft chains (step_plan.h): the kept prefix's window rows into the
   // rings, the rejected tokens' compressor rows back from the save buffers.
   Status EnqueueCommit(std::span<const ChainCommit> commits, cudaStream_t stream) override;
+  // The MTP drafter (cuda_drafter.cc), loaded when limits.max_draft_steps > 0 and the
+  // checkpoint has mtp.0.*.
+  bool has_drafter() const override;
+  int64_t draft_meta_capacity() const override;
+  Result<int64_t> PlanDraft(std::span<const DevicePairs> inputs, int32_t num_steps, StepMeta& meta) override;
+  Status EnqueueDraft(const StepMeta& meta, cudaStream_t stream) override;
+  Tensor draft_tokens() const override;
   Tensor logits(int64_t rows) const override;
   std::vector<std::string> op_kinds() const override;
   // Per layer: the window ring (bf16), then the compressor rings and the indexer's (f32);

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -15,6 +16,7 @@
 #include "backend/cuda/blas.h"
 #include "kernels/sparse_attention.cuh"
 #include "model/deepseek_v4/cuda/cuda_model.h"
+#include "model/deepseek_v4/step_plan.h"
 
 namespace peregrine::deepseek_v4::cuda {
 
@@ -141,6 +143,55 @@ struct CudaModel::Impl {
   // Enqueues the copies that keep each commit's prefix (cuda_model.cc).
   Status EnqueueCommit(std::span<const ChainCommit> commits, cudaStream_t stream);
 
+  // The MTP drafter (cuda_drafter.cc; limits.max_draft_steps > 0 and mtp.0.* in the
+  // checkpoint): its weights, its window rows (the runtime's "mtp_window" pool, laid out as a
+  // layer's window), per slot the target position of its local position 0 (the drafter runs
+  // at positions relative to where it started: window attention depends on offsets only).
+  std::optional<DeviceMtp> mtp;
+  LayerKv mtp_kv;
+  std::vector<int64_t> mtp_floor;
+  // Row copies of a drafter call: metadata offsets of the source and destination row lists.
+  struct RowCopies {
+    int64_t src = 0, dst = 0, n = 0;
+  };
+  struct DraftPlan {
+    std::vector<MetaLayout> steps;  // per drafter step: its metadata
+    std::vector<int64_t> rows;      // its token rows
+    std::vector<int64_t> chunks;    // its chunks
+    // Streams into mtp_h: of the last step's rows, of the slots' pending rows; the new pending
+    // rows out of the last step; per chain step, each drafting slot's previous row.
+    RowCopies gather_step, gather_pending, keep_pending;
+    std::vector<RowCopies> chain;   // [steps], chain[0] unused
+    RowCopies ring;                 // the drafter's ring rows the chain overwrites -> mtp_ring_save
+    int64_t num_drafting = 0;
+    int32_t num_steps = 0;
+  };
+  DraftPlan draft;
+  int64_t last_step_rows = 0;      // rows of the last planned target step (what pairs may read)
+  DeviceTensor mtp_h;              // [max_tokens, hc, D] f32: the pairs' streams
+  DeviceTensor mtp_e;              // [max_tokens, D] f32: the pairs' token embeddings
+  DeviceTensor mtp_hn;             // [max_tokens * hc, D] bf16: hnorm(streams)
+  DeviceTensor mtp_post, mtp_comb; // [max_tokens, hc] ones, [max_tokens, hc, hc] identity
+  DeviceTensor mtp_pending;        // [num_slots, hc, D] f32
+  DeviceTensor mtp_ring_save;      // [num_slots * (max_draft_steps - 1), Dh] bf16
+  DeviceTensor draft_out;          // [num_slots, max_draft_steps] i32
+  DeviceTensor greedy_rows, greedy_offsets, sample_logprobs, sample_top_tokens, sample_top_logprobs, sample_status,
+      sample_tokens;               // the greedy sampling of the drafter's logits
+  Status AllocateDrafter();        // after BindKv (per-slot buffers)
+  Status EnqueueDraftStep(int64_t step);
+
+  // Layer i's weights, KV views, verify saves and kinds; i == config.num_layers is the MTP layer.
+  struct LayerRefs {
+    const DeviceLayer* weights;
+    const LayerKv* kv;
+    const LayerSave* save;
+    AttentionType attention;
+    MoeType moe;
+  };
+  LayerRefs LayerAt(int64_t i) const;
+  // The step's metadata from its host plan (Plan's, and each drafter step's).
+  Result<DeviceStep> WritePlan(const StepPlan& plan, int64_t rows, StepMeta& meta);
+
   // Fast-kernel availability at this config.
   bool fast_attention = false;
   bool fast_indexer = false;
@@ -164,8 +215,9 @@ struct CudaModel::Impl {
   Status EnqueueMoe(int64_t layer, int64_t rows);
   // Sharded: `count` bf16 partial sums at `data` summed over the ranks, in place.
   Status SumOverRanks(void* data, int64_t count);
-  // The head: this rank's vocabulary part, gathered into ws.logits when sharded.
-  Status EnqueueHead(int64_t rows, int64_t logit_rows);
+  // The head: this rank's vocabulary part, gathered into ws.logits when sharded (the MTP
+  // drafter's head mixer and norm when `drafter`).
+  Status EnqueueHead(int64_t rows, int64_t logit_rows, bool drafter = false);
   // Runs `op` as one profiled op of `kind` (just runs it when not profiling).
   template <typename F>
   Status Op(OpKind kind, F&& op);

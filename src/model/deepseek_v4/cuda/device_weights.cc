@@ -393,9 +393,10 @@ class Loader {
     return F32(prefix + "norm.weight", {dim}, &c->norm);
   }
 
-  Status Layer(const ModelConfig& c, int64_t i, DeviceLayer* l) {
+  // Layer i of `c` under "layers.<i>.", or under `prefix` (an MTP layer's "mtp.<n>.").
+  Status Layer(const ModelConfig& c, int64_t i, DeviceLayer* l, const std::string& prefix = {}) {
     const ShardSpec& sh = options_.shard;
-    const std::string p = "layers." + std::to_string(i) + ".";
+    const std::string p = prefix.empty() ? "layers." + std::to_string(i) + "." : prefix;
     const int64_t d = c.hidden_size;
     const int64_t hc = c.hc_mult;
     const int64_t hd = c.head_dim;
@@ -511,6 +512,28 @@ class Loader {
 };
 
 }  // namespace
+
+Result<DeviceMtp> LoadDeviceMtp(const ModelConfig& c, const Checkpoint& checkpoint, const WeightLoadOptions& options,
+                                CachingAllocator& allocator, cudaStream_t stream) {
+  if (c.num_nextn_predict_layers < 1 || !checkpoint.Has("mtp.0.e_proj.weight"))
+    return NotFound("the checkpoint has no MTP layer (mtp.0.e_proj.weight)");
+  PG_ASSIGN_OR_RETURN(std::unique_ptr<peregrine::cuda::Uploader> up,
+                      peregrine::cuda::Uploader::Create(stream, size_t{64} << 20));
+  Loader ld(checkpoint, options, allocator, stream, *up);
+  const int64_t d = c.hidden_size;
+  DeviceMtp m;
+  PG_RETURN_IF_ERROR(ld.F32("mtp.0.enorm.weight", {d}, &m.enorm));
+  PG_RETURN_IF_ERROR(ld.F32("mtp.0.hnorm.weight", {d}, &m.hnorm));
+  PG_RETURN_IF_ERROR(ld.F32("mtp.0.norm.weight", {d}, &m.norm));
+  PG_RETURN_IF_ERROR(ld.Matrix("mtp.0.e_proj.weight", {d, d}, &m.e_proj));
+  PG_RETURN_IF_ERROR(ld.Matrix("mtp.0.h_proj.weight", {d, d}, &m.h_proj));
+  PG_RETURN_IF_ERROR(ld.Hc("mtp.0.hc_head_", c.hc_mult, c.hc_mult * d, 1, &m.hc_head));
+  PG_RETURN_IF_ERROR(ld.Layer(MtpLayerConfig(c), 0, &m.layer, "mtp.0."));
+  // Its projections have the main layers' shapes: their FP8 scratch serves it.
+  PG_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+  m.bytes = ld.bytes();
+  return m;
+}
 
 Result<DeviceWeights> LoadDeviceWeights(const ModelConfig& c, const Checkpoint& checkpoint,
                                         const WeightLoadOptions& options, CachingAllocator& allocator,

@@ -97,6 +97,18 @@ struct DeviceWeights {
   int64_t heads = 0, groups = 0, expert_begin = 0, experts = 0, head_rows = 0;
 };
 
+// The checkpoint's first MTP layer (`mtp.0.*`, ../weights.h MtpWeights), the speculative
+// drafter: e = e_proj(enorm(embed(next token))), each stream h_proj(hnorm(stream)) + e, one
+// window-attention layer with learned routing, its own head mixer and norm; the main model's
+// embedding and head.
+struct DeviceMtp {
+  DeviceLayer layer;
+  DeviceTensor enorm, hnorm, norm;  // [D] f32
+  DeviceTensor e_proj, h_proj;      // [D, D] bf16
+  DeviceHyperConnection hc_head;
+  uint64_t bytes = 0;
+};
+
 struct WeightLoadOptions {
   // Generate every matrix on the device (uniform with variance 1/fan_in, the synthetic
   // checkpoint's rule) instead of reading it; vectors and tables still come from `checkpoint`
@@ -125,5 +137,11 @@ struct WeightLoadOptions {
 Result<DeviceWeights> LoadDeviceWeights(const ModelConfig& config, const Checkpoint& checkpoint,
                                         const WeightLoadOptions& options, peregrine::cuda::CachingAllocator& allocator,
                                         cudaStream_t stream);
+
+// The MTP layer (whole, unsharded) in the format LoadDeviceWeights gives the main layers.
+// NotFound when the checkpoint has none.
+Result<DeviceMtp> LoadDeviceMtp(const ModelConfig& config, const Checkpoint& checkpoint,
+                                const WeightLoadOptions& options, peregrine::cuda::CachingAllocator& allocator,
+                                cudaStream_t stream);
 
 }  // namespace peregrine::deepseek_v4::cuda
