@@ -46,61 +46,70 @@ void CudaModelRunner::PlanVerify(LaunchSlot& slot, std::span<const RunnerChunk> 
   slot.verifies = false;
   if (!speculative_.enabled()) return;
   const int64_t block = executor_->kv_capacity().layout.block_tokens;
-  size_t row = 0;
-  for (size_t ci = 0; ci < step_.size(); ++ci) {
-    ChunkView& v = step_[ci];
+  // Each speculating one-token row's depth (0: it does not verify) and draft chain.
+  std::vector<int64_t> depths(step_.size(), 0);
+  std::vector<std::vector<int32_t>> chains(step_.size());
+  bool all_rows_speculate = true, any_chain = false;
+  for (size_t ci = 0, row = 0; ci < step_.size(); ++ci) {
+    const ChunkView& v = step_[ci];
     const RunnerChunk& chunk = chunks[ci];
-    const int32_t lookahead = chunk.lookahead;
-    if (lookahead < 0) {
-      row += v.needs_logits ? 1 : 0;
+    const bool eligible = chunk.lookahead > 0 && v.needs_logits && v.num_tokens == 1 && !v.all_logits &&
+                          !v.feeds_last && row < sampling.size() && sampling[row].mask == RowMask::kNone &&
+                          chunk.scoring.targets.empty();
+    row += v.needs_logits ? 1 : 0;
+    if (!eligible) {
+      all_rows_speculate = false;
       continue;
     }
-    if (lookahead > 0 && v.needs_logits && v.num_tokens == 1 && !v.all_logits && !v.feeds_last &&
-        row < sampling.size() && sampling[row].mask == RowMask::kNone && chunk.scoring.targets.empty()) {
-      // The chain stops before the first block boundary that takes a snapshot (the verify
-      // step writes none; the plain step that reaches it does).
-      int64_t depth = lookahead;
-      for (size_t i = 0; block > 0 && i < v.snapshots.size(); ++i) {
-        if (v.snapshots[i] < 0) continue;
-        const int64_t boundary = (v.first_position / block + 1 + static_cast<int64_t>(i)) * block;
-        depth = std::min(depth, boundary - v.first_position - 2);
-        break;
-      }
-      std::vector<int32_t> chain;
-      if (depth > 0 && speculative_.algorithm == speculative::Algorithm::kNgram) {
-        chain = speculative::NgramChainAfter(chunk.history, v.first_position, v.tokens[0], speculative_.ngram,
-                                             static_cast<int32_t>(depth));
-      } else if (depth > 0 && static_cast<size_t>(v.slot) < drafters_.size()) {
-        // The device drafter's chain after this very token (drafted when it was sampled).
-        const SlotDrafter& d = drafters_[static_cast<size_t>(v.slot)];
-        if (d.seq_id == chunk.seq_id && d.drafts_at == v.first_position) {
-          const int64_t vocab = executor_->config().vocab_size;
-          for (int32_t t : d.drafts) {
-            if (static_cast<int64_t>(chain.size()) >= depth || t < 0 || t >= vocab) break;
-            chain.push_back(t);
-          }
+    // The chain stops before the first block boundary that takes a snapshot (the verify
+    // step writes none; the plain step that reaches it does).
+    int64_t depth = chunk.lookahead;
+    for (size_t i = 0; block > 0 && i < v.snapshots.size(); ++i) {
+      if (v.snapshots[i] < 0) continue;
+      const int64_t boundary = (v.first_position / block + 1 + static_cast<int64_t>(i)) * block;
+      depth = std::min(depth, boundary - v.first_position - 2);
+      break;
+    }
+    depths[ci] = std::max<int64_t>(depth, 0);
+    std::vector<int32_t>& chain = chains[ci];
+    if (depth > 0 && speculative_.algorithm == speculative::Algorithm::kNgram) {
+      chain = speculative::NgramChainAfter(chunk.history, v.first_position, v.tokens[0], speculative_.ngram,
+                                           static_cast<int32_t>(depth));
+    } else if (depth > 0 && static_cast<size_t>(v.slot) < drafters_.size()) {
+      // The device drafter's chain after this very token (drafted when it was sampled).
+      const SlotDrafter& d = drafters_[static_cast<size_t>(v.slot)];
+      if (d.seq_id == chunk.seq_id && d.drafts_at == v.first_position) {
+        const int64_t vocab = executor_->config().vocab_size;
+        for (int32_t t : d.drafts) {
+          if (static_cast<int64_t>(chain.size()) >= depth || t < 0 || t >= vocab) break;
+          chain.push_back(t);
         }
       }
-      // A short chain is padded to the depth with its last token (a guess like any other):
-      // speculating rows then share one length, and such steps replay one graph per bucket.
-      if (!chain.empty()) {
-        const int32_t last = chain.back();
-        chain.resize(static_cast<size_t>(depth), last);
-      }
-      if (!chain.empty()) {
-        speculative::DraftTree& tree = step_trees_[ci];
-        tree = speculative::ChainTree(v.tokens[0], chain);
-        v.tokens = tree.tokens;
-        v.num_tokens = tree.num_nodes();
-        v.tree_parents = tree.parents;
-        slot.trees[row] = tree;
-        slot.first_positions[row] = v.first_position;
-        slot.verifies = true;
-      }
+    }
+    any_chain = any_chain || !chain.empty();
+  }
+  // Chains are padded to their depth with their last token (the row's token when it has no
+  // draft), guesses like any other: when every row of the step speculates they then share one
+  // length, and the step replays one graph per (bucket, length) instead of running eagerly.
+  const bool pad_all = all_rows_speculate && any_chain;
+  for (size_t ci = 0, row = 0; ci < step_.size(); ++ci) {
+    ChunkView& v = step_[ci];
+    std::vector<int32_t>& chain = chains[ci];
+    if (depths[ci] > 0 && (!chain.empty() || pad_all)) {
+      const int32_t last = chain.empty() ? v.tokens[0] : chain.back();
+      chain.resize(static_cast<size_t>(depths[ci]), last);
+      speculative::DraftTree& tree = step_trees_[ci];
+      tree = speculative::ChainTree(v.tokens[0], chain);
+      v.tokens = tree.tokens;
+      v.num_tokens = tree.num_nodes();
+      v.tree_parents = tree.parents;
+      slot.trees[row] = tree;
+      slot.first_positions[row] = v.first_position;
+      slot.verifies = true;
     }
     // The engine took snapshots for every boundary the lookahead could reach; the chunk
     // passes those it reaches (the engine takes the rest back).
-    if (block > 0 && !v.snapshots.empty()) {
+    if (chunks[ci].lookahead >= 0 && block > 0 && !v.snapshots.empty()) {
       const int64_t reach = (v.first_position + v.span()) / block - v.first_position / block;
       step_snapshots_[ci].assign(v.snapshots.begin(),
                                  v.snapshots.begin() + std::min<int64_t>(reach, static_cast<int64_t>(v.snapshots.size())));
