@@ -169,12 +169,21 @@ class DeviceModel {
   // Speculative drafting (limits.max_draft_steps > 0 and a drafter in the checkpoint). After
   // a step was enqueued and before the next one: PlanDraft checks the inputs (InvalidArgument,
   // nothing changed) and writes the drafter's steps into `meta` (capacity:
-  // draft_meta_capacity); EnqueueDraft runs them, leaving for the i-th input with `draft` its
-  // tokens in row i of draft_tokens() [inputs drafting, num_steps] i32 (greedy chains).
+  // draft_meta_capacity); EnqueueDraft runs them (capture-safe: its work depends on the
+  // DraftShape alone), leaving for the i-th input with `draft` its tokens in row i of
+  // draft_tokens() [slots, max_draft_steps] i32 (greedy chains).
   virtual bool has_drafter() const { return false; }
   virtual int64_t draft_meta_capacity() const { return 0; }
-  virtual Result<int64_t> PlanDraft(std::span<const DevicePairs> /*inputs*/, int32_t /*num_steps*/,
-                                    StepMeta& /*meta*/) {
+  // The planned draft's shape: its device work depends on these alone (the runtime replays
+  // one CUDA graph per shape), num_drafting on the inputs.
+  struct DraftShape {
+    int64_t num_drafting = 0;  // inputs with `draft`: rows of draft_tokens()
+    int64_t rows = 0;          // the first drafter step's rows (0: nothing to run)
+    int64_t drafting_rows = 0; // the chain steps' rows (num_drafting padded)
+    int32_t num_steps = 0;
+  };
+  virtual Result<DraftShape> PlanDraft(std::span<const DevicePairs> /*inputs*/, int32_t /*num_steps*/,
+                                       StepMeta& /*meta*/) {
     return Unimplemented("this model has no drafter on the device");
   }
   virtual Status EnqueueDraft(const StepMeta& /*meta*/, cudaStream_t /*stream*/) {

@@ -322,6 +322,7 @@ Status DeviceExecutor::EnableGraphs(int64_t max_batch) {
     PG_RETURN_IF_ERROR(Publish(RankCommand::kEnableGraphs, {}, static_cast<int32_t>(max_batch)));
   graph_max_batch_ = max_batch;
   graphs_.clear();
+  draft_graphs_.clear();
   return Status::Ok();
 }
 
@@ -483,11 +484,26 @@ Status DeviceExecutor::Draft(std::span<const DevicePairs> inputs, int32_t num_st
   }
   // The last call waited for its upload: the staging is free.
   StepMeta meta(draft_meta_host_.as<int32_t>(), draft_meta_.as<int32_t>(), capacity);
-  PG_ASSIGN_OR_RETURN(const int64_t drafting, model_->PlanDraft(inputs, num_steps, meta));
+  PG_ASSIGN_OR_RETURN(const DeviceModel::DraftShape shape, model_->PlanDraft(inputs, num_steps, meta));
+  const int64_t drafting = shape.num_drafting;
   cudaStream_t s = stream_.get();
   PG_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(draft_meta_.data(), meta.host(0), static_cast<size_t>(meta.size()) * 4,
                                           cudaMemcpyHostToDevice, s));
-  PG_RETURN_IF_ERROR(model_->EnqueueDraft(meta, s));
+  if (graph_max_batch_ > 0 && shape.rows > 0) {
+    // One graph per shape: the drafter's steps are many small launches.
+    const std::tuple<int64_t, int64_t, int32_t> key{shape.rows, shape.drafting_rows, shape.num_steps};
+    auto it = draft_graphs_.find(key);
+    if (it == draft_graphs_.end()) {
+      PG_RETURN_IF_ERROR(pc::Graph::BeginCapture(s));
+      const Status enqueued = model_->EnqueueDraft(meta, s);
+      PG_ASSIGN_OR_RETURN(pc::Graph graph, pc::Graph::EndCapture(s));
+      PG_RETURN_IF_ERROR(enqueued);
+      it = draft_graphs_.emplace(key, std::move(graph)).first;
+    }
+    PG_RETURN_IF_ERROR(it->second.Launch(s));
+  } else {
+    PG_RETURN_IF_ERROR(model_->EnqueueDraft(meta, s));
+  }
   tokens->clear();
   if (drafting > 0) {
     const Tensor out = model_->draft_tokens();  // [slots, max_draft_steps]

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <tuple>
 #include <memory>
 #include <span>
 #include <string>
@@ -176,6 +177,8 @@ class DeviceExecutor {
   // The last launch's sampled-token slots: [R, 2] (slot, row) in the metadata.
   int64_t store_pairs_ = 0, num_store_pairs_ = 0;
   std::map<std::pair<int64_t, int64_t>, cuda::Graph> graphs_;  // by (bucket, tokens per chunk)
+  // The drafter's graphs by shape (first step's rows, chain steps' rows, steps).
+  std::map<std::tuple<int64_t, int64_t, int32_t>, cuda::Graph> draft_graphs_;
   cuda::DeviceBuffer message_;                // sharded: the rank messages' device copy
   int64_t graph_max_batch_ = 0;
   double last_host_ms_ = 0.0;

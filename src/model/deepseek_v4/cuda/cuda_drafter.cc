@@ -91,7 +91,18 @@ int64_t CudaModel::draft_meta_capacity() const {
          2 * (2 * n + 2 * slots + slots * steps) + 64;
 }
 
-Result<int64_t> CudaModel::PlanDraft(std::span<const DevicePairs> inputs, int32_t num_steps, StepMeta& meta) {
+namespace {
+
+int64_t PowerOfTwoAtLeast(int64_t n) {
+  int64_t b = 1;
+  while (b < n) b *= 2;
+  return b;
+}
+
+}  // namespace
+
+Result<DeviceModel::DraftShape> CudaModel::PlanDraft(std::span<const DevicePairs> inputs, int32_t num_steps,
+                                                     StepMeta& meta) {
   Impl& m = *impl_;
   if (!m.mtp.has_value()) return Unimplemented("this model has no drafter on the device");
   if (!m.bound) return Internal("CUDA model: a draft before the KV pools were bound");
@@ -159,32 +170,44 @@ Result<int64_t> CudaModel::PlanDraft(std::span<const DevicePairs> inputs, int32_
       keep_dst.push_back(in.slot);
     }
   }
-  auto place = [&](const std::vector<int32_t>& src, const std::vector<int32_t>& dst) -> Result<Impl::RowCopies> {
+  // Every section has a size that depends on the shape alone (lists padded with -1, steps
+  // with padding rows), so one captured graph replays any draft of its shape.
+  const auto drafting = static_cast<int64_t>(drafting_slots.size());
+  const int64_t rows0 = views.empty() ? 0 : std::min(PowerOfTwoAtLeast(pairs), m.limits.max_tokens);
+  const int64_t drafting_rows = drafting > 0 ? std::min(PowerOfTwoAtLeast(drafting), slots) : 0;
+  auto place = [&](const std::vector<int32_t>& src, const std::vector<int32_t>& dst,
+                   int64_t n) -> Result<Impl::RowCopies> {
     Impl::RowCopies c;
-    c.n = static_cast<int64_t>(src.size());
+    c.n = n;
     c.src = meta.Place(c.n);
     c.dst = meta.Place(c.n);
-    if (c.src < 0 || c.dst < 0) return Internal("draft metadata exceeds its buffer");
-    std::copy(src.begin(), src.end(), meta.host(c.src));
-    std::copy(dst.begin(), dst.end(), meta.host(c.dst));
+    if (c.src < 0 || c.dst < 0 || static_cast<int64_t>(src.size()) > n)
+      return Internal("draft metadata exceeds its buffer");
+    std::fill_n(std::copy(src.begin(), src.end(), meta.host(c.src)), n - static_cast<int64_t>(src.size()), -1);
+    std::fill_n(std::copy(dst.begin(), dst.end(), meta.host(c.dst)), n - static_cast<int64_t>(dst.size()), -1);
     return c;
   };
-  PG_ASSIGN_OR_RETURN(p.gather_step, place(gather_src, gather_dst));
-  PG_ASSIGN_OR_RETURN(p.gather_pending, place(pending_src, pending_dst));
-  PG_ASSIGN_OR_RETURN(p.keep_pending, place(keep_src, keep_dst));
-  if (views.empty()) return int64_t{0};
+  PG_ASSIGN_OR_RETURN(p.gather_step, place(gather_src, gather_dst, rows0));
+  PG_ASSIGN_OR_RETURN(p.gather_pending, place(pending_src, pending_dst, rows0));
+  PG_ASSIGN_OR_RETURN(p.keep_pending, place(keep_src, keep_dst, slots));
+  DraftShape shape;
+  shape.num_drafting = drafting;
+  shape.rows = rows0;
+  shape.drafting_rows = drafting_rows;
+  shape.num_steps = num_steps;
+  if (views.empty()) return shape;
 
-  const auto drafting = static_cast<int64_t>(drafting_slots.size());
   p.num_drafting = drafting;
-  auto plan_step = [&](std::span<const ChunkView> step_views) -> Status {
+  p.drafting_rows = drafting_rows;
+  auto plan_step = [&](std::span<const ChunkView> step_views, int64_t rows) -> Status {
     PG_ASSIGN_OR_RETURN(StepPlan plan, PlanStep(step_views, mc, lim));
-    PG_ASSIGN_OR_RETURN(DeviceStep step, m.WritePlan(plan, plan.num_tokens, meta));
+    PG_ASSIGN_OR_RETURN(DeviceStep step, m.WritePlan(plan, rows, meta));
     p.steps.push_back(m.layout);
     p.rows.push_back(step.rows);
-    p.chunks.push_back(step.num_chunks);
+    p.chunks.push_back(rows);  // padding chunks are empty and skipped, as in decode graphs
     return Status::Ok();
   };
-  PG_RETURN_IF_ERROR(plan_step(views));
+  PG_RETURN_IF_ERROR(plan_step(views, rows0));
   p.chain.emplace_back();
   // Chain steps: one row per drafting slot, its token the previous step's (fed on the device).
   const std::vector<int32_t> unknown(static_cast<size_t>(drafting), 0);
@@ -206,12 +229,13 @@ Result<int64_t> CudaModel::PlanDraft(std::span<const DevicePairs> inputs, int32_
       ring_src.push_back(static_cast<int32_t>(v.slot * w + v.first_position % w));
       ring_dst.push_back(static_cast<int32_t>(d * (m.limits.max_draft_steps - 1) + (k - 1)));
     }
-    PG_ASSIGN_OR_RETURN(Impl::RowCopies chain, place(k == 1 ? last_rows : rows_in_order, rows_in_order));
+    PG_ASSIGN_OR_RETURN(Impl::RowCopies chain,
+                        place(k == 1 ? last_rows : rows_in_order, rows_in_order, drafting_rows));
     p.chain.push_back(chain);
-    PG_RETURN_IF_ERROR(plan_step(views));
+    PG_RETURN_IF_ERROR(plan_step(views, drafting_rows));
   }
-  PG_ASSIGN_OR_RETURN(p.ring, place(ring_src, ring_dst));
-  return drafting;
+  PG_ASSIGN_OR_RETURN(p.ring, place(ring_src, ring_dst, drafting_rows * (num_steps - 1)));
+  return shape;
 }
 
 Status CudaModel::EnqueueDraft(const StepMeta& meta, cudaStream_t stream) {
@@ -243,7 +267,7 @@ Status CudaModel::EnqueueDraft(const StepMeta& meta, cudaStream_t stream) {
       // Continue from each drafting slot's previous row, with the token drafted there.
       PG_RETURN_IF_ERROR(copy(p.chain[k], streams, pairs_h));
       PG_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(meta.device(p.steps[k].token_ids), m.sample_tokens.view.data,
-                                              static_cast<size_t>(p.num_drafting) * 4, cudaMemcpyDeviceToDevice,
+                                              static_cast<size_t>(p.drafting_rows) * 4, cudaMemcpyDeviceToDevice,
                                               stream));
     }
     m.layout = p.steps[k];
@@ -282,7 +306,8 @@ Status CudaModel::Impl::EnqueueDraftStep(int64_t k) {
   PG_RETURN_IF_ERROR(pc::HyperConnectionPost(add, s));
   // The decoder layer, then the drafter's head over the drafting rows and their greedy tokens.
   PG_RETURN_IF_ERROR(EnqueueLayer(c.num_layers, rows, chunks));
-  const int64_t b = draft.num_drafting;
+  // Padding rows of the chain steps sample too (their tokens are never read).
+  const int64_t b = draft.drafting_rows;
   if (b == 0) return Status::Ok();
   PG_RETURN_IF_ERROR(EnqueueHead(rows, b, /*drafter=*/true));
   pc::SamplingArgs a;

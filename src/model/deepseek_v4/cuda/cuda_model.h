@@ -54,7 +54,7 @@ class CudaModel final : public DeviceModel {
   // checkpoint has mtp.0.*.
   bool has_drafter() const override;
   int64_t draft_meta_capacity() const override;
-  Result<int64_t> PlanDraft(std::span<const DevicePairs> inputs, int32_t num_steps, StepMeta& meta) override;
+  Result<DraftShape> PlanDraft(std::span<const DevicePairs> inputs, int32_t num_steps, StepMeta& meta) override;
   Status EnqueueDraft(const StepMeta& meta, cudaStream_t stream) override;
   Tensor draft_tokens() const override;
   Tensor logits(int64_t rows) const override;
