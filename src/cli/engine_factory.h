@@ -45,7 +45,7 @@ struct EngineOptions {
   bool deterministic_inference = false;
   int cuda_device = 0;
   uint64_t kv_staging_bytes = 0;          // CUDA, > 0: exported KV waits in a device arena of this size (CUDA IPC)
-  speculative::SpeculativeConfig speculative;  // CUDA: ngram only for now
+  speculative::SpeculativeConfig speculative;  // CUDA: chains (mtp with an MTP layer, ngram)
   // Tensor/expert parallel (cli/rank_launch.h): the split, and where this rank's group meets
   // (rank 0 brings the rendezvous server it started before spawning the others).
   distributed::ParallelConfig parallel;
