@@ -119,47 +119,50 @@ void CudaModelRunner::PlanVerify(LaunchSlot& slot, std::span<const RunnerChunk> 
   }
 }
 
+Status CudaModelRunner::ReadDeviceRow(LaunchSlot& slot, size_t d, const SamplingParams& params,
+                                      SequenceSamplingState& state, SampleResult* out) {
+  if (slot.out_status.as<int32_t>()[d] != kernels::kSamplingOk) {
+    // The device gave this row up (too many candidates): finish it on the host from the
+    // device's edited row, with the RNG as it was before this step's draw.
+    const int64_t vocab = executor_->config().vocab_size;
+    std::vector<float> row_logits(static_cast<size_t>(vocab));
+    PG_CUDA_RETURN_IF_ERROR(cudaMemcpy(row_logits.data(), slot.saved_logits_d.as<float>() + d * static_cast<size_t>(vocab),
+                                       row_logits.size() * 4, cudaMemcpyDeviceToHost));
+    const auto begin = static_cast<size_t>(slot.batch.edit_offsets[d]);
+    const auto end = static_cast<size_t>(slot.batch.edit_offsets[d + 1]);
+    *out = SampleOverflowRow(row_logits, std::span(slot.batch.edits).subspan(begin, end - begin),
+                             std::span<const float>(slot.out_edit_raw.as<float>() + begin, end - begin), params, state,
+                             slot.rng_before[d]);
+    return Status::Ok();
+  }
+  *out = SampleResult{};
+  out->token = slot.out_tokens.as<int32_t>()[d];
+  if (params.logprobs >= 0) {
+    out->logprob = slot.out_logprobs.as<float>()[d];
+    const int32_t* top_tokens = slot.out_top_tokens.as<int32_t>();
+    const float* top_logprobs = slot.out_top_logprobs.as<float>();
+    for (int32_t k = 0; k < std::min<int32_t>(params.logprobs, static_cast<int32_t>(kTop)); ++k) {
+      const size_t at = d * kTop + static_cast<size_t>(k);
+      if (top_tokens[at] < 0) break;
+      out->top_logprobs.push_back({top_tokens[at], top_logprobs[at]});
+    }
+  }
+  state.Append(out->token);
+  return Status::Ok();
+}
+
 Status CudaModelRunner::AcceptChain(LaunchSlot& slot, size_t row, bool skipped, SampleResult* result,
                                     std::vector<SampleResult>* drafts, ChainCommit* commit) {
   const speculative::DraftTree& tree = slot.trees[row];
   const size_t first = slot.first_row[row];
   const auto n = static_cast<size_t>(tree.num_nodes());
-  const int32_t* tokens = slot.out_tokens.as<int32_t>();
-  const float* logprobs = slot.out_logprobs.as<float>();
-  const int32_t* status = slot.out_status.as<int32_t>();
-  const int32_t* top_tokens = slot.out_top_tokens.as<int32_t>();
-  const float* top_logprobs = slot.out_top_logprobs.as<float>();
   const SamplingParams& params = *slot.sampling[row].params;
-  const int64_t vocab = executor_->config().vocab_size;
   std::vector<SampleResult> targets(n);
   std::vector<int32_t> target_tokens(n);
-  std::vector<float> row_logits;
   for (size_t j = 0; j < n; ++j) {
-    const size_t d = first + j;
-    SampleResult& out = targets[j];
-    if (status[d] != kernels::kSamplingOk) {
-      // The device gave this node up: the host samples it from the device's edited row.
-      row_logits.resize(static_cast<size_t>(vocab));
-      PG_CUDA_RETURN_IF_ERROR(cudaMemcpy(row_logits.data(), slot.saved_logits_d.as<float>() + d * static_cast<size_t>(vocab),
-                                         row_logits.size() * 4, cudaMemcpyDeviceToHost));
-      const auto begin = static_cast<size_t>(slot.batch.edit_offsets[d]);
-      const auto end = static_cast<size_t>(slot.batch.edit_offsets[d + 1]);
-      SequenceSamplingState probe = *slot.node_states[d];
-      out = SampleOverflowRow(row_logits, std::span(slot.batch.edits).subspan(begin, end - begin),
-                              std::span<const float>(slot.out_edit_raw.as<float>() + begin, end - begin), params, probe,
-                              slot.rng_before[d]);
-    } else {
-      out.token = tokens[d];
-      if (params.logprobs >= 0) {
-        out.logprob = logprobs[d];
-        for (int32_t k = 0; k < std::min<int32_t>(params.logprobs, static_cast<int32_t>(kTop)); ++k) {
-          const size_t at = d * kTop + static_cast<size_t>(k);
-          if (top_tokens[at] < 0) break;
-          out.top_logprobs.push_back({top_tokens[at], top_logprobs[at]});
-        }
-      }
-    }
-    target_tokens[j] = out.token;
+    SequenceSamplingState probe = *slot.node_states[first + j];
+    PG_RETURN_IF_ERROR(ReadDeviceRow(slot, first + j, params, probe, &targets[j]));
+    target_tokens[j] = targets[j].token;
   }
   PG_ASSIGN_OR_RETURN(speculative::Acceptance acc, speculative::Accept(tree, target_tokens));
   std::vector<int32_t> path = {0};
@@ -619,15 +622,9 @@ Status CudaModelRunner::Collect(std::span<const uint8_t> skip, CollectedStep* co
   const size_t r = slot.first_row.size();  // the engine's sampling rows (device rows: slot.rows)
   if (skip.size() != r) return Internal("collect: one skip flag per sampling row expected");
   PG_ASSIGN_OR_RETURN(*scores, slot.scorer.Read());
-  const int32_t* tokens = slot.out_tokens.as<int32_t>();
-  const float* logprobs = slot.out_logprobs.as<float>();
   const int32_t* status = slot.out_status.as<int32_t>();
-  const int32_t* top_tokens = slot.out_top_tokens.as<int32_t>();
-  const float* top_logprobs = slot.out_top_logprobs.as<float>();
-  const int64_t vocab = executor_->config().vocab_size;
   results->assign(r, SampleResult{});
   refeed_failed->assign(r, 0);
-  std::vector<float> row_logits;
   std::vector<ChainCommit> commits;
   for (size_t row = 0; row < r; ++row) {
     if (slot.num_nodes[row] > 1) {
@@ -640,33 +637,8 @@ Status CudaModelRunner::Collect(std::span<const uint8_t> skip, CollectedStep* co
     const size_t i = slot.first_row[row];  // its device row
     if (status[i] != kernels::kSamplingOk) (*refeed_failed)[row] = 1;
     if (skip[row]) continue;
-    const SamplingParams& params = *slot.sampling[row].params;
-    SequenceSamplingState& state = *slot.sampling[row].state;
-    if (status[i] != kernels::kSamplingOk) {
-      // The device gave this row up (too many candidates): finish it on the host from the
-      // device's edited row, with the RNG as it was before this step's draw.
-      row_logits.resize(static_cast<size_t>(vocab));
-      PG_CUDA_RETURN_IF_ERROR(cudaMemcpy(row_logits.data(),
-                                         slot.saved_logits_d.as<float>() + i * static_cast<size_t>(vocab),
-                                         row_logits.size() * 4, cudaMemcpyDeviceToHost));
-      const auto begin = static_cast<size_t>(slot.batch.edit_offsets[i]);
-      const auto end = static_cast<size_t>(slot.batch.edit_offsets[i + 1]);
-      (*results)[row] = SampleOverflowRow(row_logits, std::span(slot.batch.edits).subspan(begin, end - begin),
-                                          std::span<const float>(slot.out_edit_raw.as<float>() + begin, end - begin),
-                                          params, state, slot.rng_before[i]);
-      continue;
-    }
-    SampleResult& out = (*results)[row];
-    out.token = tokens[i];
-    if (params.logprobs >= 0) {
-      out.logprob = logprobs[i];
-      for (int32_t k = 0; k < std::min<int32_t>(params.logprobs, static_cast<int32_t>(kTop)); ++k) {
-        const size_t at = i * kTop + static_cast<size_t>(k);
-        if (top_tokens[at] < 0) break;
-        out.top_logprobs.push_back({top_tokens[at], top_logprobs[at]});
-      }
-    }
-    state.Append(out.token);
+    PG_RETURN_IF_ERROR(
+        ReadDeviceRow(slot, i, *slot.sampling[row].params, *slot.sampling[row].state, &(*results)[row]));
   }
   // Every chain keeps its accepted prefix before the next step runs (stream order).
   if (!commits.empty()) {

@@ -171,6 +171,10 @@ class CudaModelRunner final : public ModelRunner {
   // speculating chunk over its committed rows and drafts the next chains.
   Status FollowDrafter(LaunchSlot& slot, std::span<const uint8_t> skip, std::span<const SampleResult> results,
                        std::span<const ChainCommit> commits);
+  // Device row d's result (finished on the host where the device gave it up); `state`
+  // records its token, as Sample() does.
+  Status ReadDeviceRow(LaunchSlot& slot, size_t d, const SamplingParams& params, SequenceSamplingState& state,
+                       SampleResult* out);
   // Collect of a verified row: acceptance, the results, the state, the counts.
   Status AcceptChain(LaunchSlot& slot, size_t row, bool skipped, SampleResult* result,
                      std::vector<SampleResult>* drafts, ChainCommit* commit);

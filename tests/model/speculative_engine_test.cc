@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "demo_model_golden.h"
+#include "speculative_requests.h"
 #include "engine/engine.h"
 #include "model/checkpoint.h"
 #include "model/deepseek_v4/model.h"
@@ -18,17 +19,10 @@
 namespace peregrine {
 namespace {
 
-struct Collected {
-  std::vector<int32_t> tokens;
-  std::vector<float> logprobs;
-  std::optional<FinishReason> finish;
-  std::string error;
-};
+using EngineRun = testing::EngineOutcome;
+using testing::ExpectIdenticalOutcomes;
 
-struct EngineRun {
-  std::vector<Collected> out;
-  EngineStats stats;
-};
+std::vector<EngineRequest> Requests() { return testing::SpeculativeRequests(); }
 
 struct RunSetup {
   speculative::SpeculativeConfig spec;
@@ -40,48 +34,6 @@ struct RunSetup {
   int64_t max_num_seqs = 8;
   std::filesystem::path model_dir;  // empty: the demo model
 };
-
-// Real text (the demo model's held-out rows), greedy and sampled, with the settings that
-// touch a request's sampling state.
-std::vector<EngineRequest> Requests() {
-  auto golden = testing::ReadDemoGolden();
-  EXPECT_TRUE(golden.ok()) << golden.status().ToString();
-  if (!golden.ok()) return {};
-  std::vector<EngineRequest> out;
-  for (int i = 0; i < 8; ++i) {
-    EngineRequest r;
-    r.id = "s";
-    r.id += std::to_string(i);
-    const std::vector<int32_t>& text = i % 2 == 0 ? golden->mtp_tokens : golden->prompt_ids;
-    const size_t len = std::min<size_t>(text.size(), 20 + 23 * static_cast<size_t>(i));
-    r.prompt_ids.assign(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(len));
-    r.max_tokens = 40 + 9 * (i % 3);
-    r.ignore_eos = i != 3;
-    r.sampling.logprobs = i % 4 == 0 ? 3 : -1;
-    r.sampling.temperature = 0.0f;
-    switch (i % 4) {
-      case 1:
-        r.sampling.temperature = 0.8f;
-        r.sampling.top_p = 0.9f;
-        r.sampling.seed = 1000 + i;
-        break;
-      case 2:
-        r.sampling.temperature = 1.0f;
-        r.sampling.seed = 77;
-        r.sampling.frequency_penalty = 0.4f;
-        r.sampling.min_tokens = 12;
-        break;
-      case 3:
-        r.sampling.repetition_penalty = 1.3f;
-        r.stop_token_ids = {text[len / 2]};
-        break;
-      default:
-        break;
-    }
-    out.push_back(std::move(r));
-  }
-  return out;
-}
 
 // Runs `requests` to the end; with `wave` > 0 the first `wave` of them finish before the
 // rest are submitted.
@@ -105,35 +57,7 @@ EngineRun RunEngine(const RunSetup& setup, const std::vector<EngineRequest>& req
   ec.scheduler.max_num_batched_tokens = setup.budget;
   ec.scheduler.max_num_seqs = setup.max_num_seqs;
   Engine engine(ec, std::move(runner).value());
-  result.out.resize(requests.size());
-  for (size_t i = 0; i < requests.size(); ++i) {
-    if (i == wave && wave > 0) {
-      for (int step = 0; step < 100000 && engine.Step(); ++step) {
-      }
-    }
-    Status s = engine.Submit(requests[i], [&result, i](const EngineEvent& ev) {
-      Collected& c = result.out[i];
-      c.tokens.insert(c.tokens.end(), ev.token_ids.begin(), ev.token_ids.end());
-      for (const SampleResult& x : ev.samples) c.logprobs.push_back(x.logprob);
-      if (ev.finish) c.finish = ev.finish;
-      c.error += ev.error;
-    });
-    EXPECT_TRUE(s.ok()) << s.ToString();
-  }
-  for (int step = 0; step < 100000 && engine.Step(); ++step) {
-  }
-  result.stats = engine.Stats();
-  return result;
-}
-
-void ExpectIdentical(const EngineRun& got, const EngineRun& want, const std::string& what) {
-  ASSERT_EQ(got.out.size(), want.out.size());
-  for (size_t i = 0; i < want.out.size(); ++i) {
-    ASSERT_TRUE(want.out[i].finish.has_value());
-    EXPECT_EQ(got.out[i].finish, want.out[i].finish) << what << ", request " << i << ": " << got.out[i].error;
-    EXPECT_EQ(got.out[i].tokens, want.out[i].tokens) << what << ", request " << i;
-    EXPECT_EQ(got.out[i].logprobs, want.out[i].logprobs) << what << ", request " << i;
-  }
+  return testing::ServeToEnd(engine, requests, wave);
 }
 
 speculative::SpeculativeConfig Mtp(int32_t steps) {
@@ -166,7 +90,7 @@ TEST_F(SpeculativeEngineTest, MtpChainsGiveTheNonSpeculativeTokens) {
     RunSetup s;
     s.spec = Mtp(steps);
     const EngineRun run = RunEngine(s, Requests());
-    ExpectIdentical(run, Reference(), "mtp, " + std::to_string(steps) + " steps");
+    ExpectIdenticalOutcomes(run, Reference(), "mtp, " + std::to_string(steps) + " steps");
     EXPECT_GT(run.stats.spec_num_drafts, 0);
     // Near max_tokens a row drafts less than num_steps deep.
     EXPECT_LE(run.stats.spec_num_draft_tokens, steps * run.stats.spec_num_drafts);
@@ -191,7 +115,7 @@ TEST_F(SpeculativeEngineTest, DdtreeTreesGiveTheNonSpeculativeTokens) {
   RunSetup s;
   s.spec = Ddtree(4, 10, 3);
   const EngineRun run = RunEngine(s, Requests());
-  ExpectIdentical(run, Reference(), "ddtree");
+  ExpectIdenticalOutcomes(run, Reference(), "ddtree");
   EXPECT_GT(run.stats.spec_num_accepted_tokens, 0);
   std::printf("ddtree: %lld drafts, mean accepted %.3f\n", static_cast<long long>(run.stats.spec_num_drafts),
               static_cast<double>(run.stats.spec_num_accepted_tokens) / static_cast<double>(run.stats.spec_num_drafts));
@@ -215,7 +139,7 @@ TEST_F(SpeculativeEngineTest, NgramChainsGiveTheNonSpeculativeTokens) {
     s.overlap = overlap;
     const EngineRun run = RunEngine(s, Requests());
     const std::string what = "ngram, " + std::to_string(steps) + " steps" + (overlap ? ", overlapped" : "");
-    ExpectIdentical(run, Reference(), what);
+    ExpectIdenticalOutcomes(run, Reference(), what);
     EXPECT_GT(run.stats.spec_num_drafts, 0) << what;
     EXPECT_GT(run.stats.spec_num_accepted_tokens, 0) << what;
     EXPECT_LE(run.stats.spec_num_draft_tokens, steps * run.stats.spec_num_drafts) << what;
@@ -237,14 +161,14 @@ TEST_F(SpeculativeEngineTest, LosslessUnderPagingPreemptionAndOverlap) {
   tight.block_tokens = 128;
   tight.budget = 64;
   const EngineRun preempting = RunEngine(tight, longer);
-  ExpectIdentical(preempting, RunEngine(RunSetup{}, longer), "tight KV");
+  ExpectIdenticalOutcomes(preempting, RunEngine(RunSetup{}, longer), "tight KV");
   EXPECT_GT(preempting.stats.num_preemptions, 0);
 
   RunSetup overlapped;
   overlapped.spec = Mtp(3);
   overlapped.overlap = true;
   overlapped.prefix_caching = false;
-  ExpectIdentical(RunEngine(overlapped, Requests()), Reference(), "overlap, no prefix caching");
+  ExpectIdenticalOutcomes(RunEngine(overlapped, Requests()), Reference(), "overlap, no prefix caching");
 }
 
 // A second wave whose prompts are the first wave's prompts plus their outputs starts from
@@ -266,7 +190,7 @@ TEST_F(SpeculativeEngineTest, PrefixCacheHitsOnSpeculativeOutputs) {
   spec.spec = Mtp(4);
   const EngineRun want = RunEngine(plain, both, first.size());
   const EngineRun got = RunEngine(spec, both, first.size());
-  ExpectIdentical(got, want, "two waves");
+  ExpectIdenticalOutcomes(got, want, "two waves");
   EXPECT_GT(got.stats.prefix_cache_hits, 0);
 }
 
@@ -292,7 +216,7 @@ TEST(BlockDrafterEngineTest, ChainsAndTreesGiveTheNonSpeculativeTokens) {
     const EngineRun got = RunEngine(s, requests);
     std::string what = "block drafter, ";
     what += speculative::AlgorithmName(spec.algorithm);
-    ExpectIdentical(got, want, what);
+    ExpectIdenticalOutcomes(got, want, what);
     EXPECT_GT(got.stats.spec_num_drafts, 0);
     std::printf("%s: %lld drafts, %lld draft tokens, %lld accepted (random drafter weights)\n", what.c_str(),
                 static_cast<long long>(got.stats.spec_num_drafts), static_cast<long long>(got.stats.spec_num_draft_tokens),
