@@ -47,7 +47,9 @@
 #                                   model served without speculation, with the n-gram drafter (SPEC_STEPS
 #                                   deep) and with its MTP layer drafting on the GPU (MTP_STEPS deep),
 #                                   greedy, 1 and 16 streams, twice: TPOT, throughput, mean accept length;
-#                                   then peregrine profile --verify-tokens 4 at V4-Flash shapes
+#                                   the same completions over HTTP with and without speculation
+#                                   (tools/speculative_check.py, batch-invariant kernels); then
+#                                   peregrine profile --verify-tokens 4 at V4-Flash shapes
 #   bash tools/gpu_run.sh structured every gpu-labelled test (TESTS narrows it), then serve + bench at
 #                                   V4-Flash shapes with 16 and 64 streams, unconstrained and under a
 #                                   JSON schema (--extra-body), for the decode-throughput ratio
@@ -289,6 +291,18 @@ if [ "$PHASE" = "speculative" ]; then
   done
   for f in "$OUT"/bench_demo_ngram_* "$OUT"/bench_demo_mtp_*; do
     grep -E "accept" "$f" | sed "s|^|  $(basename "$f") |"
+  done
+  # Over HTTP with batch-invariant kernels: the same completions with MTP and ngram as without
+  # (tools/speculative_check.py: greedy and seeded sampled, logprobs, a stop string, a penalty).
+  for algo in none mtp ngram; do
+    spec=""; [ "$algo" != none ] && spec="--speculative-algorithm $algo"
+    # shellcheck disable=SC2086
+    start_server "check_$algo" 8131 "$PEREGRINE" --max-model-len 4096 --enable-deterministic-inference $spec
+    cmp=""; [ "$algo" != none ] && cmp="--compare $OUT/http_none.jsonl"
+    # shellcheck disable=SC2086
+    timeout 200 "$PY" "$ROOT/tools/speculative_check.py" --base-url http://127.0.0.1:8131 \
+      --out "$OUT/http_$algo.jsonl" $cmp || status=1
+    stop_server
   done
   # The verify step against the decode step at V4-Flash shapes (4 layers, random weights).
   timeout 150 "$PEREGRINE" profile $FLASH4 --batch-sizes 1,16,64 --verify-tokens 4 --steps 20 \
