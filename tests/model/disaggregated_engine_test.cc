@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "demo_model_golden.h"
+#include "speculative_requests.h"
 #include "disaggregation/kv_receiver.h"
 #include "disaggregation/kv_sender.h"
 #include "engine/engine.h"
@@ -21,12 +22,8 @@
 namespace peregrine {
 namespace {
 
-struct Collected {
-  std::vector<int32_t> tokens;
-  std::vector<float> logprobs;
-  std::optional<FinishReason> finish;
-  std::string error;
-};
+using Collected = testing::CollectedRequest;
+using testing::CollectInto;
 
 struct RunSetup {
   int64_t kv_tokens = 1 << 14;
@@ -69,40 +66,10 @@ std::vector<EngineRequest> Requests() {
     const size_t len = std::min<size_t>(text.size(), i == 7 ? 150 : 20 + 23 * static_cast<size_t>(i));
     r.prompt_ids.assign(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(len));
     r.max_tokens = 30 + 7 * (i % 3);
-    r.ignore_eos = i != 3;
-    r.sampling.logprobs = i % 4 == 0 ? 3 : -1;
-    r.sampling.temperature = 0.0f;
-    switch (i % 4) {
-      case 1:
-        r.sampling.temperature = 0.8f;
-        r.sampling.top_p = 0.9f;
-        r.sampling.seed = 1000 + i;
-        break;
-      case 2:
-        r.sampling.temperature = 1.0f;
-        r.sampling.seed = 77;
-        r.sampling.frequency_penalty = 0.4f;
-        r.sampling.min_tokens = 12;
-        break;
-      case 3:
-        r.sampling.repetition_penalty = 1.3f;
-        r.stop_token_ids = {text[len / 2]};
-        break;
-      default:
-        break;
-    }
+    testing::SetDemoSampling(i, text, len, &r);
     out.push_back(std::move(r));
   }
   return out;
-}
-
-EventSink Into(Collected* c) {
-  return [c](const EngineEvent& ev) {
-    c->tokens.insert(c->tokens.end(), ev.token_ids.begin(), ev.token_ids.end());
-    for (const SampleResult& x : ev.samples) c->logprobs.push_back(x.logprob);
-    if (ev.finish) c->finish = ev.finish;
-    c->error += ev.error;
-  };
 }
 
 void Drain(Engine& e) {
@@ -114,7 +81,7 @@ std::vector<Collected> RunColocated(const std::vector<EngineRequest>& requests) 
   std::vector<Collected> out(requests.size());
   auto engine = MakeEngine(RunSetup{});
   if (!engine) return out;
-  for (size_t i = 0; i < requests.size(); ++i) EXPECT_TRUE(engine->Submit(requests[i], Into(&out[i])).ok());
+  for (size_t i = 0; i < requests.size(); ++i) EXPECT_TRUE(engine->Submit(requests[i], CollectInto(&out[i])).ok());
   Drain(*engine);
   return out;
 }
@@ -132,7 +99,7 @@ std::vector<std::shared_ptr<const TransferredKv>> RunPrefill(const std::vector<E
       ASSERT_TRUE(kv.ok()) << kv.status().ToString();
       kvs[i] = std::make_shared<const TransferredKv>(std::move(kv).value());
     };
-    EXPECT_TRUE(engine->Submit(std::move(r), Into(&first[i])).ok());
+    EXPECT_TRUE(engine->Submit(std::move(r), CollectInto(&first[i])).ok());
   }
   Drain(*engine);
   for (size_t i = 0; i < requests.size(); ++i) {
@@ -153,7 +120,7 @@ std::vector<Collected> RunDecode(const std::vector<EngineRequest>& requests,
   for (size_t i = 0; i < requests.size(); ++i) {
     EngineRequest r = requests[i];
     r.import_kv = kvs[i];
-    const Status s = engine->Submit(std::move(r), Into(&out[i]));
+    const Status s = engine->Submit(std::move(r), CollectInto(&out[i]));
     EXPECT_TRUE(s.ok()) << s.ToString();
   }
   Drain(*engine);
@@ -162,13 +129,7 @@ std::vector<Collected> RunDecode(const std::vector<EngineRequest>& requests,
 }
 
 void ExpectIdentical(const std::vector<Collected>& got, const std::vector<Collected>& want, const std::string& what) {
-  ASSERT_EQ(got.size(), want.size());
-  for (size_t i = 0; i < want.size(); ++i) {
-    ASSERT_TRUE(want[i].finish.has_value());
-    EXPECT_EQ(got[i].finish, want[i].finish) << what << ", request " << i << ": " << got[i].error;
-    EXPECT_EQ(got[i].tokens, want[i].tokens) << what << ", request " << i;
-    EXPECT_EQ(got[i].logprobs, want[i].logprobs) << what << ", request " << i;
-  }
+  testing::ExpectIdenticalRequests(got, want, what);
 }
 
 TEST(DisaggregatedEngine, DecodeFromTransferredKvGivesTheColocatedTokens) {
@@ -237,20 +198,20 @@ TEST(DisaggregatedEngine, MismatchedTransfersAreRefusedAtSubmission) {
   auto other = std::make_shared<TransferredKv>(*kvs[0]);
   other->fingerprint += "x";
   r.import_kv = other;
-  EXPECT_EQ(engine->Submit(r, Into(&c)).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(engine->Submit(r, CollectInto(&c)).code(), StatusCode::kInvalidArgument);
   other = std::make_shared<TransferredKv>(*kvs[0]);
   other->prompt_ids.back() ^= 1;
   r.import_kv = other;
-  EXPECT_EQ(engine->Submit(r, Into(&c)).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(engine->Submit(r, CollectInto(&c)).code(), StatusCode::kInvalidArgument);
   other = std::make_shared<TransferredKv>(*kvs[0]);
   other->pages.pop_back();
   r.import_kv = other;
-  EXPECT_EQ(engine->Submit(r, Into(&c)).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(engine->Submit(r, CollectInto(&c)).code(), StatusCode::kInvalidArgument);
   // A page of the wrong size passes submission and fails the load: the request recomputes.
   other = std::make_shared<TransferredKv>(*kvs[0]);
   other->pages.back().pop_back();
   r.import_kv = other;
-  ASSERT_TRUE(engine->Submit(r, Into(&c)).ok());
+  ASSERT_TRUE(engine->Submit(r, CollectInto(&c)).ok());
   Drain(*engine);
   const auto want = RunColocated({requests[0]});
   EXPECT_EQ(c.tokens, want[0].tokens);
@@ -258,7 +219,7 @@ TEST(DisaggregatedEngine, MismatchedTransfersAreRefusedAtSubmission) {
   EngineRequest e = requests[0];
   e.id = "e";
   e.export_kv = [](Result<TransferredKv>) {};
-  EXPECT_EQ(engine->Submit(e, Into(&c)).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(engine->Submit(e, CollectInto(&c)).code(), StatusCode::kInvalidArgument);
 }
 
 TEST(DisaggregatedEngine, KvThatDoesNotLoadIsRecomputedOrFailsAsThePolicySays) {
@@ -279,10 +240,10 @@ TEST(DisaggregatedEngine, KvThatDoesNotLoadIsRecomputedOrFailsAsThePolicySays) {
   Collected recomputed, failed;
   EngineRequest r = requests[1];
   r.import_kv = device;
-  ASSERT_TRUE(engine->Submit(r, Into(&recomputed)).ok());
+  ASSERT_TRUE(engine->Submit(r, CollectInto(&recomputed)).ok());
   r.id += "-required";
   r.import_required = true;
-  ASSERT_TRUE(engine->Submit(r, Into(&failed)).ok());
+  ASSERT_TRUE(engine->Submit(r, CollectInto(&failed)).ok());
   Drain(*engine);
   const auto want = RunColocated({requests[1]});
   EXPECT_EQ(recomputed.tokens, want[0].tokens);
@@ -301,7 +262,7 @@ TEST(DisaggregatedEngine, AnAbortedPrefillExportsItsReason) {
   std::optional<Status> exported;
   r.export_kv = [&exported](Result<TransferredKv> kv) { exported = kv.status(); };
   Collected c;
-  ASSERT_TRUE(engine->Submit(r, Into(&c)).ok());
+  ASSERT_TRUE(engine->Submit(r, CollectInto(&c)).ok());
   engine->Abort(r.id);
   Drain(*engine);
   ASSERT_TRUE(exported.has_value());

@@ -1,7 +1,8 @@
-// What the speculative engine tests share (speculative_engine_test on the CPU backend,
-// cuda_speculative_test on the GPU): requests over the demo model's held-out text with every
-// setting that touches a request's sampling state, a run of them through an engine, and the
-// bit-for-bit comparison of two runs.
+// What the engine tests over the demo model share (speculative_engine_test on the CPU
+// backend, cuda_speculative_test on the GPU, disaggregated_engine_test): requests over the
+// demo model's held-out text with every setting that touches a request's sampling state, the
+// collection of a request's events, a run through an engine, and the bit-for-bit comparison
+// of two runs.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -28,6 +29,36 @@ struct EngineOutcome {
   EngineStats stats;
 };
 
+// Request i's sampling settings (of a set of demo requests whose prompt is text[0, len)):
+// greedy with logprobs, seeded top-p, a seeded temperature-1 draw with a frequency penalty and
+// min_tokens, greedy with a repetition penalty and a stop token taken from the prompt (and
+// end-of-sequence honoured for i == 3), by i % 4.
+inline void SetDemoSampling(int i, const std::vector<int32_t>& text, size_t len, EngineRequest* request) {
+  EngineRequest& r = *request;
+  r.ignore_eos = i != 3;
+  r.sampling.logprobs = i % 4 == 0 ? 3 : -1;
+  r.sampling.temperature = 0.0f;
+  switch (i % 4) {
+    case 1:
+      r.sampling.temperature = 0.8f;
+      r.sampling.top_p = 0.9f;
+      r.sampling.seed = 1000 + static_cast<uint64_t>(i);
+      break;
+    case 2:
+      r.sampling.temperature = 1.0f;
+      r.sampling.seed = 77;
+      r.sampling.frequency_penalty = 0.4f;
+      r.sampling.min_tokens = 12;
+      break;
+    case 3:
+      r.sampling.repetition_penalty = 1.3f;
+      r.stop_token_ids = {text[len / 2]};
+      break;
+    default:
+      break;
+  }
+}
+
 // Real text (the demo model's held-out rows), greedy and sampled: top-p, a seeded
 // temperature-1 draw with a frequency penalty and min_tokens, repetition penalty with a stop
 // token, logprobs.
@@ -44,31 +75,20 @@ inline std::vector<EngineRequest> SpeculativeRequests() {
     const size_t len = std::min<size_t>(text.size(), 20 + 23 * static_cast<size_t>(i));
     r.prompt_ids.assign(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(len));
     r.max_tokens = 40 + 9 * (i % 3);
-    r.ignore_eos = i != 3;
-    r.sampling.logprobs = i % 4 == 0 ? 3 : -1;
-    r.sampling.temperature = 0.0f;
-    switch (i % 4) {
-      case 1:
-        r.sampling.temperature = 0.8f;
-        r.sampling.top_p = 0.9f;
-        r.sampling.seed = 1000 + static_cast<uint64_t>(i);
-        break;
-      case 2:
-        r.sampling.temperature = 1.0f;
-        r.sampling.seed = 77;
-        r.sampling.frequency_penalty = 0.4f;
-        r.sampling.min_tokens = 12;
-        break;
-      case 3:
-        r.sampling.repetition_penalty = 1.3f;
-        r.stop_token_ids = {text[len / 2]};
-        break;
-      default:
-        break;
-    }
+    SetDemoSampling(i, text, len, &r);
     out.push_back(std::move(r));
   }
   return out;
+}
+
+// An engine event sink appending to `c` (which outlives the request).
+inline EventSink CollectInto(CollectedRequest* c) {
+  return [c](const EngineEvent& ev) {
+    c->tokens.insert(c->tokens.end(), ev.token_ids.begin(), ev.token_ids.end());
+    for (const SampleResult& x : ev.samples) c->logprobs.push_back(x.logprob);
+    if (ev.finish) c->finish = ev.finish;
+    c->error += ev.error;
+  };
 }
 
 // Submits `requests` to `engine` and steps it to the end; with `wave` > 0 the first `wave`
@@ -81,13 +101,7 @@ inline EngineOutcome ServeToEnd(Engine& engine, const std::vector<EngineRequest>
       for (int step = 0; step < 100000 && engine.Step(); ++step) {
       }
     }
-    Status s = engine.Submit(requests[i], [&result, i](const EngineEvent& ev) {
-      CollectedRequest& c = result.out[i];
-      c.tokens.insert(c.tokens.end(), ev.token_ids.begin(), ev.token_ids.end());
-      for (const SampleResult& x : ev.samples) c.logprobs.push_back(x.logprob);
-      if (ev.finish) c.finish = ev.finish;
-      c.error += ev.error;
-    });
+    Status s = engine.Submit(requests[i], CollectInto(&result.out[i]));
     EXPECT_TRUE(s.ok()) << s.ToString();
   }
   for (int step = 0; step < 100000 && engine.Step(); ++step) {
@@ -97,14 +111,18 @@ inline EngineOutcome ServeToEnd(Engine& engine, const std::vector<EngineRequest>
 }
 
 // Every request finished the same way with the same tokens and logprobs.
-inline void ExpectIdenticalOutcomes(const EngineOutcome& got, const EngineOutcome& want, const std::string& what) {
-  ASSERT_EQ(got.out.size(), want.out.size());
-  for (size_t i = 0; i < want.out.size(); ++i) {
-    ASSERT_TRUE(want.out[i].finish.has_value()) << i << " " << want.out[i].error;
-    EXPECT_EQ(got.out[i].finish, want.out[i].finish) << what << ", request " << i << ": " << got.out[i].error;
-    EXPECT_EQ(got.out[i].tokens, want.out[i].tokens) << what << ", request " << i;
-    EXPECT_EQ(got.out[i].logprobs, want.out[i].logprobs) << what << ", request " << i;
+inline void ExpectIdenticalRequests(const std::vector<CollectedRequest>& got, const std::vector<CollectedRequest>& want,
+                                    const std::string& what) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    ASSERT_TRUE(want[i].finish.has_value()) << i << " " << want[i].error;
+    EXPECT_EQ(got[i].finish, want[i].finish) << what << ", request " << i << ": " << got[i].error;
+    EXPECT_EQ(got[i].tokens, want[i].tokens) << what << ", request " << i;
+    EXPECT_EQ(got[i].logprobs, want[i].logprobs) << what << ", request " << i;
   }
+}
+inline void ExpectIdenticalOutcomes(const EngineOutcome& got, const EngineOutcome& want, const std::string& what) {
+  ExpectIdenticalRequests(got.out, want.out, what);
 }
 
 // Mean accepted draft tokens per verify step.
