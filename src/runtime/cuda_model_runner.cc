@@ -120,8 +120,9 @@ void CudaModelRunner::PlanVerify(LaunchSlot& slot, std::span<const RunnerChunk> 
 }
 
 Status CudaModelRunner::ReadDeviceRow(LaunchSlot& slot, size_t d, const SamplingParams& params,
-                                      SequenceSamplingState& state, SampleResult* out) {
+                                      SequenceSamplingState* state, SampleResult* out) {
   if (slot.out_status.as<int32_t>()[d] != kernels::kSamplingOk) {
+    if (state == nullptr) return Internal("a row the device gave up needs its sampling state");
     // The device gave this row up (too many candidates): finish it on the host from the
     // device's edited row, with the RNG as it was before this step's draw.
     const int64_t vocab = executor_->config().vocab_size;
@@ -131,7 +132,7 @@ Status CudaModelRunner::ReadDeviceRow(LaunchSlot& slot, size_t d, const Sampling
     const auto begin = static_cast<size_t>(slot.batch.edit_offsets[d]);
     const auto end = static_cast<size_t>(slot.batch.edit_offsets[d + 1]);
     *out = SampleOverflowRow(row_logits, std::span(slot.batch.edits).subspan(begin, end - begin),
-                             std::span<const float>(slot.out_edit_raw.as<float>() + begin, end - begin), params, state,
+                             std::span<const float>(slot.out_edit_raw.as<float>() + begin, end - begin), params, *state,
                              slot.rng_before[d]);
     return Status::Ok();
   }
@@ -147,7 +148,7 @@ Status CudaModelRunner::ReadDeviceRow(LaunchSlot& slot, size_t d, const Sampling
       out->top_logprobs.push_back({top_tokens[at], top_logprobs[at]});
     }
   }
-  state.Append(out->token);
+  if (state != nullptr) state->Append(out->token);
   return Status::Ok();
 }
 
@@ -159,9 +160,17 @@ Status CudaModelRunner::AcceptChain(LaunchSlot& slot, size_t row, bool skipped, 
   const SamplingParams& params = *slot.sampling[row].params;
   std::vector<SampleResult> targets(n);
   std::vector<int32_t> target_tokens(n);
+  const int32_t* status = slot.out_status.as<int32_t>();
   for (size_t j = 0; j < n; ++j) {
-    SequenceSamplingState probe = *slot.node_states[first + j];
-    PG_RETURN_IF_ERROR(ReadDeviceRow(slot, first + j, params, probe, &targets[j]));
+    if (status[first + j] == kernels::kSamplingOk) {
+      PG_RETURN_IF_ERROR(ReadDeviceRow(slot, first + j, params, nullptr, &targets[j]));
+    } else {
+      // Finished on the host from the state the node sampled with: the request's, with the
+      // chain's tokens up to the node appended (the RNG is rewound to the node's own).
+      SequenceSamplingState node = *slot.sampling[row].state;
+      for (size_t k = 1; k <= j; ++k) node.Append(tree.tokens[k]);
+      PG_RETURN_IF_ERROR(ReadDeviceRow(slot, first + j, params, &node, &targets[j]));
+    }
     target_tokens[j] = targets[j].token;
   }
   PG_ASSIGN_OR_RETURN(speculative::Acceptance acc, speculative::Accept(tree, target_tokens));
@@ -493,7 +502,6 @@ Status CudaModelRunner::Launch(std::span<const RunnerChunk> chunks, std::span<co
   PG_RETURN_IF_ERROR(PlanRows(slot, chunks, sampling.size()));
   slot.batch.Clear();
   slot.rng_before.clear();
-  slot.node_states.clear();
   slot.first_row.clear();
   slot.num_nodes.clear();
   for (size_t i = 0; i < sampling.size(); ++i) {
@@ -502,25 +510,20 @@ Status CudaModelRunner::Launch(std::span<const RunnerChunk> chunks, std::span<co
     if (tree.num_nodes() == 0) {
       slot.num_nodes.push_back(1);
       slot.rng_before.emplace_back();
-      slot.node_states.emplace_back();
       AppendDeviceRow(*sampling[i].params, *sampling[i].state, vocab, slot.batch, &slot.rng_before.back());
       continue;
     }
     // A verify chain: node j samples with the state sequential decoding would have there (the
     // chain's tokens up to j appended, one draw per token before it); the request's own
     // state moves in Collect, by the tokens kept.
-    const auto draws = static_cast<unsigned long long>(DrawsPerToken(*sampling[i].params));
+    // Each node's row draws once from `node` (as the token before it would have), so the
+    // next node starts one draw further on.
     slot.num_nodes.push_back(static_cast<size_t>(tree.num_nodes()));
     SequenceSamplingState node = *sampling[i].state;
     for (int64_t j = 0; j < tree.num_nodes(); ++j) {
-      if (j > 0) {
-        node.Append(tree.tokens[static_cast<size_t>(j)]);
-        node.rng().discard(draws);
-      }
-      slot.node_states.emplace_back(node);
-      SequenceSamplingState probe = node;
+      if (j > 0) node.Append(tree.tokens[static_cast<size_t>(j)]);
       slot.rng_before.emplace_back();
-      AppendDeviceRow(*sampling[i].params, probe, vocab, slot.batch, &slot.rng_before.back());
+      AppendDeviceRow(*sampling[i].params, node, vocab, slot.batch, &slot.rng_before.back());
     }
   }
   slot.row_slots.clear();
@@ -638,7 +641,7 @@ Status CudaModelRunner::Collect(std::span<const uint8_t> skip, CollectedStep* co
     if (status[i] != kernels::kSamplingOk) (*refeed_failed)[row] = 1;
     if (skip[row]) continue;
     PG_RETURN_IF_ERROR(
-        ReadDeviceRow(slot, i, *slot.sampling[row].params, *slot.sampling[row].state, &(*results)[row]));
+        ReadDeviceRow(slot, i, *slot.sampling[row].params, slot.sampling[row].state, &(*results)[row]));
   }
   // Every chain keeps its accepted prefix before the next step runs (stream order).
   if (!commits.empty()) {

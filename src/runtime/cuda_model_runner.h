@@ -14,7 +14,6 @@
 #include <deque>
 #include <map>
 #include <memory>
-#include <optional>
 #include <random>
 #include <string>
 #include <utility>
@@ -97,13 +96,11 @@ class CudaModelRunner final : public ModelRunner {
     std::vector<RunnerSampling> sampling;
     std::vector<int32_t> slots;  // the chunks' state slots (marked unusable if the step fails)
     // Speculative verify: per engine sampling row, its first device row and node count (1 for
-    // a plain row), the chain it verifies (else empty), and per device row of a chain the
-    // sampling state that node samples from.
+    // a plain row), the chain it verifies (else empty) and where it starts.
     std::vector<size_t> first_row, num_nodes;
     std::vector<int32_t> row_slots;
     std::vector<speculative::DraftTree> trees;
     std::vector<int64_t> first_positions;
-    std::vector<std::optional<SequenceSamplingState>> node_states;  // by device row (plain rows: none)
     bool verifies = false;
     // What the device drafter follows after the step: per chunk (step order) its sequence,
     // first position and step row, the tokens it ran, its lookahead and its sampling row.
@@ -171,9 +168,9 @@ class CudaModelRunner final : public ModelRunner {
   // speculating chunk over its committed rows and drafts the next chains.
   Status FollowDrafter(LaunchSlot& slot, std::span<const uint8_t> skip, std::span<const SampleResult> results,
                        std::span<const ChainCommit> commits);
-  // Device row d's result (finished on the host where the device gave it up); `state`
-  // records its token, as Sample() does.
-  Status ReadDeviceRow(LaunchSlot& slot, size_t d, const SamplingParams& params, SequenceSamplingState& state,
+  // Device row d's result (finished on the host from `state` where the device gave it up);
+  // `state`, when given, records its token, as Sample() does.
+  Status ReadDeviceRow(LaunchSlot& slot, size_t d, const SamplingParams& params, SequenceSamplingState* state,
                        SampleResult* out);
   // Collect of a verified row: acceptance, the results, the state, the counts.
   Status AcceptChain(LaunchSlot& slot, size_t row, bool skipped, SampleResult* result,
