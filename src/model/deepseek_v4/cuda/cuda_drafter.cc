@@ -197,7 +197,6 @@ Result<DeviceModel::DraftShape> CudaModel::PlanDraft(std::span<const DevicePairs
   shape.num_steps = num_steps;
   if (views.empty()) return shape;
 
-  p.num_drafting = drafting;
   p.drafting_rows = drafting_rows;
   auto plan_step = [&](std::span<const ChunkView> step_views, int64_t rows) -> Status {
     PG_ASSIGN_OR_RETURN(StepPlan plan, PlanStep(step_views, mc, lim));

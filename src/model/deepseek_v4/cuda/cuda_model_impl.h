@@ -163,7 +163,6 @@ struct CudaModel::Impl {
     RowCopies gather_step, gather_pending, keep_pending;
     std::vector<RowCopies> chain;   // [steps], chain[0] unused
     RowCopies ring;                 // the drafter's ring rows the chain overwrites -> mtp_ring_save
-    int64_t num_drafting = 0;   // real drafting inputs
     int64_t drafting_rows = 0;  // padded to a power of two: the chain steps' rows
     int32_t num_steps = 0;
   };
