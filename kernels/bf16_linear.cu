@@ -36,6 +36,7 @@ __device__ __forceinline__ uint32_t Word(const uint4 (&v)[2], int i) {
 // accumulators, so they keep one CTA per SM's registers.
 template <int kNTiles, bool kOutF32>
 __global__ void __launch_bounds__(kThreads, kNTiles <= 2 ? 2 : 1) Bf16LinearKernel(const Bf16LinearParams p) {
+  StartAfterPredecessor();
   constexpr int kTokens = 8 * kNTiles;
   __shared__ split_k::TileSums<kNTiles> sums;
 

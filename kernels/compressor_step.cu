@@ -4,6 +4,7 @@
 
 #include "kernels/common/page_table.cuh"
 #include "kernels/common/warp.cuh"
+#include "kernels/common/dependent_launch.cuh"
 
 namespace peregrine::kernels {
 
@@ -23,6 +24,7 @@ __device__ __forceinline__ void AppendRow(const T* kv, const T* gate, const floa
 // of the entry; the pooled entry is staged in shared memory (dim floats) for the RoPE pairs.
 template <int kThreads>
 __global__ void __launch_bounds__(kThreads) CompressorStepKernel(const CompressorStepParams p) {
+  StartAfterPredecessor();
   static_assert(kThreads % kWarpSize == 0);
   extern __shared__ float entry[];
   __shared__ float scratch[kThreads / kWarpSize];
@@ -172,8 +174,7 @@ __global__ void __launch_bounds__(kThreads) CompressorStepKernel(const Compresso
 template <int kThreads>
 cudaError_t LaunchThreads(const CompressorStepParams& p, cudaStream_t stream) {
   const size_t shared_bytes = static_cast<size_t>(p.dim) * sizeof(float);
-  CompressorStepKernel<kThreads><<<static_cast<unsigned>(p.batch), kThreads, shared_bytes, stream>>>(p);
-  return cudaGetLastError();
+  return LaunchDependent(CompressorStepKernel<kThreads>, LaunchShape{dim3(static_cast<unsigned>(p.batch)), dim3(kThreads), shared_bytes}, stream, p);
 }
 
 }  // namespace

@@ -1,4 +1,5 @@
 #include "kernels/copy_rows.cuh"
+#include "kernels/common/dependent_launch.cuh"
 
 namespace peregrine::kernels {
 
@@ -8,6 +9,7 @@ constexpr int kThreads = 128;
 
 // One CTA per pair; 16-byte words strided over the threads.
 __global__ void __launch_bounds__(kThreads) CopyRowsKernel(const CopyRowsParams p) {
+  StartAfterPredecessor();
   const int64_t i = blockIdx.x;
   const int32_t s = p.src_rows[i];
   const int32_t d = p.dst_rows[i];
@@ -23,8 +25,7 @@ __global__ void __launch_bounds__(kThreads) CopyRowsKernel(const CopyRowsParams 
 cudaError_t LaunchCopyRows(const CopyRowsParams& p, cudaStream_t stream) {
   if (p.n <= 0) return cudaSuccess;
   if (p.row_bytes <= 0 || p.row_bytes % 16 != 0 || p.n > INT32_MAX) return cudaErrorInvalidValue;
-  CopyRowsKernel<<<static_cast<unsigned>(p.n), kThreads, 0, stream>>>(p);
-  return cudaGetLastError();
+  return LaunchDependent(CopyRowsKernel, LaunchShape{dim3(static_cast<unsigned>(p.n)), dim3(kThreads)}, stream, p);
 }
 
 }  // namespace peregrine::kernels

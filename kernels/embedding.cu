@@ -1,4 +1,5 @@
 #include "kernels/embedding.cuh"
+#include "kernels/common/dependent_launch.cuh"
 
 #include <cuda_bf16.h>
 
@@ -10,6 +11,7 @@ constexpr int kThreads = 256;
 
 // One thread per 8 columns of a token: one 16-byte read of the table, hc x 32 bytes written.
 __global__ void __launch_bounds__(kThreads) EmbeddingKernel(const EmbeddingParams p) {
+  StartAfterPredecessor();
   const int64_t per_token = p.dim / 8;
   const int64_t idx = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
   if (idx >= p.num_tokens * per_token) return;
@@ -39,8 +41,7 @@ cudaError_t LaunchEmbedding(const EmbeddingParams& p, cudaStream_t stream) {
   if (p.hc < 1 || p.dim <= 0 || p.dim % 8 != 0) return cudaErrorInvalidValue;
   const int64_t blocks = (p.num_tokens * (p.dim / 8) + kThreads - 1) / kThreads;
   if (blocks > (int64_t{1} << 31) - 1) return cudaErrorInvalidValue;
-  EmbeddingKernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(p);
-  return cudaGetLastError();
+  return LaunchDependent(EmbeddingKernel, LaunchShape{dim3(static_cast<unsigned>(blocks)), dim3(kThreads)}, stream, p);
 }
 
 }  // namespace peregrine::kernels

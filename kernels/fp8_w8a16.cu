@@ -59,6 +59,7 @@ constexpr uint32_t kHighPair = 0x3424;  // bytes 2, 3
 // grid = (token tiles, k_split, row tiles of 32); cluster (1, k_split, 1) when k_split > 1.
 template <int kNTiles, bool kOutF32>
 __global__ void __launch_bounds__(kThreads, 2) Fp8W8A16Kernel(const Fp8W8A16Params p) {
+  StartAfterPredecessor();
   constexpr int kTokens = 8 * kNTiles;
   __shared__ split_k::TileSums<kNTiles> sums;
 

@@ -7,6 +7,7 @@
 
 #include "kernels/common/page_table.cuh"
 #include "kernels/common/warp.cuh"
+#include "kernels/common/dependent_launch.cuh"
 
 namespace peregrine::kernels {
 
@@ -59,6 +60,7 @@ __device__ __forceinline__ const __nv_bfloat16* KvRow(const SparseAttentionParam
 // time, so that two rows' loads are in flight together.
 template <int kVector, int kIterations>
 __global__ void __launch_bounds__(kAttentionThreads) SparseAttentionGenericKernel(const SparseAttentionParams p) {
+  StartAfterPredecessor();
   constexpr int kWarps = kGenericAttentionWarps;
   constexpr int kSpan = kWarpSize * kVector * kIterations;
   constexpr int kWords = kVector / 2;
@@ -210,8 +212,7 @@ cudaError_t LaunchAttentionTile(const SparseAttentionParams& p, cudaStream_t str
     constexpr GenericAttentionTile tile = kGenericAttentionTiles[kTile];
     if (p.head_dim % tile.vector == 0 && p.head_dim <= kWarpSize * tile.vector * tile.iterations) {
       const dim3 grid(static_cast<unsigned>(p.batch), static_cast<unsigned>(p.heads));
-      SparseAttentionGenericKernel<tile.vector, tile.iterations><<<grid, kAttentionThreads, 0, stream>>>(p);
-      return cudaGetLastError();
+      return LaunchDependent(SparseAttentionGenericKernel<tile.vector, tile.iterations>, LaunchShape{grid, dim3(kAttentionThreads)}, stream, p);
     }
     return LaunchAttentionTile<kTile + 1>(p, stream);
   }
@@ -222,6 +223,7 @@ cudaError_t LaunchAttentionTile(const SparseAttentionParams& p, cudaStream_t str
 // row goes to its slice of shared memory, then groups of lanes_per_head lanes each take one
 // head's dot product (lanes split the dims), and the weighted ReLUs are summed over the warp.
 __global__ void __launch_bounds__(kIndexerThreads) IndexerScoresGenericKernel(const IndexerScoresParams p) {
+  StartAfterPredecessor();
   extern __shared__ float smem[];
   const int dim = p.dim;
   const int heads = p.heads;
@@ -309,8 +311,7 @@ cudaError_t LaunchIndexerScoresGeneric(const IndexerScoresParams& p, cudaStream_
   const int rows_ctas = p.batch < p.num_ctas ? p.batch : p.num_ctas;
   const int key_ctas = p.num_ctas / rows_ctas;
   const dim3 grid(static_cast<unsigned>(key_ctas), static_cast<unsigned>(rows_ctas));
-  IndexerScoresGenericKernel<<<grid, kIndexerThreads, static_cast<size_t>(shared_bytes), stream>>>(p);
-  return cudaGetLastError();
+  return LaunchDependent(IndexerScoresGenericKernel, LaunchShape{grid, dim3(kIndexerThreads), static_cast<size_t>(shared_bytes)}, stream, p);
 }
 
 }  // namespace peregrine::kernels

@@ -3,6 +3,7 @@
 #include <array>
 #include <cuda_bf16.h>
 
+#include "kernels/common/dependent_launch.cuh"
 #include "kernels/common/warp.cuh"
 
 namespace peregrine::kernels {
@@ -53,23 +54,6 @@ __device__ __forceinline__ int64_t WorkspaceIndex(int64_t t, int v, int64_t s, i
 __device__ __forceinline__ int64_t StreamRow(const HcCollapseParams& p, int64_t t) {
   const int64_t row = p.rows != nullptr ? static_cast<int64_t>(p.rows[t]) : t;
   return row >= 0 && row < p.num_stream_rows ? row : -1;
-}
-
-// Programmatic dependent launch (sm_90+; no-ops below, where stream order applies): both
-// collapse kernels are launched so that they may start before their predecessor finishes.
-// Wait blocks until every predecessor grid has completed and its writes are visible; no
-// global access that depends on (or could disturb) earlier work may come before it.
-__device__ __forceinline__ void WaitForPredecessor() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-// Lets the next kernel start launching. Called only after WaitForPredecessor, so a kernel that
-// starts early still runs after everything this one waited for.
-__device__ __forceinline__ void AllowDependents() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
 }
 
 template <int kB>
@@ -331,6 +315,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
   for (int r = 0; r < kPrefetchVecs; ++r) load_vecs(r);
   WaitForPredecessor();
+  AllowDependents();
 
   // Sum the split partials of the values this role needs, one warp per value, in a fixed
   // order (lane-strided sums, then the butterfly): the result never depends on timing.
@@ -409,6 +394,7 @@ __global__ void __launch_bounds__(kThreads)
 // new ones (every read precedes every write of the same elements, so in place is safe).
 template <int kHc>
 __global__ void __launch_bounds__(kThreads) HcExpandKernel(const HcExpandParams p) {
+  StartAfterPredecessor();
   const int64_t per_token = p.dim / 8;
   const int64_t idx = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
   if (idx >= p.num_tokens * per_token) return;
@@ -460,22 +446,6 @@ __global__ void __launch_bounds__(kThreads) HcExpandKernel(const HcExpandParams 
 
 // ---- Dispatch ---------------------------------------------------------------------------
 
-// A launch that may overlap its predecessor's tail (the kernel calls WaitForPredecessor).
-template <typename... Params, typename... Args>
-cudaError_t LaunchProgrammatic(void (*kernel)(Params...), dim3 grid, cudaStream_t stream, Args... args) {
-  cudaLaunchConfig_t config = {};
-  config.gridDim = grid;
-  config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = 0;
-  config.stream = stream;
-  cudaLaunchAttribute attribute[1];
-  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute[0].val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = attribute;
-  config.numAttrs = 1;
-  return cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...);
-}
-
 template <size_t kIndex = 0>
 cudaError_t LaunchMixes(const HcCollapseParams& p, int num_mixes, HcSplit split, cudaStream_t stream) {
   if constexpr (kIndex < kMixWidths.size()) {
@@ -483,7 +453,7 @@ cudaError_t LaunchMixes(const HcCollapseParams& p, int num_mixes, HcSplit split,
     if (kMixGroups * kB < num_mixes) return LaunchMixes<kIndex + 1>(p, num_mixes, split, stream);
     const dim3 grid(static_cast<unsigned>(split.num_splits),
                     static_cast<unsigned>((p.num_tokens + kHcTokenTile - 1) / kHcTokenTile));
-    return LaunchProgrammatic(HcMixesKernel<kB>, grid, stream, p, num_mixes, split.num_splits,
+    return LaunchDependent(HcMixesKernel<kB>, LaunchShape{grid, dim3(kThreads)}, stream, p, num_mixes, split.num_splits,
                               split.units_per_split);
   } else {
     return cudaErrorInvalidValue;
@@ -493,14 +463,15 @@ cudaError_t LaunchMixes(const HcCollapseParams& p, int num_mixes, HcSplit split,
 template <int kHc>
 cudaError_t LaunchFinalize(const HcCollapseParams& p, int num_mixes, int64_t num_splits, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(p.num_tokens), p.has_comb ? 2u : 1u);
-  return LaunchProgrammatic(HcFinalizeKernel<kHc>, grid, stream, p, num_mixes, num_splits);
+  return LaunchDependent(HcFinalizeKernel<kHc>, LaunchShape{grid, dim3(kThreads)}, stream, p, num_mixes, num_splits);
 }
 
 template <int kHc>
 cudaError_t LaunchExpandTyped(const HcExpandParams& p, cudaStream_t stream) {
   const int64_t threads = p.num_tokens * (p.dim / 8);
-  HcExpandKernel<kHc><<<static_cast<unsigned>((threads + kThreads - 1) / kThreads), kThreads, 0, stream>>>(p);
-  return cudaGetLastError();
+  return LaunchDependent(HcExpandKernel<kHc>,
+                         LaunchShape{dim3(static_cast<unsigned>((threads + kThreads - 1) / kThreads)), dim3(kThreads)},
+                         stream, p);
 }
 
 // hc -> the instantiation for it (1 .. kHcMaxMult).

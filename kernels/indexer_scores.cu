@@ -5,6 +5,7 @@
 #include "kernels/common/mma.cuh"
 #include "kernels/common/page_table.cuh"
 #include "kernels/common/warp.cuh"
+#include "kernels/common/dependent_launch.cuh"
 
 namespace peregrine::kernels {
 
@@ -39,6 +40,7 @@ __device__ __forceinline__ int Advance(const int* prefix, int b, int g) {
 
 template <int kHeads, int kDim>
 __global__ void __launch_bounds__(kThreads) IndexerScoresKernel(const IndexerScoresParams p) {
+  StartAfterPredecessor();
   using T = Tiling<kHeads, kDim>;
   __shared__ alignas(128) __nv_bfloat16 key_s[2][kIndexerChunk * kDim];
   __shared__ const __nv_bfloat16* row_src[2][kIndexerChunk];
@@ -206,8 +208,7 @@ __global__ void __launch_bounds__(kThreads) IndexerScoresKernel(const IndexerSco
 
 template <int kHeads, int kDim>
 cudaError_t LaunchConfig(const IndexerScoresParams& p, cudaStream_t stream) {
-  IndexerScoresKernel<kHeads, kDim><<<static_cast<unsigned>(p.num_ctas), kThreads, 0, stream>>>(p);
-  return cudaGetLastError();
+  return LaunchDependent(IndexerScoresKernel<kHeads, kDim>, LaunchShape{dim3(static_cast<unsigned>(p.num_ctas)), dim3(kThreads)}, stream, p);
 }
 
 }  // namespace

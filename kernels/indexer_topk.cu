@@ -4,6 +4,7 @@
 #include <cub/block/block_scan.cuh>
 
 #include "kernels/common/mma.cuh"
+#include "kernels/common/dependent_launch.cuh"
 
 namespace peregrine::kernels {
 
@@ -497,6 +498,7 @@ __device__ __noinline__ void GatherSlice(TopKShared& s, const float* row, int n,
 
 template <int kV>
 __global__ void __launch_bounds__(kThreads, 1) IndexerTopKKernel(const IndexerTopKParams p) {
+  StartAfterPredecessor();
   __shared__ TopKShared s;
   const int tid = static_cast<int>(threadIdx.x);
   StampNs(p, kTopKStartNs);
@@ -629,8 +631,7 @@ cudaError_t LaunchIndexerTopK(const IndexerTopKParams& p, cudaStream_t stream) {
   const int64_t grid = static_cast<int64_t>(p.batch) * (has_long_rows ? p.num_slices : 1);
   if (grid > INT_MAX) return cudaErrorInvalidValue;
   if (!has_long_rows) {
-    IndexerTopKKernel<kNarrowVectors><<<static_cast<unsigned>(grid), kThreads, 0, stream>>>(p);
-    return cudaGetLastError();
+    return LaunchDependent(IndexerTopKKernel<kNarrowVectors>, LaunchShape{dim3(static_cast<unsigned>(grid)), dim3(kThreads)}, stream, p);
   }
   // None of these is a stream operation: all are allowed while a graph is being captured.
   int device = 0, optin = 0;
@@ -642,8 +643,7 @@ cudaError_t LaunchIndexerTopK(const IndexerTopKParams& p, cudaStream_t stream) {
   const size_t dynamic_shared = wide ? kGatherSharedBytes<kWideVectors> : kGatherSharedBytes<kNarrowVectors>;
   e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(dynamic_shared));
   if (e != cudaSuccess) return e;
-  kernel<<<static_cast<unsigned>(grid), kThreads, dynamic_shared, stream>>>(p);
-  return cudaGetLastError();
+  return LaunchDependent(kernel, LaunchShape{dim3(static_cast<unsigned>(grid)), dim3(kThreads), dynamic_shared}, stream, p);
 }
 
 }  // namespace peregrine::kernels

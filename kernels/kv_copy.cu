@@ -1,4 +1,5 @@
 #include "kernels/kv_copy.cuh"
+#include "kernels/common/dependent_launch.cuh"
 
 namespace peregrine::kernels {
 
@@ -23,6 +24,7 @@ __device__ __forceinline__ uint64_t Term(uint64_t v, uint64_t index) { return Mi
 // One CTA per segment. Each thread copies words strided by the CTA (coalesced), 16 bytes at a
 // time where both ends allow it, sums their terms, and the CTA adds its sum to the page's once.
 __global__ void __launch_bounds__(kThreads) KvCopyKernel(const KvCopyParams p) {
+  StartAfterPredecessor();
   const KvCopySegment s = p.segments[blockIdx.x];
   const uint64_t n = min(s.words, kKvCopyMaxSegmentWords);
   const uint64_t* src = static_cast<const uint64_t*>(s.src);
@@ -67,8 +69,7 @@ cudaError_t LaunchKvCopy(const KvCopyParams& p, cudaStream_t stream) {
     if (e != cudaSuccess) return e;
   }
   if (p.num_segments == 0) return cudaSuccess;
-  KvCopyKernel<<<static_cast<unsigned>(p.num_segments), kThreads, 0, stream>>>(p);
-  return cudaGetLastError();
+  return LaunchDependent(KvCopyKernel, LaunchShape{dim3(static_cast<unsigned>(p.num_segments)), dim3(kThreads)}, stream, p);
 }
 
 }  // namespace peregrine::kernels

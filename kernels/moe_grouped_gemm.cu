@@ -8,6 +8,7 @@
 #include "kernels/common/warp.cuh"
 #include "kernels/moe_grouped_gemm_mma.cuh"
 #include "kernels/moe_router.cuh"
+#include "kernels/common/dependent_launch.cuh"
 
 namespace peregrine::kernels {
 
@@ -206,6 +207,7 @@ __device__ __noinline__ void ExpertRow(const MoeExpertGemmParams& p, int e, int 
 
 template <MoeWeightFormat kFormat, bool kGateUp>
 __global__ void __launch_bounds__(kThreads, kMinCtasPerSm) MoeExpertGemmKernel(const MoeExpertGemmParams p) {
+  StartAfterPredecessor();
   __shared__ int touched[kMoeMaxExperts];  // the experts with assignments, ascending
   __shared__ int warp_counts[kWarps];
   const int tid = static_cast<int>(threadIdx.x);
@@ -248,8 +250,7 @@ cudaError_t LaunchTyped(const MoeExpertGemmParams& p, cudaStream_t stream) {
     if (error != cudaSuccess) return error;
     num_ctas = num_sms * (per_sm > 0 ? per_sm : 1);
   }
-  kernel<<<num_ctas, kThreads, 0, stream>>>(p);
-  return cudaGetLastError();
+  return LaunchDependent(kernel, LaunchShape{dim3(num_ctas), dim3(kThreads)}, stream, p);
 }
 
 // The tensor-core MXFP4 kernel (moe_grouped_gemm_mma.cuh) serves whole 16-row tiles on sm_80+
@@ -290,8 +291,7 @@ cudaError_t LaunchMxfp4Mma(const MoeExpertGemmParams& p, cudaStream_t stream) {
     if (error != cudaSuccess) return error;
     num_ctas = num_sms * (per_sm > 0 ? per_sm : 1);
   }
-  kernel<<<num_ctas, moe_mma::kThreads, moe_mma::kDynamicSmemBytes, stream>>>(p);
-  return cudaGetLastError();
+  return LaunchDependent(kernel, LaunchShape{dim3(num_ctas), dim3(moe_mma::kThreads), moe_mma::kDynamicSmemBytes}, stream, p);
 }
 
 cudaError_t Validate(const MoeExpertGemmParams& p) {

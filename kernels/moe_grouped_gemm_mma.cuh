@@ -30,6 +30,7 @@
 
 #include <cstdint>
 
+#include "kernels/common/dependent_launch.cuh"
 #include "kernels/common/mma.cuh"
 #include "kernels/common/warp.cuh"
 #include "kernels/moe_grouped_gemm.cuh"
@@ -388,7 +389,8 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm) MoeMxfp4MmaKernel(con
   const int warp = tid / kWarpSize;
   const int lane = tid % kWarpSize;
   const uint32_t table = (SmemAddress(dynamic_smem) + kTableBytes - 1u) & ~(kTableBytes - 1u);
-  FillE2M1Table(table, tid);
+  FillE2M1Table(table, tid);  // shared memory only: may overlap the predecessor
+  StartAfterPredecessor();
   const uint32_t lane_entry = table + static_cast<uint32_t>(lane) * 4u;
   const int num_touched = CollectTouchedExperts(p, touched, warp_counts, kThreads);
   __syncthreads();  // the table (CollectTouchedExperts syncs too, but only when E > 0)

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "kernels/common/warp.cuh"
+#include "kernels/common/dependent_launch.cuh"
 
 namespace peregrine::kernels {
 
@@ -31,6 +32,7 @@ __device__ __forceinline__ bool IsBetter(float key, int expert, float other_key,
 }
 
 __global__ void __launch_bounds__(kRouteWarps* kWarpSize) MoeRouteKernel(const MoeRouteParams p) {
+  StartAfterPredecessor();
   const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
   const int t = static_cast<int>(blockIdx.x) * kRouteWarps + static_cast<int>(threadIdx.x) / kWarpSize;
   if (t >= p.num_tokens) return;  // the whole warp leaves together
@@ -115,6 +117,7 @@ __device__ __forceinline__ int WarpSumInt(int v) {
 }
 
 __global__ void __launch_bounds__(kAlignThreads) MoeAlignKernel(const MoeAlignParams p) {
+  StartAfterPredecessor();
   __shared__ int warp_counts[2][kAlignWarps];
   const int e = static_cast<int>(blockIdx.x);
   const int tid = static_cast<int>(threadIdx.x);
@@ -171,6 +174,7 @@ __global__ void __launch_bounds__(kAlignThreads) MoeAlignKernel(const MoeAlignPa
 }
 
 __global__ void __launch_bounds__(kCombineThreads) MoeCombineKernel(const MoeCombineParams p) {
+  StartAfterPredecessor();
   const int chunks_per_row = p.dim / 8;
   const int64_t i = static_cast<int64_t>(blockIdx.x) * kCombineThreads + threadIdx.x;
   if (i >= static_cast<int64_t>(p.num_tokens) * chunks_per_row) return;
@@ -214,14 +218,12 @@ cudaError_t LaunchMoeRoute(const MoeRouteParams& p, cudaStream_t stream) {
     return cudaErrorInvalidValue;
   if (p.bias == nullptr && (p.tid2eid == nullptr || p.token_ids == nullptr)) return cudaErrorInvalidValue;
   const int blocks = (p.num_tokens + kRouteWarps - 1) / kRouteWarps;
-  MoeRouteKernel<<<blocks, kRouteWarps * kWarpSize, 0, stream>>>(p);
-  return cudaGetLastError();
+  return LaunchDependent(MoeRouteKernel, LaunchShape{dim3(blocks), dim3(kRouteWarps * kWarpSize)}, stream, p);
 }
 
 cudaError_t LaunchMoeAlign(const MoeAlignParams& p, cudaStream_t stream) {
   if (p.num_experts <= 0 || p.num_assignments < 0) return cudaErrorInvalidValue;
-  MoeAlignKernel<<<p.num_experts, kAlignThreads, 0, stream>>>(p);
-  return cudaGetLastError();
+  return LaunchDependent(MoeAlignKernel, LaunchShape{dim3(p.num_experts), dim3(kAlignThreads)}, stream, p);
 }
 
 cudaError_t LaunchMoeCombine(const MoeCombineParams& p, cudaStream_t stream) {
@@ -229,8 +231,7 @@ cudaError_t LaunchMoeCombine(const MoeCombineParams& p, cudaStream_t stream) {
   if (p.dim <= 0 || p.dim % 8 != 0 || p.top_k <= 0) return cudaErrorInvalidValue;
   const int64_t chunks = static_cast<int64_t>(p.num_tokens) * (p.dim / 8);
   const int64_t blocks = (chunks + kCombineThreads - 1) / kCombineThreads;
-  MoeCombineKernel<<<static_cast<unsigned>(blocks), kCombineThreads, 0, stream>>>(p);
-  return cudaGetLastError();
+  return LaunchDependent(MoeCombineKernel, LaunchShape{dim3(static_cast<unsigned>(blocks)), dim3(kCombineThreads)}, stream, p);
 }
 
 }  // namespace peregrine::kernels

@@ -1,4 +1,5 @@
 #include "kernels/quantize_fp8.cuh"
+#include "kernels/common/dependent_launch.cuh"
 
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
@@ -27,6 +28,7 @@ __device__ __forceinline__ float GroupScale(float amax, bool pow2) {
 }
 
 __global__ void __launch_bounds__(kBlockThreads) QuantizeFp8Kernel(const QuantizeFp8Params p) {
+  StartAfterPredecessor();
   const int64_t groups_per_row = p.k / kFp8GroupSize;
   const int64_t thread = static_cast<int64_t>(blockIdx.x) * kBlockThreads + threadIdx.x;
   const int64_t group = thread / kThreadsPerGroup;
@@ -79,8 +81,7 @@ cudaError_t LaunchQuantizeFp8(const QuantizeFp8Params& p, cudaStream_t stream) {
   const int64_t threads = p.rows * (p.k / kFp8GroupSize) * kThreadsPerGroup;
   const int64_t blocks = (threads + kBlockThreads - 1) / kBlockThreads;
   if (blocks > INT32_MAX) return cudaErrorInvalidValue;
-  QuantizeFp8Kernel<<<static_cast<unsigned>(blocks), kBlockThreads, 0, stream>>>(p);
-  return cudaGetLastError();
+  return LaunchDependent(QuantizeFp8Kernel, LaunchShape{dim3(static_cast<unsigned>(blocks)), dim3(kBlockThreads)}, stream, p);
 }
 
 }  // namespace peregrine::kernels

@@ -4,6 +4,7 @@
 #include <cuda_bf16.h>
 
 #include "kernels/common/warp.cuh"
+#include "kernels/common/dependent_launch.cuh"
 
 namespace peregrine::kernels {
 
@@ -58,6 +59,7 @@ __device__ __forceinline__ void Store8<float>(float* p, const float (&v)[8]) {
 
 template <typename In, typename Out, int kThreadsPerRow>
 __global__ void __launch_bounds__(kBlockThreads) RmsNormKernel(const RmsNormParams p) {
+  StartAfterPredecessor();
   constexpr int kRowsPerBlock = kBlockThreads / kThreadsPerRow;
   __shared__ float scratch[kBlockThreads / kWarpSize];
   const int sub = static_cast<int>(threadIdx.x) / kThreadsPerRow;
@@ -115,8 +117,7 @@ cudaError_t LaunchConfig(const RmsNormParams& p, cudaStream_t stream) {
   constexpr int kThreadsPerRow = kConfigs[kConfig].threads_per_row;
   constexpr int kRowsPerBlock = kBlockThreads / kThreadsPerRow;
   const int64_t blocks = (p.rows + kRowsPerBlock - 1) / kRowsPerBlock;
-  RmsNormKernel<In, Out, kThreadsPerRow><<<static_cast<unsigned>(blocks), kBlockThreads, 0, stream>>>(p);
-  return cudaGetLastError();
+  return LaunchDependent(RmsNormKernel<In, Out, kThreadsPerRow>, LaunchShape{dim3(static_cast<unsigned>(blocks)), dim3(kBlockThreads)}, stream, p);
 }
 
 template <typename In, typename Out>

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "kernels/common/warp.cuh"
+#include "kernels/common/dependent_launch.cuh"
 
 namespace peregrine::kernels {
 
@@ -15,6 +16,7 @@ constexpr int kThreads = 256;
 // One thread per rotated pair; consecutive threads take consecutive pairs of a row.
 template <typename T>
 __global__ void __launch_bounds__(kThreads) RopeKernel(const RopeParams p) {
+  StartAfterPredecessor();
   const int half = p.rope_dim / 2;
   const int64_t total = p.rows * half;
   const float sign = p.inverse ? -1.0f : 1.0f;
@@ -42,12 +44,9 @@ cudaError_t LaunchRope(const RopeParams& p, cudaStream_t stream) {
   const int64_t total = p.rows * (p.rope_dim / 2);
   // Enough blocks to fill any current GPU several times; the loop covers the rest.
   const int64_t blocks = std::min<int64_t>((total + kThreads - 1) / kThreads, 65536);
-  if (p.type == ElementType::kBF16) {
-    RopeKernel<__nv_bfloat16><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(p);
-  } else {
-    RopeKernel<float><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(p);
-  }
-  return cudaGetLastError();
+  const LaunchShape shape{dim3(static_cast<unsigned>(blocks)), dim3(kThreads)};
+  if (p.type == ElementType::kBF16) return LaunchDependent(RopeKernel<__nv_bfloat16>, shape, stream, p);
+  return LaunchDependent(RopeKernel<float>, shape, stream, p);
 }
 
 }  // namespace peregrine::kernels

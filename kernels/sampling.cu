@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "kernels/common/cluster.cuh"
+#include "kernels/common/dependent_launch.cuh"
 #include "kernels/sampling_detail.cuh"
 
 namespace peregrine::kernels {
@@ -461,6 +462,7 @@ __device__ __forceinline__ bool IsFullWalk(const SamplingRow& r, int n) {
 // only help with a full-vocabulary walk's chains and leave at once on any other row.
 template <int kCluster>
 __global__ void __launch_bounds__(kThreads, 1) SamplingKernel(const SamplingKernelParams p) {
+  StartAfterPredecessor();
   extern __shared__ __align__(16) unsigned char smem[];
   Shared& s = *reinterpret_cast<Shared*>(smem);
   const int64_t row = blockIdx.x / kCluster;
@@ -596,19 +598,10 @@ cudaError_t LaunchWithCluster(const SamplingKernelParams& p, cudaStream_t stream
   const cudaError_t attr = cudaFuncSetAttribute(SamplingKernel<kCluster>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                 static_cast<int>(kSmem));
   if (attr != cudaSuccess) return attr;
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned>(p.batch * kCluster));
-  config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = kSmem;
-  config.stream = stream;
-  cudaLaunchAttribute cluster[1] = {};
-  cluster[0].id = cudaLaunchAttributeClusterDimension;
-  cluster[0].val.clusterDim.x = kCluster;
-  cluster[0].val.clusterDim.y = 1;
-  cluster[0].val.clusterDim.z = 1;
-  config.attrs = cluster;
-  config.numAttrs = kCluster > 1 ? 1 : 0;
-  return cudaLaunchKernelEx(&config, SamplingKernel<kCluster>, p);
+  return LaunchDependent(SamplingKernel<kCluster>,
+                         LaunchShape{dim3(static_cast<unsigned>(p.batch * kCluster)), dim3(kThreads), kSmem,
+                                     dim3(kCluster, 1, 1)},
+                         stream, p);
 }
 
 }  // namespace

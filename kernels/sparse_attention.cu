@@ -8,6 +8,7 @@
 #include "kernels/common/mma.cuh"
 #include "kernels/common/page_table.cuh"
 #include "kernels/common/warp.cuh"
+#include "kernels/common/dependent_launch.cuh"
 
 namespace peregrine::kernels {
 
@@ -50,6 +51,7 @@ struct Tiling {
 
 template <int kH, int kD>
 __global__ void __launch_bounds__(kThreads, 1) SparseAttentionKernel(const SparseAttentionParams p) {
+  StartAfterPredecessor();
   using T = Tiling<kH, kD>;
   constexpr int kHP = T::kHeadsPadded;
   constexpr int kBlockN = T::kBlockN;
@@ -412,6 +414,7 @@ constexpr int kCombineWarps = kCombineThreads / kWarpSize;
 
 template <int kD>
 __global__ void __launch_bounds__(kCombineThreads) SparseAttentionCombineKernel(const SparseAttentionParams p) {
+  StartAfterPredecessor();
   constexpr int kVec = kD / 4;                                   // float4s per head row
   constexpr int kChunks = (kVec + kWarpSize - 1) / kWarpSize;    // one float4 per lane per chunk
   const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
@@ -485,11 +488,11 @@ cudaError_t PrepareConfig() {
 template <int kH, int kD>
 cudaError_t LaunchConfig(const SparseAttentionParams& p, cudaStream_t stream) {
   constexpr int kSmem = Tiling<kH, kD>::kSmemBytes;
-  SparseAttentionKernel<kH, kD><<<static_cast<unsigned>(p.layout.num_ctas), kThreads, kSmem, stream>>>(p);
-  cudaError_t error = cudaGetLastError();
+  const cudaError_t error = LaunchDependent(SparseAttentionKernel<kH, kD>,
+                                            LaunchShape{dim3(static_cast<unsigned>(p.layout.num_ctas)), dim3(kThreads), kSmem},
+                                            stream, p);
   if (error != cudaSuccess) return error;
-  SparseAttentionCombineKernel<kD><<<static_cast<unsigned>(4 * p.layout.num_ctas), kCombineThreads, 0, stream>>>(p);
-  return cudaGetLastError();
+  return LaunchDependent(SparseAttentionCombineKernel<kD>, LaunchShape{dim3(static_cast<unsigned>(4 * p.layout.num_ctas)), dim3(kCombineThreads)}, stream, p);
 }
 
 template <int kH, int kD>

@@ -1,4 +1,5 @@
 #include "kernels/step_feed.cuh"
+#include "kernels/common/dependent_launch.cuh"
 
 namespace peregrine::kernels {
 
@@ -9,6 +10,7 @@ constexpr int kCopyThreads = 256;
 constexpr int64_t kCopyChunk = 8192;  // floats per CTA
 
 __global__ void __launch_bounds__(kFeedThreads) FeedTokensKernel(const FeedTokensParams p) {
+  StartAfterPredecessor();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * kFeedThreads + threadIdx.x;
   if (i >= p.n) return;
   const int32_t row = p.feeds[2 * i];
@@ -20,6 +22,7 @@ __global__ void __launch_bounds__(kFeedThreads) FeedTokensKernel(const FeedToken
 
 // Grid (chunks of the row, rows): a CTA whose row is not flagged returns after one load.
 __global__ void __launch_bounds__(kCopyThreads) CopyFlaggedRowsKernel(const CopyFlaggedRowsParams p) {
+  StartAfterPredecessor();
   const int64_t row = blockIdx.y;
   if (p.flags[row] == 0) return;
   const int64_t begin = static_cast<int64_t>(blockIdx.x) * kCopyChunk;
@@ -32,6 +35,7 @@ __global__ void __launch_bounds__(kCopyThreads) CopyFlaggedRowsKernel(const Copy
 constexpr int kCountThreads = 256;
 
 __global__ void __launch_bounds__(kCountThreads) CountLogitsAboveKernel(const CountLogitsAboveParams p) {
+  StartAfterPredecessor();
   const int64_t i = blockIdx.x;
   const int32_t row = p.rows[i];
   const int32_t token = p.tokens[i];
@@ -60,24 +64,21 @@ __global__ void __launch_bounds__(kCountThreads) CountLogitsAboveKernel(const Co
 cudaError_t LaunchCountLogitsAbove(const CountLogitsAboveParams& p, cudaStream_t stream) {
   if (p.n <= 0) return cudaSuccess;
   if (p.n > INT32_MAX || p.width > INT32_MAX) return cudaErrorInvalidValue;
-  CountLogitsAboveKernel<<<static_cast<unsigned>(p.n), kCountThreads, 0, stream>>>(p);
-  return cudaGetLastError();
+  return LaunchDependent(CountLogitsAboveKernel, LaunchShape{dim3(static_cast<unsigned>(p.n)), dim3(kCountThreads)}, stream, p);
 }
 
 cudaError_t LaunchFeedTokens(const FeedTokensParams& p, cudaStream_t stream) {
   if (p.n <= 0) return cudaSuccess;
   if (p.n > INT32_MAX) return cudaErrorInvalidValue;
   const auto blocks = static_cast<unsigned>((p.n + kFeedThreads - 1) / kFeedThreads);
-  FeedTokensKernel<<<blocks, kFeedThreads, 0, stream>>>(p);
-  return cudaGetLastError();
+  return LaunchDependent(FeedTokensKernel, LaunchShape{dim3(blocks), dim3(kFeedThreads)}, stream, p);
 }
 
 cudaError_t LaunchCopyFlaggedRows(const CopyFlaggedRowsParams& p, cudaStream_t stream) {
   if (p.rows <= 0 || p.width <= 0) return cudaSuccess;
   if (p.rows > 65535) return cudaErrorInvalidValue;
   const dim3 grid(static_cast<unsigned>((p.width + kCopyChunk - 1) / kCopyChunk), static_cast<unsigned>(p.rows));
-  CopyFlaggedRowsKernel<<<grid, kCopyThreads, 0, stream>>>(p);
-  return cudaGetLastError();
+  return LaunchDependent(CopyFlaggedRowsKernel, LaunchShape{grid, dim3(kCopyThreads)}, stream, p);
 }
 
 }  // namespace peregrine::kernels

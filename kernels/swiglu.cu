@@ -3,6 +3,7 @@
 #include <cuda_bf16.h>
 
 #include "kernels/common/warp.cuh"
+#include "kernels/common/dependent_launch.cuh"
 
 namespace peregrine::kernels {
 
@@ -21,6 +22,7 @@ __device__ __forceinline__ float SwigluOne(float g, float u, float limit) {
 // kVec columns per thread: 8 (16-byte accesses) when I is a multiple of 8, else 1.
 template <int kVec>
 __global__ void __launch_bounds__(kThreads) SwigluKernel(const SwigluParams p) {
+  StartAfterPredecessor();
   const int64_t per_token = p.inter / kVec;
   const int64_t idx = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
   if (idx >= p.num_tokens * per_token) return;
@@ -51,8 +53,7 @@ template <int kVec>
 cudaError_t LaunchVec(const SwigluParams& p, cudaStream_t stream) {
   const int64_t blocks = (p.num_tokens * (p.inter / kVec) + kThreads - 1) / kThreads;
   if (blocks > (int64_t{1} << 31) - 1) return cudaErrorInvalidValue;
-  SwigluKernel<kVec><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(p);
-  return cudaGetLastError();
+  return LaunchDependent(SwigluKernel<kVec>, LaunchShape{dim3(static_cast<unsigned>(blocks)), dim3(kThreads)}, stream, p);
 }
 
 }  // namespace

@@ -1,4 +1,5 @@
 #include "kernels/token_bitmask.cuh"
+#include "kernels/common/dependent_launch.cuh"
 
 namespace peregrine::kernels {
 
@@ -12,6 +13,7 @@ constexpr int64_t kChunk = kThreads * kPerThread;
 // stores are contiguous; the 32-bit word they test comes through L1 (one word serves 8
 // threads). A CTA whose row has no mask returns after one load.
 __global__ void __launch_bounds__(kThreads) ApplyTokenBitmaskKernel(const TokenBitmaskParams p) {
+  StartAfterPredecessor();
   const int64_t row = blockIdx.y;
   const int32_t m = p.row_mask[row];
   if (m < 0 || m >= p.num_masks) return;
@@ -34,8 +36,7 @@ cudaError_t LaunchApplyTokenBitmask(const TokenBitmaskParams& p, cudaStream_t st
   if (p.rows <= 0 || p.vocab <= 0 || p.num_masks <= 0) return cudaSuccess;
   if (p.rows > 65535 || p.words * 32 < p.vocab) return cudaErrorInvalidValue;
   const dim3 grid(static_cast<unsigned>((p.vocab + kChunk - 1) / kChunk), static_cast<unsigned>(p.rows));
-  ApplyTokenBitmaskKernel<<<grid, kThreads, 0, stream>>>(p);
-  return cudaGetLastError();
+  return LaunchDependent(ApplyTokenBitmaskKernel, LaunchShape{grid, dim3(kThreads)}, stream, p);
 }
 
 }  // namespace peregrine::kernels

@@ -23,6 +23,10 @@
 #                                   then the MoE and sampling benchmarks
 #   bash tools/gpu_run.sh kv-tests  every gpu-labelled test, then peregrine profile of this tree and of
 #                                   the pre-change binary ($PEREGRINE_OLD), interleaved twice
+#   bash tools/gpu_run.sh profile-ab every gpu-labelled test (TESTS narrows it, TESTS=" " none), then peregrine
+#                                   profile of this tree and of $PEREGRINE_OLD at V4-Flash shapes, interleaved
+#                                   PROFILE_ROUNDS times (default 2); PROFILE_ARGS adds flags to both;
+#                                   PROFILE_BINS="name=path ..." profiles other binaries instead
 #   bash tools/gpu_run.sh kv-serve  the KV system at V4-Flash shapes: 64-stream throughput against
 #                                   $PEREGRINE_OLD, prefix-cache TTFT (256 requests, 8K shared prefix)
 #                                   and greedy agreement, --max-model-len 1048576 (report vs the
@@ -366,6 +370,26 @@ if [ "$PHASE" = "kv-tests" ]; then
       tail -13 "$OUT/attention_pages_$pages.log"
     done
   fi
+  exit $status
+fi
+
+# The decode step of this tree against the pre-change binary ($PEREGRINE_OLD), interleaved
+# PROFILE_ROUNDS times (default 2) in one call; PROFILE_ARGS adds flags to both (e.g. --context);
+# PROFILE_BINS="name=path ..." names the binaries instead (e.g. three revisions).
+if [ "$PHASE" = "profile-ab" ]; then
+  for t in ${TESTS:-$(gpu_tests)}; do run_test "$t" 240; done
+  for rep in $(seq 1 "${PROFILE_ROUNDS:-2}"); do
+    for entry in ${PROFILE_BINS:-old=${PEREGRINE_OLD:-} new=$PEREGRINE}; do
+      which="${entry%%=*}"
+      bin="${entry#*=}"
+      [ -x "$bin" ] || { echo "== profile $which: no binary"; status=1; continue; }
+      echo "== profile $which (run $rep)"
+      # shellcheck disable=SC2086
+      timeout 150 "$bin" profile $FLASH4 --batch-sizes 1,16,64 --context 4096 --steps 50 ${PROFILE_ARGS:-} \
+        --out "$OUT/profile_$which.jsonl" >"$OUT/profile_${which}_$rep.log" 2>&1 || status=1
+      grep -E "^batch|per layer" "$OUT/profile_${which}_$rep.log" | sed 's/(the server plans.*//; s/, eager step.*//'
+    done
+  done
   exit $status
 fi
 

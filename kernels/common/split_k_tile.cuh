@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "kernels/common/cluster.cuh"
+#include "kernels/common/dependent_launch.cuh"
 
 namespace peregrine::kernels::split_k {
 
@@ -104,22 +105,10 @@ cudaError_t Launch(void (*kernel)(Params), const Params& p, int64_t n, int token
   const int64_t token_tiles = (n + tokens_per_cta - 1) / tokens_per_cta;
   const int64_t row_tiles = (static_cast<int64_t>(m) + kRowsPerCta - 1) / kRowsPerCta;
   if (token_tiles > INT32_MAX || row_tiles > 65535) return cudaErrorInvalidValue;
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned>(token_tiles), static_cast<unsigned>(k_split),
-                        static_cast<unsigned>(row_tiles));
-  config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = 0;
-  config.stream = stream;
-  cudaLaunchAttribute attribute[1];
-  if (k_split > 1) {
-    attribute[0].id = cudaLaunchAttributeClusterDimension;
-    attribute[0].val.clusterDim.x = 1;
-    attribute[0].val.clusterDim.y = static_cast<unsigned>(k_split);
-    attribute[0].val.clusterDim.z = 1;
-    config.attrs = attribute;
-    config.numAttrs = 1;
-  }
-  return cudaLaunchKernelEx(&config, kernel, p);
+  const LaunchShape shape{dim3(static_cast<unsigned>(token_tiles), static_cast<unsigned>(k_split),
+                               static_cast<unsigned>(row_tiles)),
+                          dim3(kThreads), 0, dim3(1, static_cast<unsigned>(k_split), 1)};
+  return LaunchDependent(kernel, shape, stream, p);
 }
 
 }  // namespace peregrine::kernels::split_k
