@@ -7,7 +7,9 @@
 //    Fp8Linear and to the bf16 projection;
 //  * "bf16_linear_invariant": the batch-invariant bf16 projection (kernels/bf16_linear.cuh,
 //    --enable-deterministic-inference) at every batch, in TB/s over its bf16 weight bytes
-//    (TFLOP/s for the prefill), with its time ratio to the bf16 cuBLAS projection.
+//    (TFLOP/s for the prefill), with its time ratio to the bf16 cuBLAS projection;
+//  * "bf16_gemv": the decode-sized bf16 projection (kernels/bf16_gemv.cuh, the default path at
+//    N <= 4) in TB/s over its bf16 weight bytes, with its time ratio to the bf16 cuBLAS GEMM.
 // Median of 25 CUDA-event-timed runs after 3 warm-ups, L2 flushed before each run (each run
 // is one call: the small shapes are launch-bound). Prints and appends JSON lines.
 //
@@ -28,6 +30,7 @@
 #include "backend/cuda/ops/linear.h"
 #include "backend/cuda/stream.h"
 #include "bench/common/gpu_bench.h"
+#include "kernels/bf16_gemv.cuh"
 
 namespace peregrine {
 namespace {
@@ -111,7 +114,7 @@ int Main(int argc, char** argv) {
                                        view(y, DType::kBF16, {n, s.m})};
 
       const double fp8_ms = timer.Median([&] { Must(cuda::Fp8Linear(blas, args, stream.get()), "fp8_linear"); });
-      const double peer_ms = timer.Median([&] { Must(cuda::Linear(blas, peer_args, stream.get()), "linear"); });
+      const double peer_ms = timer.Median([&] { Must(cuda::CublasLinear(blas, peer_args, stream.get()), "linear"); });
       const double inv_ms =
           timer.Median([&] { Must(cuda::Linear(invariant, peer_args, stream.get()), "batch-invariant linear"); });
       const cuda::Fp8W8A16Args w8a16_args{args.x, args.w, args.w_scale, args.y};
@@ -152,6 +155,30 @@ int Main(int argc, char** argv) {
                       prefill ? "prefill" : "decode", bf16_bytes, inv_us, bf16_bytes / (inv_us * 1e-6) / 1e12,
                       bf16_bytes / (inv_us * 1e-6) / 1e12 / kHbmRooflineTBs, flops / (inv_us * 1e-6) / 1e12,
                       flops / (inv_us * 1e-6) / 1e12 / kBf16MeasuredTFs, peer_us, peer_us / inv_us);
+        std::printf("%s\n", line);
+        if (out != nullptr) std::fprintf(out, "%s\n", line);
+      }
+      if (n <= kernels::kBf16GemvMaxTokens) {
+        cuda::StridedLinearArgs g;
+        g.x = x.data();
+        g.x_stride = s.k;
+        g.w = w_bf16.data();
+        g.y = y.data();
+        g.y_stride = s.m;
+        g.n = n;
+        g.m = s.m;
+        g.k = s.k;
+        const double gemv_us =
+            timer.Median([&] { Must(cuda::DecodeLinear(blas, g, stream.get()), "decode linear"); }) * 1e3;
+        const double bf16_bytes = 2.0 * static_cast<double>(s.m * s.k);
+        std::snprintf(line, sizeof(line),
+                      "{\"op\":\"bf16_gemv\",\"shape\":\"%s\",\"m\":%lld,\"k\":%lld,\"n\":%lld,\"regime\":\"decode\","
+                      "\"weight_bytes\":%.0f,\"time_us\":%.2f,\"tb_s_weights\":%.3f,\"frac_roofline_4.8tbs\":%.3f,"
+                      "\"peer\":\"cublas_bf16_linear\",\"peer_time_us\":%.2f,\"peer_tb_s\":%.3f,\"speedup_vs_peer\":%.2f}",
+                      s.name, static_cast<long long>(s.m), static_cast<long long>(s.k), static_cast<long long>(n),
+                      bf16_bytes, gemv_us, bf16_bytes / (gemv_us * 1e-6) / 1e12,
+                      bf16_bytes / (gemv_us * 1e-6) / 1e12 / kHbmRooflineTBs, peer_us,
+                      bf16_bytes / (peer_us * 1e-6) / 1e12, peer_us / gemv_us);
         std::printf("%s\n", line);
         if (out != nullptr) std::fprintf(out, "%s\n", line);
       }

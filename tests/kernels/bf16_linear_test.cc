@@ -2,7 +2,9 @@
 // against a CPU reference summed in double, over N = 1..300 and shapes with partial row tiles,
 // a partial last K unit, K split over a cluster and V4-like sizes; bf16 and f32 outputs; each
 // row's bits the same in every batch and at every offset; strided rows; Linear, Fp8Projection
-// and GroupedOutputProjection switched by Blas::set_batch_invariant; launcher checks.
+// and GroupedOutputProjection switched by Blas::set_batch_invariant; launcher checks. The
+// decode-sized projection (kernels/bf16_gemv.cuh, the default path at N <= 4) against the same
+// reference: partial K steps, rows split over warps, strided and grouped rows, Linear's dispatch.
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -14,6 +16,7 @@
 #include "backend/cuda/ops/linear.h"
 #include "backend/cuda/ops/output_projection.h"
 #include "gpu_test_util.h"
+#include "kernels/bf16_gemv.cuh"
 #include "kernels/bf16_linear.cuh"
 
 namespace peregrine::testing {
@@ -238,6 +241,140 @@ TEST_F(Bf16LinearTest, RejectsWhatItCannotServe) {
   p.x_stride = 40;
   p.y_stride = 8;
   EXPECT_EQ(kernels::LaunchBf16Linear(p, stream_.get()), cudaErrorInvalidValue);
+}
+
+class Bf16GemvTest : public GpuTest {
+ protected:
+  void SetUp() override {
+    GpuTest::SetUp();
+    if (IsSkipped()) return;
+    auto blas = cuda::Blas::Create(*allocator_);
+    ASSERT_TRUE(blas.ok()) << blas.status().ToString();
+    blas_ = std::move(blas).value();
+  }
+  cuda::Blas blas_;
+};
+
+// One row (M = 1), partial 256-wide K steps (K = 8, 136, 4104), rows split over 2-8 warps (few
+// rows, long K), several rows per warp (M = 4096, 8192 past the grid's cap), V4-like sizes;
+// N = 1..4 with every token count's kernel.
+constexpr Case kGemvCases[] = {{1, 8},     {3, 136},    {129, 1024}, {1000, 4104}, {64, 4096},
+                               {4096, 512}, {33, 256},   {1024, 8192}, {8192, 1024}};
+
+TEST_F(Bf16GemvTest, MatchesReferenceAndLinearDispatchesToIt) {
+  std::mt19937 rng(17);
+  for (const Case& c : kGemvCases) {
+    const int64_t n_max = kernels::kBf16GemvMaxTokens;
+    const std::vector<float> x = RoundedBF16(RandomNormal(rng, static_cast<size_t>(n_max * c.k)));
+    const std::vector<float> w =
+        RoundedBF16(RandomNormal(rng, static_cast<size_t>(c.m * c.k), 1.0f / std::sqrt(static_cast<float>(c.k))));
+    const Reference ref = Compute(x, w, n_max, c.m, c.k);
+    cuda::DeviceBuffer x_d = Upload(ToBF16(x)), w_d = Upload(ToBF16(w));
+    for (int64_t n = 1; n <= n_max; ++n) {
+      SCOPED_TRACE("N=" + std::to_string(n) + " M=" + std::to_string(c.m) + " K=" + std::to_string(c.k));
+      const size_t count = static_cast<size_t>(n * c.m);
+      cuda::DeviceBuffer y32 = Poisoned(count * 4), y16 = Poisoned(count * 2), direct = Poisoned(count * 4);
+      PG_ASSERT_OK(cuda::Linear(blas_, {View(x_d, DType::kBF16, {n, c.k}), View(w_d, DType::kBF16, {c.m, c.k}),
+                                        View(y32, DType::kF32, {n, c.m})},
+                                stream_.get()));
+      PG_ASSERT_OK(cuda::Linear(blas_, {View(x_d, DType::kBF16, {n, c.k}), View(w_d, DType::kBF16, {c.m, c.k}),
+                                        View(y16, DType::kBF16, {n, c.m})},
+                                stream_.get()));
+      cuda::StridedLinearArgs s;
+      s.x = x_d.data();
+      s.x_stride = c.k;
+      s.w = w_d.data();
+      s.y = direct.data();
+      s.y_f32 = true;
+      s.y_stride = c.m;
+      s.n = n;
+      s.m = c.m;
+      s.k = c.k;
+      PG_ASSERT_OK(cuda::DecodeLinear(blas_, s, stream_.get()));
+      Sync();
+      const std::vector<float> got32 = Download<float>(y32, count), got16 = DownloadBF16(y16, count);
+      const Reference head{std::vector<double>(ref.want.begin(), ref.want.begin() + static_cast<int64_t>(count)),
+                           std::vector<double>(ref.abs_sum.begin(), ref.abs_sum.begin() + static_cast<int64_t>(count))};
+      EXPECT_TRUE(WithinBound(got32, head, c.k, false));
+      EXPECT_TRUE(WithinBound(got16, head, c.k, true));
+      for (size_t i = 0; i < count; ++i) ASSERT_EQ(got16[i], RoundBF16(got32[i])) << i;
+      // Linear took the decode kernel: its bits, not cuBLAS's.
+      EXPECT_TRUE(SameBits(got32, Download<float>(direct, count), c.m));
+    }
+  }
+}
+
+// Strided, grouped rows (the grouped output projection's head groups): each group within the
+// reference's bound on its gathered rows, and what lies past the written columns keeps its poison.
+TEST_F(Bf16GemvTest, GroupedStridedRowsMatchReference) {
+  std::mt19937 rng(23);
+  const int64_t n = 3, k = 512, m = 96, groups = 4, x_stride = groups * k, y_stride = groups * m + 8;
+  const std::vector<float> x = RoundedBF16(RandomNormal(rng, static_cast<size_t>(n * x_stride)));
+  const std::vector<float> w = RoundedBF16(RandomNormal(rng, static_cast<size_t>(groups * m * k), 0.05f));
+  cuda::DeviceBuffer x_d = Upload(ToBF16(x)), w_d = Upload(ToBF16(w));
+  cuda::DeviceBuffer y = Poisoned(static_cast<size_t>(n * y_stride) * 4);
+  cuda::StridedLinearArgs s;
+  s.x = x_d.data();
+  s.x_stride = x_stride;
+  s.w = w_d.data();
+  s.y = y.data();
+  s.y_f32 = true;
+  s.y_stride = y_stride;
+  s.n = n;
+  s.m = m;
+  s.k = k;
+  s.groups = groups;
+  s.x_group = k;
+  s.w_group = m * k;
+  s.y_group = m;
+  PG_ASSERT_OK(cuda::DecodeLinear(blas_, s, stream_.get()));
+  Sync();
+  const std::vector<float> got = Download<float>(y, static_cast<size_t>(n * y_stride));
+  for (int64_t g = 0; g < groups; ++g) {
+    SCOPED_TRACE("group " + std::to_string(g));
+    std::vector<float> xg(static_cast<size_t>(n * k)), yg(static_cast<size_t>(n * m));
+    for (int64_t t = 0; t < n; ++t) {
+      std::copy_n(x.begin() + t * x_stride + g * k, k, xg.begin() + t * k);
+      std::copy_n(got.begin() + t * y_stride + g * m, m, yg.begin() + t * m);
+    }
+    const std::vector<float> wg(w.begin() + g * m * k, w.begin() + (g + 1) * m * k);
+    EXPECT_TRUE(WithinBound(yg, Compute(xg, wg, n, m, k), k, false));
+  }
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t o = groups * m; o < y_stride; ++o) EXPECT_TRUE(std::isnan(got[static_cast<size_t>(t * y_stride + o)]));
+}
+
+TEST_F(Bf16GemvTest, RejectsWhatItCannotServe) {
+  cuda::DeviceBuffer buf = Poisoned(1 << 16);
+  cuda::StridedLinearArgs s;
+  s.x = buf.data();
+  s.w = buf.data();
+  s.y = buf.data();
+  s.n = 5;  // past kBf16GemvMaxTokens
+  s.m = 8;
+  s.k = 64;
+  s.x_stride = 64;
+  s.y_stride = 8;
+  EXPECT_FALSE(cuda::FitsDecodeLinear(s));
+  EXPECT_EQ(cuda::DecodeLinear(blas_, s, stream_.get()).code(), StatusCode::kInvalidArgument);
+  s.n = 2;
+  s.k = 60;  // not a multiple of 8
+  s.x_stride = 64;
+  EXPECT_FALSE(cuda::FitsDecodeLinear(s));
+  s.k = 64;
+  s.x = static_cast<const char*>(buf.data()) + 8;  // misaligned
+  EXPECT_FALSE(cuda::FitsDecodeLinear(s));
+  s.x = buf.data();
+  EXPECT_TRUE(cuda::FitsDecodeLinear(s));
+  kernels::Bf16GemvParams p;
+  p.n = 1;
+  p.m = 8;
+  p.k = 64;
+  p.x_stride = 64;
+  p.y_stride = 8;
+  p.warps_per_row = 3;  // must divide the CTA's 8 warps
+  p.max_ctas = 4;
+  EXPECT_EQ(kernels::LaunchBf16Gemv(p, stream_.get()), cudaErrorInvalidValue);
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 
 #include "backend/cuda/cuda_status.h"
 #include "backend/cuda/ops/tensor_check.h"
+#include "kernels/bf16_gemv.cuh"
 #include "kernels/bf16_linear.cuh"
 
 namespace peregrine::cuda {
@@ -11,6 +12,8 @@ namespace peregrine::cuda {
 namespace {
 
 cudaDataType_t CudaType(DType t) { return t == DType::kBF16 ? CUDA_R_16BF : CUDA_R_32F; }
+
+bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 }  // namespace
 
@@ -27,22 +30,37 @@ Status Linear(Blas& blas, const LinearArgs& a, cudaStream_t stream) {
   PG_RETURN_IF_ERROR(check.Require(rows.value() <= INT32_MAX && in.value() <= INT32_MAX && out.value() <= INT32_MAX,
                                    "sizes overflow int32"));
   if (rows.value() == 0 || out.value() == 0) return Status::Ok();
+  StridedLinearArgs s;
+  s.x = a.x.data;
+  s.x_stride = in.value();
+  s.w = a.w.data;
+  s.y = a.y.data;
+  s.y_f32 = a.y.dtype == DType::kF32;
+  s.y_stride = out.value();
+  s.n = rows.value();
+  s.m = out.value();
+  s.k = in.value();
   if (blas.batch_invariant()) {
     PG_RETURN_IF_ERROR(check.Require(a.x.dtype == DType::kBF16,
                                      "batch-invariant mode has bf16 projections only (x and w are f32)"));
-    StridedLinearArgs s;
-    s.x = a.x.data;
-    s.x_stride = in.value();
-    s.w = a.w.data;
-    s.y = a.y.data;
-    s.y_f32 = a.y.dtype == DType::kF32;
-    s.y_stride = out.value();
-    s.n = rows.value();
-    s.m = out.value();
-    s.k = in.value();
     return BatchInvariantLinear(blas, s, stream);
   }
+  if (a.x.dtype == DType::kBF16 && FitsDecodeLinear(s)) return DecodeLinear(blas, s, stream);
+  return CublasLinear(blas, a, stream);
+}
 
+Status CublasLinear(Blas& blas, const LinearArgs& a, cudaStream_t stream) {
+  TensorChecker check("cublas_linear");
+  Dim rows("N"), in("in"), out("out");
+  PG_RETURN_IF_ERROR(check.Require(a.x.dtype == DType::kBF16 || a.x.dtype == DType::kF32, "x must be bf16 or f32"));
+  PG_RETURN_IF_ERROR(check.Require(a.w.dtype == a.x.dtype, "x and w must share a dtype"));
+  PG_RETURN_IF_ERROR(check.Check("x", a.x, a.x.dtype, {&rows, &in}, Device::kCuda, 4));
+  PG_RETURN_IF_ERROR(check.Check("w", a.w, a.w.dtype, {&out, &in}, Device::kCuda, 4));
+  PG_RETURN_IF_ERROR(check.Require(a.y.dtype == DType::kBF16 || a.y.dtype == DType::kF32, "y must be bf16 or f32"));
+  PG_RETURN_IF_ERROR(check.Check("y", a.y, a.y.dtype, {&rows, &out}, Device::kCuda, 4));
+  PG_RETURN_IF_ERROR(check.Require(rows.value() <= INT32_MAX && in.value() <= INT32_MAX && out.value() <= INT32_MAX,
+                                   "sizes overflow int32"));
+  if (rows.value() == 0 || out.value() == 0) return Status::Ok();
   PG_ASSIGN_OR_RETURN(cublasHandle_t handle, blas.On(stream));
   const float one = 1.0f;
   const float zero = 0.0f;
@@ -89,6 +107,42 @@ Status BatchInvariantLinear(const Blas& blas, const StridedLinearArgs& a, cudaSt
   p.y_group = a.y_group;
   p.k_split = kernels::Bf16LinearKSplit(p.m, p.k, blas.num_sms(), blas.compute_major());
   PG_CUDA_RETURN_IF_ERROR(kernels::LaunchBf16Linear(p, stream));
+  return Status::Ok();
+}
+
+bool FitsDecodeLinear(const StridedLinearArgs& a) {
+  return a.n >= 1 && a.n <= kernels::kBf16GemvMaxTokens && a.k > 0 && a.k % 8 == 0 && a.k <= INT32_MAX &&
+         a.x_stride >= a.k && a.x_stride % 8 == 0 && a.x_group % 8 == 0 && a.w_group % 8 == 0 && Aligned16(a.x) &&
+         Aligned16(a.w);
+}
+
+Status DecodeLinear(const Blas& blas, const StridedLinearArgs& a, cudaStream_t stream) {
+  TensorChecker check("decode_linear");
+  PG_RETURN_IF_ERROR(check.Require(FitsDecodeLinear(a), "N=" + std::to_string(a.n) + ", K=" + std::to_string(a.k) +
+                                                            ": needs N <= " +
+                                                            std::to_string(kernels::kBf16GemvMaxTokens) +
+                                                            ", K and x's strides multiples of 8, 16-byte aligned x and w"));
+  PG_RETURN_IF_ERROR(check.Require(a.m > 0 && a.m <= INT32_MAX && a.groups >= 1 && a.groups <= 65535 &&
+                                       a.y_stride >= a.m,
+                                   "M=" + std::to_string(a.m) + " and " + std::to_string(a.groups) +
+                                       " groups must be positive and fit the grid; y's row stride must be >= M"));
+  kernels::Bf16GemvParams p;
+  p.x = a.x;
+  p.w = a.w;
+  p.y = a.y;
+  p.y_f32 = a.y_f32;
+  p.n = static_cast<int>(a.n);
+  p.m = static_cast<int>(a.m);
+  p.k = static_cast<int>(a.k);
+  p.x_stride = a.x_stride;
+  p.y_stride = a.y_stride;
+  p.groups = static_cast<int>(a.groups);
+  p.x_group = a.x_group;
+  p.w_group = a.w_group;
+  p.y_group = a.y_group;
+  p.warps_per_row = kernels::Bf16GemvWarpsPerRow(p.m, p.k, p.groups, blas.num_sms());
+  p.max_ctas = kernels::Bf16GemvMaxCtas(p.groups, blas.num_sms());
+  PG_CUDA_RETURN_IF_ERROR(kernels::LaunchBf16Gemv(p, stream));
   return Status::Ok();
 }
 

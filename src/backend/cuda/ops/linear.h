@@ -1,6 +1,8 @@
 // y = x . w^T (the dense projections of the model): bf16 weights, bf16 or f32 activations and
 // outputs, fp32 accumulation, through cuBLAS, or with `Blas::batch_invariant()` through the
-// batch-invariant kernel (kernels/bf16_linear.cuh; bf16 x and w only). Never allocates (the
+// batch-invariant kernel (kernels/bf16_linear.cuh; bf16 x and w only). At decode sizes (bf16, N
+// <= kernels::kBf16GemvMaxTokens, K a multiple of 8, 16-byte aligned x and w) the default path
+// is the weight-streaming kernel kernels/bf16_gemv.cuh instead of cuBLAS. Never allocates (the
 // Blas handle owns its workspace), so it can be captured.
 #pragma once
 
@@ -22,6 +24,10 @@ struct LinearArgs {
 // dtype); cuBLAS failures map through CublasStatus. Asynchronous on `stream`.
 Status Linear(Blas& blas, const LinearArgs& args, cudaStream_t stream);
 
+// The cuBLAS GEMM alone, whatever the mode and the size (Linear's path past decode sizes; the
+// peer in benchmarks). Same arguments and failures as Linear.
+Status CublasLinear(Blas& blas, const LinearArgs& args, cudaStream_t stream);
+
 // The batch-invariant kernel on rows that need not be contiguous (the grouped output
 // projection reads one head group of every row): y[t, :m] = x[t, :k] . w^T, the rows of x
 // `x_stride` and those of y `y_stride` elements apart; with `groups` > 1, that many such
@@ -38,5 +44,12 @@ struct StridedLinearArgs {
   int64_t x_group = 0, w_group = 0, y_group = 0;  // elements; x's and w's multiples of 8
 };
 Status BatchInvariantLinear(const Blas& blas, const StridedLinearArgs& args, cudaStream_t stream);
+
+// Whether DecodeLinear takes `args`: N in 1 .. kernels::kBf16GemvMaxTokens, K a positive multiple
+// of 8, x's row and group strides and w's group stride multiples of 8, x and w 16-byte aligned.
+bool FitsDecodeLinear(const StridedLinearArgs& args);
+// The decode-sized projection (kernels/bf16_gemv.cuh) on the same arguments; InvalidArgument
+// where FitsDecodeLinear is false or M is not positive.
+Status DecodeLinear(const Blas& blas, const StridedLinearArgs& args, cudaStream_t stream);
 
 }  // namespace peregrine::cuda

@@ -23,10 +23,10 @@ Status GroupedOutputProjection(Blas& blas, const OutputProjectionArgs& a, cudaSt
                                    "sizes overflow int32"));
   if (batch.value() == 0) return Status::Ok();
 
-  if (blas.batch_invariant()) {
-    // Every head group in one batch-invariant launch, then wo_b through the batch-invariant path.
+  // Every head group as one strided, grouped projection.
+  StridedLinearArgs s;
+  {
     const int64_t gi = group_in.value(), r = rank.value(), g = groups.value();
-    StridedLinearArgs s;
     s.x = a.o.data;
     s.x_stride = heads.value() * dim.value();
     s.w = a.wo_a.data;
@@ -39,7 +39,12 @@ Status GroupedOutputProjection(Blas& blas, const OutputProjectionArgs& a, cudaSt
     s.x_group = gi;
     s.w_group = r * gi;
     s.y_group = r;
-    PG_RETURN_IF_ERROR(BatchInvariantLinear(blas, s, stream));
+  }
+  const bool decode = !blas.batch_invariant() && FitsDecodeLinear(s);
+  if (blas.batch_invariant() || decode) {
+    // The head groups in one launch (batch-invariant, or the decode-sized kernel), then wo_b
+    // through Linear, which picks the same kind of kernel.
+    PG_RETURN_IF_ERROR(decode ? DecodeLinear(blas, s, stream) : BatchInvariantLinear(blas, s, stream));
     const Tensor mid = Tensor::Contiguous(a.mid.data, DType::kBF16, {batch.value(), mid_in.value()}, Device::kCuda);
     if (!fp8) return Linear(blas, {mid, a.wo_b, a.out}, stream);
     Fp8ProjectionArgs p;

@@ -1,9 +1,11 @@
-// DeepSeek-V4's grouped low-rank output projection on the device, through cuBLAS:
+// DeepSeek-V4's grouped low-rank output projection on the device:
 //   mid[b, g, :] = wo_a[g] . o[b, heads of group g]      (one strided-batched GEMM over g)
 //   out[b, :]    = wo_b . mid[b, :]                      (one GEMM)
-// bf16 in and out, fp32 accumulation; mid is rounded to bf16 between the two. wo_b may be
-// FP8 e4m3 with 128x128 block scales: the second GEMM then goes through Fp8Projection
-// (W8A16 for B <= 64 rows, cuBLASLt with e4m3 activations above).
+// bf16 in and out, fp32 accumulation; mid is rounded to bf16 between the two. Through cuBLAS;
+// at decode sizes (B <= kernels::kBf16GemvMaxTokens) both through the decode-sized projection
+// (kernels/bf16_gemv.cuh, the head groups in one launch); in batch-invariant mode through
+// kernels/bf16_linear.cuh. wo_b may be FP8 e4m3 with 128x128 block scales: the second GEMM then
+// goes through Fp8Projection (W8A16 for B <= 64 rows, cuBLASLt with e4m3 activations above).
 #pragma once
 
 #include <cuda_runtime_api.h>
