@@ -7,7 +7,7 @@
 // once and used N times. A warp walks an output row's K in 256-wide steps (a lane takes 8
 // contiguous elements: one 16-byte load), with the weight loads of the next block of steps in
 // flight during the current block's math, also across the boundary to its next row: the grid
-// is capped near two CTAs per SM and each warp takes rows w, w + (warps in the grid), ..., so
+// is capped at what is resident at once and each warp takes rows w, w + (warps in the grid), ..., so
 // short rows (wq_b: K = 1024) still keep the stream busy. For few rows (M below ~2 CTAs per
 // SM) the 8 warps of a CTA split each row's steps between 2, 4 or 8 of them
 // (`warps_per_row`, one row per warp), whose sums are added in warp order. The first steps' weights are loaded before the kernel waits for its predecessor
@@ -47,8 +47,9 @@ struct Bf16GemvParams {
 // The warps that share one row: doubled from 1 while the grid (groups x M rows, 8 warps a CTA)
 // stays under two CTAs per SM and each warp keeps at least two K steps.
 int Bf16GemvWarpsPerRow(int m, int k, int groups, int num_sms);
-// The grid's CTAs per group when each warp owns its rows: two per SM over all groups.
-int Bf16GemvMaxCtas(int groups, int num_sms);
+// The grid's CTAs per group when each warp owns its rows: as many as fit on the device at once
+// for n tokens (4 per SM at n <= 2, 2 at more), over all groups.
+int Bf16GemvMaxCtas(int n, int groups, int num_sms);
 
 // cudaErrorInvalidValue for n outside 1 .. kBf16GemvMaxTokens, a K that is not a positive
 // multiple of 8, or a grid that does not fit.

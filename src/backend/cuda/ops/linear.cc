@@ -141,7 +141,7 @@ Status DecodeLinear(const Blas& blas, const StridedLinearArgs& a, cudaStream_t s
   p.w_group = a.w_group;
   p.y_group = a.y_group;
   p.warps_per_row = kernels::Bf16GemvWarpsPerRow(p.m, p.k, p.groups, blas.num_sms());
-  p.max_ctas = kernels::Bf16GemvMaxCtas(p.groups, blas.num_sms());
+  p.max_ctas = kernels::Bf16GemvMaxCtas(p.n, p.groups, blas.num_sms());
   PG_CUDA_RETURN_IF_ERROR(kernels::LaunchBf16Gemv(p, stream));
   return Status::Ok();
 }
