@@ -12,6 +12,8 @@
 // Without the launch attribute (older GPUs, or a predecessor that is not a kernel) both
 // instructions are no-ops and stream order applies, so the same kernel is correct either way.
 // A kernel that is not launched this way keeps full stream order after a dependent one.
+// tests/kernels/test_dependent_launch.py checks the sources: every kernel not launched with
+// <<<...>>> must call StartAfterPredecessor() or WaitForPredecessor().
 #pragma once
 
 #include <cuda_runtime.h>
