@@ -67,17 +67,13 @@ Reference Compute(const std::vector<float>& x, const std::vector<float>& w, int6
   return ::testing::AssertionSuccess();
 }
 
-class Bf16LinearTest : public GpuTest {
+class Bf16LinearTest : public BlasGpuTest {
  protected:
   void SetUp() override {
-    GpuTest::SetUp();
-    if (IsSkipped()) return;
-    auto blas = cuda::Blas::Create(*allocator_);
-    ASSERT_TRUE(blas.ok()) << blas.status().ToString();
-    blas_ = std::move(blas).value();
+    BlasGpuTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
     blas_.set_batch_invariant(true);
   }
-  cuda::Blas blas_;
 };
 
 struct Case {
@@ -243,17 +239,7 @@ TEST_F(Bf16LinearTest, RejectsWhatItCannotServe) {
   EXPECT_EQ(kernels::LaunchBf16Linear(p, stream_.get()), cudaErrorInvalidValue);
 }
 
-class Bf16GemvTest : public GpuTest {
- protected:
-  void SetUp() override {
-    GpuTest::SetUp();
-    if (IsSkipped()) return;
-    auto blas = cuda::Blas::Create(*allocator_);
-    ASSERT_TRUE(blas.ok()) << blas.status().ToString();
-    blas_ = std::move(blas).value();
-  }
-  cuda::Blas blas_;
-};
+class Bf16GemvTest : public BlasGpuTest {};
 
 // One row (M = 1), partial 256-wide K steps (K = 8, 136, 4104), rows split over 2-8 warps (few
 // rows, long K), several rows per warp (M = 4096, 8192 past the grid's cap), V4-like sizes;

@@ -108,15 +108,8 @@ Fp8Weight MakeWeight(std::mt19937& rng, int64_t m, int64_t k) {
                                        << "x the bound)";
 }
 
-class Fp8LinearTest : public GpuTest {
+class Fp8LinearTest : public BlasGpuTest {
  protected:
-  void SetUp() override {
-    GpuTest::SetUp();
-    if (IsSkipped()) return;
-    auto blas = cuda::Blas::Create(*allocator_);
-    ASSERT_TRUE(blas.ok()) << blas.status().ToString();
-    blas_ = std::move(blas).value();
-  }
 
   cuda::Fp8LinearArgs Args(const cuda::DeviceBuffer& x, const cuda::DeviceBuffer& w, const cuda::DeviceBuffer& ws,
                            const cuda::DeviceBuffer& y, DType y_dtype, const cuda::DeviceBuffer& workspace, int64_t n,
@@ -130,7 +123,6 @@ class Fp8LinearTest : public GpuTest {
     return a;
   }
 
-  cuda::Blas blas_;
 };
 
 TEST_F(Fp8LinearTest, QuantizeMatchesReferenceBitForBit) {

@@ -108,15 +108,8 @@ Reference Compute(const std::vector<float>& x, const Fp8Weight& w, int64_t n) {
                                        << ref.want[worst] << " (" << worst_ratio << "x the bound)";
 }
 
-class Fp8W8A16Test : public GpuTest {
+class Fp8W8A16Test : public BlasGpuTest {
  protected:
-  void SetUp() override {
-    GpuTest::SetUp();
-    if (IsSkipped()) return;
-    auto blas = cuda::Blas::Create(*allocator_);
-    ASSERT_TRUE(blas.ok()) << blas.status().ToString();
-    blas_ = std::move(blas).value();
-  }
 
   struct DeviceWeight {
     cuda::DeviceBuffer codes, scales;
@@ -129,7 +122,6 @@ class Fp8W8A16Test : public GpuTest {
             View(d.scales, DType::kF32, {CeilDiv(w.m, kBlock), CeilDiv(w.k, kBlock)}), View(y, y_dtype, {n, w.m})};
   }
 
-  cuda::Blas blas_;
 };
 
 constexpr int64_t kBatches[] = {1, 2, 3, 7, 16, 33, 64, 100};

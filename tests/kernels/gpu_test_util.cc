@@ -119,6 +119,14 @@ void GpuTest::SetUp() {
   ASSERT_TRUE(prepared.ok()) << prepared.ToString();
 }
 
+void BlasGpuTest::SetUp() {
+  GpuTest::SetUp();
+  if (IsSkipped() || HasFatalFailure()) return;
+  auto blas = cuda::Blas::Create(*allocator_);
+  ASSERT_TRUE(blas.ok()) << blas.status().ToString();
+  blas_ = std::move(blas).value();
+}
+
 void GpuTest::TearDown() {
   if (allocator_ != nullptr) {
     const cudaError_t error = cudaStreamSynchronize(stream_.get());

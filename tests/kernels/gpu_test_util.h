@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "backend/cuda/allocator.h"
+#include "backend/cuda/blas.h"
 #include "backend/cuda/stream.h"
 #include "base/dtype.h"
 #include "base/tensor.h"
@@ -105,6 +106,13 @@ class GpuTest : public ::testing::Test {
   cuda::CudaRawAllocator raw_;
   std::unique_ptr<cuda::CachingAllocator> allocator_;
   cuda::Stream stream_;
+};
+
+// GpuTest with a cuBLAS handle on the test's allocator (the projection tests).
+class BlasGpuTest : public GpuTest {
+ protected:
+  void SetUp() override;
+  cuda::Blas blas_;
 };
 
 }  // namespace peregrine::testing

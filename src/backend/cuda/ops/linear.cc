@@ -15,6 +15,27 @@ cudaDataType_t CudaType(DType t) { return t == DType::kBF16 ? CUDA_R_16BF : CUDA
 
 bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
+// The fields the batch-invariant and the decode-sized kernels' params share with the strided
+// arguments (the callers have checked the sizes fit the narrower types).
+template <typename Params>
+Params StridedParams(const StridedLinearArgs& a) {
+  Params p;
+  p.x = a.x;
+  p.w = a.w;
+  p.y = a.y;
+  p.y_f32 = a.y_f32;
+  p.n = static_cast<decltype(p.n)>(a.n);
+  p.m = static_cast<int>(a.m);
+  p.k = static_cast<int>(a.k);
+  p.x_stride = a.x_stride;
+  p.y_stride = a.y_stride;
+  p.groups = static_cast<int>(a.groups);
+  p.x_group = a.x_group;
+  p.w_group = a.w_group;
+  p.y_group = a.y_group;
+  return p;
+}
+
 }  // namespace
 
 Status Linear(Blas& blas, const LinearArgs& a, cudaStream_t stream) {
@@ -91,20 +112,7 @@ Status BatchInvariantLinear(const Blas& blas, const StridedLinearArgs& a, cudaSt
   const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   PG_RETURN_IF_ERROR(check.Require(aligned(a.x) && aligned(a.w), "x and w must be 16-byte aligned"));
   if (a.n == 0) return Status::Ok();
-  kernels::Bf16LinearParams p;
-  p.x = a.x;
-  p.w = a.w;
-  p.y = a.y;
-  p.y_f32 = a.y_f32;
-  p.n = a.n;
-  p.m = static_cast<int>(a.m);
-  p.k = static_cast<int>(a.k);
-  p.x_stride = a.x_stride;
-  p.y_stride = a.y_stride;
-  p.groups = static_cast<int>(a.groups);
-  p.x_group = a.x_group;
-  p.w_group = a.w_group;
-  p.y_group = a.y_group;
+  kernels::Bf16LinearParams p = StridedParams<kernels::Bf16LinearParams>(a);
   p.k_split = kernels::Bf16LinearKSplit(p.m, p.k, blas.num_sms(), blas.compute_major());
   PG_CUDA_RETURN_IF_ERROR(kernels::LaunchBf16Linear(p, stream));
   return Status::Ok();
@@ -126,20 +134,7 @@ Status DecodeLinear(const Blas& blas, const StridedLinearArgs& a, cudaStream_t s
                                        a.y_stride >= a.m,
                                    "M=" + std::to_string(a.m) + " and " + std::to_string(a.groups) +
                                        " groups must be positive and fit the grid; y's row stride must be >= M"));
-  kernels::Bf16GemvParams p;
-  p.x = a.x;
-  p.w = a.w;
-  p.y = a.y;
-  p.y_f32 = a.y_f32;
-  p.n = static_cast<int>(a.n);
-  p.m = static_cast<int>(a.m);
-  p.k = static_cast<int>(a.k);
-  p.x_stride = a.x_stride;
-  p.y_stride = a.y_stride;
-  p.groups = static_cast<int>(a.groups);
-  p.x_group = a.x_group;
-  p.w_group = a.w_group;
-  p.y_group = a.y_group;
+  kernels::Bf16GemvParams p = StridedParams<kernels::Bf16GemvParams>(a);
   p.warps_per_row = kernels::Bf16GemvWarpsPerRow(p.m, p.k, p.groups, blas.num_sms());
   p.max_ctas = kernels::Bf16GemvMaxCtas(p.n, p.groups, blas.num_sms());
   PG_CUDA_RETURN_IF_ERROR(kernels::LaunchBf16Gemv(p, stream));
