@@ -136,6 +136,8 @@ Result<std::unique_ptr<ModelRunner>> MakeRunner(const EngineOptions& o, ModelSou
     return std::unique_ptr<ModelRunner>(std::move(runner));
   }
   if (o.device != "cuda") return InvalidArgument("unknown device '" + o.device + "' (cpu or cuda)");
+  if (o.kv_cache_dtype == "fp8")
+    return InvalidArgument("--kv-cache-dtype fp8 runs on the CPU backend only so far (the CUDA kernels read bf16 KV)");
   PG_RETURN_IF_ERROR(speculative::Validate(o.speculative));
   if (o.speculative.algorithm == speculative::Algorithm::kDdtree)
     return Unimplemented("DDTree draft trees run on the CPU backend only so far (--device cpu); on the GPU use "
@@ -197,6 +199,7 @@ Result<std::unique_ptr<HostModel>> MakeHostModel(const EngineOptions& o, ModelSo
   mo.num_threads = o.threads;
   mo.comm = comm;
   mo.expert_parallel = o.parallel.expert_parallel;
+  mo.kv_cache_fp8 = o.kv_cache_dtype == "fp8";
   return factory(source.config, std::move(source.checkpoint), mo);
 }
 
@@ -274,6 +277,7 @@ Result<std::unique_ptr<Engine>> MakeEngine(const EngineOptions& o) {
   config.scheduler.max_num_seqs = o.max_num_seqs;
   config.scheduler.max_num_waiting = o.max_num_waiting;
   config.scheduler.long_prefill_token_threshold = o.long_prefill_token_threshold;
+  if (o.kv_cache_dtype == "fp8") config.kv_cache_dtype = "fp8";
   auto engine = std::make_unique<Engine>(config, std::move(runner));
   engine->Start();
   return engine;

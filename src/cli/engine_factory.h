@@ -43,6 +43,9 @@ struct EngineOptions {
   // Batch-invariant kernels: a request's tokens and logprobs do not depend on the batch it
   // runs in (CUDA; the CPU backend is batch-invariant already).
   bool deterministic_inference = false;
+  // "fp8": KV rows as V4's FP8 cache format stores them (model/deepseek_v4/kv_fp8.h; the CPU
+  // backend so far, which rounds each row as it is written); "auto": the pools' own precision.
+  std::string kv_cache_dtype = "auto";
   int cuda_device = 0;
   uint64_t kv_staging_bytes = 0;          // CUDA, > 0: exported KV waits in a device arena of this size (CUDA IPC)
   speculative::SpeculativeConfig speculative;  // CUDA: chains (mtp with an MTP layer, ngram)

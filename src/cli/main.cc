@@ -40,6 +40,7 @@ peregrine::Result<peregrine::cli::EngineOptions> EngineOptionsOf(const peregrine
   o.device_sampling = !serve.host_sampling;
   o.overlap = !serve.disable_overlap_schedule;
   o.deterministic_inference = serve.enable_deterministic_inference;
+  o.kv_cache_dtype = serve.kv_cache_dtype == "fp8" || serve.kv_cache_dtype == "fp8_e4m3" ? "fp8" : "auto";
   if (serve.disaggregation_mode == "prefill" && serve.disaggregation_transfer_backend == "cuda_ipc")
     o.kv_staging_bytes = static_cast<uint64_t>(serve.disaggregation_staging_gb * double(uint64_t{1} << 30));
   PG_ASSIGN_OR_RETURN(o.speculative.algorithm, peregrine::speculative::ParseAlgorithm(serve.speculative_algorithm));

@@ -54,12 +54,15 @@ class RowScorer {
 
 class CpuScorer final : public RowScorer {
  public:
-  static Result<std::unique_ptr<RowScorer>> Create(ModelSource source, int64_t seq_len, int threads) {
+  static Result<std::unique_ptr<RowScorer>> Create(ModelSource source, int64_t seq_len, const EngineOptions& e) {
     HostModelRegistry registry;
     deepseek_v4::RegisterHostModel(registry);
     PG_ASSIGN_OR_RETURN(HostModelFactory factory, registry.Find(source.config.model_type));
     auto s = std::make_unique<CpuScorer>();
-    PG_ASSIGN_OR_RETURN(s->model_, factory(source.config, std::move(source.checkpoint), HostModelOptions{threads}));
+    HostModelOptions mo;
+    mo.num_threads = e.threads;
+    mo.kv_cache_fp8 = e.kv_cache_dtype == "fp8";
+    PG_ASSIGN_OR_RETURN(s->model_, factory(source.config, std::move(source.checkpoint), mo));
     const KvLayout layout = s->model_->kv_layout(256);
     const auto blocks = static_cast<int32_t>(std::max<int64_t>(layout.BlocksFor(seq_len), 1));
     s->kv_ = s->model_->CreateKvPools(layout.block_tokens, 1, blocks, 0);
@@ -140,10 +143,12 @@ int Run(const ScoreFlags& f) {
     if (t < 0 || t >= vocab) return Fail(InvalidArgument("a token id outside the vocabulary"));
   Result<std::unique_ptr<RowScorer>> scorer = InvalidArgument("unknown device '" + f.engine.device + "'");
   if (f.engine.device == "cpu") {
-    scorer = CpuScorer::Create(std::move(source).value(), f.seq_len, f.engine.threads);
+    scorer = CpuScorer::Create(std::move(source).value(), f.seq_len, f.engine);
   } else if (f.engine.device == "cuda") {
 #ifdef PEREGRINE_WITH_CUDA
-    scorer = CudaScorer::Create(std::move(source).value(), f.engine, f.seq_len);
+    scorer = f.engine.kv_cache_dtype == "fp8"
+                 ? Result<std::unique_ptr<RowScorer>>(InvalidArgument("--kv-cache-dtype fp8 runs on the CPU backend only"))
+                 : CudaScorer::Create(std::move(source).value(), f.engine, f.seq_len);
 #else
     scorer = Unimplemented("this build has no CUDA backend");
 #endif
@@ -217,6 +222,10 @@ void AddScoreCommand(CLI::App& app) {
   cmd->add_option("--threads", f->engine.threads, "CPU threads")->capture_default_str();
   cmd->add_option("--expert-format", f->engine.expert_format, "CUDA routed experts: bf16 or mxfp4")
       ->check(CLI::IsMember({"bf16", "mxfp4"}));
+  cmd->add_option("--kv-cache-dtype", f->engine.kv_cache_dtype,
+                  "auto, or fp8: KV rows as V4's FP8 cache format stores them (CPU backend)")
+      ->check(CLI::IsMember({"auto", "fp8"}))
+      ->capture_default_str();
   cmd->add_option("--dense-format", f->engine.dense_format, "CUDA dense projections: bf16 or fp8")
       ->check(CLI::IsMember({"bf16", "fp8"}));
   cmd->add_flag("--enable-deterministic-inference", f->engine.deterministic_inference,

@@ -59,6 +59,7 @@ Engine::Engine(const EngineConfig& config, std::unique_ptr<ModelRunner> runner)
   stats_.kv_block_tokens = kv_.block_tokens();
   stats_.kv_num_snapshots = kv_.config().num_snapshots;
   stats_.kv_pool_bytes = static_cast<int64_t>(PoolBytes(runner_->kv_capacity()).total());
+  stats_.kv_cache_dtype = config.kv_cache_dtype;
   stats_.is_ready = true;
 }
 

@@ -44,6 +44,7 @@ namespace peregrine {
 
 struct EngineConfig {
   SchedulerConfig scheduler;
+  std::string kv_cache_dtype = "bfloat16";  // reported in the stats (cache_config_info)
 };
 
 class Engine final : public EngineClient {

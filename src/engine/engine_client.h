@@ -37,6 +37,7 @@ struct EngineStats {
   int64_t kv_block_tokens = 0;         // tokens per block
   int64_t kv_num_snapshots = 0;        // prefix-cache snapshots of the pools (0: no prefix caching)
   int64_t kv_pool_bytes = 0;           // bytes of every KV pool (blocks, per-request state, snapshots)
+  std::string kv_cache_dtype = "bfloat16";  // the cache's format (EngineConfig::kv_cache_dtype)
   double device_busy_seconds = 0.0;    // cumulative device time of steps (runners that time it)
   double device_idle_seconds = 0.0;    // cumulative device idle time between steps of a busy engine
   StepTokenCounts step_tokens;

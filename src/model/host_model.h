@@ -98,6 +98,7 @@ struct HostModelOptions {
   int num_threads = 2;
   distributed::Communicator* comm = nullptr;
   bool expert_parallel = false;
+  bool kv_cache_fp8 = false;  // KV rows as an FP8 cache gives them back (--kv-cache-dtype fp8)
 };
 
 // Creates a host model from a config and its checkpoint (which it keeps alive).

@@ -110,9 +110,9 @@ std::string ServerMetrics::Render(const EngineStats& stats) const {
           "Bytes of the KV pools (blocks, per-request state and prefix-cache snapshots) on the device.",
           count(stats.kv_pool_bytes));
   w.Family("cache_config_info", "Information of the KV cache configuration.", "gauge");
-  // The pools hold bf16 (--kv-cache-dtype accepts nothing else).
   w.Sample("cache_config_info",
-           Label("block_size", std::to_string(stats.kv_block_tokens)) + "," + Label("cache_dtype", "bfloat16") + "," +
+           Label("block_size", std::to_string(stats.kv_block_tokens)) + "," + Label("cache_dtype", stats.kv_cache_dtype) +
+               "," +
                Label("enable_prefix_caching", stats.kv_num_snapshots > 0 ? "True" : "False") + "," +
                Label("num_gpu_blocks", std::to_string(stats.kv_num_blocks)) + "," +
                Label("num_snapshots", std::to_string(stats.kv_num_snapshots)),

@@ -5,6 +5,7 @@ import re
 import socket
 import subprocess
 import time
+import urllib.request
 
 import openai
 import pytest
@@ -66,7 +67,8 @@ def test_sglang_style_launch_and_quiet_logs():
     (["--tensor-parallel-size", "3"], "num_attention_heads"),  # the demo's 8 heads do not split 3 ways
     (["--tp", "65"], "not in range 1 to 64"),
     (["--quantization", "awq"], "--quantization"),
-    (["--kv-cache-dtype", "fp8"], "--kv-cache-dtype"),
+    (["--kv-cache-dtype", "fp16"], "--kv-cache-dtype"),
+    (["--kv-cache-dtype", "fp8", "--device", "cuda"], "--kv-cache-dtype fp8"),  # CPU backend only so far
     (["--chat-template", "template.jinja"], "chat encoding is built in"),
     (["--reasoning-parser", "qwen3"], "--reasoning-parser"),
     (["--tool-call-parser", "hermes"], "--tool-call-parser"),
@@ -77,6 +79,22 @@ def test_unsupported_choices_are_refused_with_the_supported_ones(args, needle):
     r = run_serve(*args)
     assert r.returncode != 0
     assert needle.lower() in (r.stdout + r.stderr).lower(), r.stderr
+
+
+def test_fp8_kv_cache_serves_on_the_cpu_and_reports_its_dtype():
+    s = Server(["demo", "--kv-cache-dtype", "fp8"])
+    try:
+        client = openai.OpenAI(base_url=s.base_url + "/v1", api_key=API_KEY, max_retries=0, timeout=60)
+        model = client.models.list().data[0].id
+        r = client.completions.create(model=model, prompt="Hello", max_tokens=8, temperature=0,
+                                      extra_body={"ignore_eos": True})
+        assert r.usage.completion_tokens == 8
+        req = urllib.request.Request(s.base_url + "/metrics", headers={"Authorization": "Bearer " + API_KEY})
+        with urllib.request.urlopen(req) as m:
+            metrics = m.read().decode()
+        assert 'cache_dtype="fp8"' in metrics, [l for l in metrics.splitlines() if "cache_config_info" in l]
+    finally:
+        s.stop()
 
 
 def test_busy_port_fails_before_loading():

@@ -5,6 +5,7 @@
 
 #include "backend/cpu/cpu_ops.h"
 #include "model/deepseek_v4/compressor.h"
+#include "model/deepseek_v4/kv_fp8.h"
 #include "model/deepseek_v4/layers.h"
 
 namespace peregrine::deepseek_v4 {
@@ -144,7 +145,8 @@ void AttendRun(const AttentionContext& ctx, const AttentionWeights& w, int64_t l
       const int64_t k = (pos + 1) / ratio - 1;  // the entry this token completes, if any
       const bool completes = (pos + 1) % ratio == 0;
       CompressorAppend(*w.compressor, crings, ctx.rope, eps, pos, pr.ckv.data() + t * width,
-                       pr.cgate.data() + t * width, completes ? kvs.Entry(layer, seg.blocks, k) : nullptr);
+                       pr.cgate.data() + t * width, completes ? kvs.Entry(layer, seg.blocks, k) : nullptr,
+                       ctx.kv_fp8_rope_dim);
       if (w.indexer)
         CompressorAppend(w.indexer->compressor, irings, ctx.rope, eps, pos, pr.ikv.data() + t * 2 * id,
                          pr.igate.data() + t * 2 * id, completes ? kvs.IndexKey(layer, seg.blocks, k) : nullptr);
@@ -226,7 +228,7 @@ void AttendTree(const AttentionContext& ctx, const AttentionWeights& w, int64_t 
           const bool self = j == i;
           const int64_t pj = first + static_cast<int64_t>(k);
           CompressorAppend(cwts, cr, ctx.rope, eps, pj, st.ckv.data() + j * cw, st.cgate.data() + j * cw,
-                           self ? st.entry.data() + i * hd : scratch_entry.data());
+                           self ? st.entry.data() + i * hd : scratch_entry.data(), ctx.kv_fp8_rope_dim);
           if (w.indexer)
             CompressorAppend(w.indexer->compressor, ir, ctx.rope, eps, pj, st.ikv.data() + j * 2 * id,
                              st.igate.data() + j * 2 * id, self ? st.key.data() + i * id : scratch_entry.data() + hd);
@@ -281,6 +283,9 @@ void Attention(const AttentionContext& ctx, const AttentionWeights& w, int64_t l
   for (int64_t t = 0; t < t_n; ++t) {
     RopeRows(ctx.rope, pr.positions[static_cast<size_t>(t)], pr.q.data() + t * h_n * hd, h_n, hd, false);
     RopeRows(ctx.rope, pr.positions[static_cast<size_t>(t)], pr.kv.data() + t * hd, 1, hd, false);
+    // An FP8 cache stores the row so: every reader (the window, a draft tree's staging) sees that.
+    if (ctx.kv_fp8_rope_dim > 0)
+      RoundTripKvRow(std::span<float>(pr.kv.data() + t * hd, static_cast<size_t>(hd)), ctx.kv_fp8_rope_dim);
   }
   if (w.compressor) {
     pr.ckv = Project(ctx.pool, x, w.compressor->wkv, t_n);      // [T, coff*Dh]

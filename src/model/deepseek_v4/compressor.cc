@@ -6,11 +6,12 @@
 
 #include "backend/cpu/cpu_ops.h"
 #include "base/check.h"
+#include "model/deepseek_v4/kv_fp8.h"
 
 namespace peregrine::deepseek_v4 {
 
 bool CompressorAppend(const CompressorWeights& w, const CompressorRings& s, const RopeTable& rope, float eps,
-                      int64_t position, const float* kv, const float* gate, float* entry) {
+                      int64_t position, const float* kv, const float* gate, float* entry, int64_t fp8_rope_dim) {
   const int64_t r = s.ratio;
   const int64_t d = s.dim;
   const int64_t width = s.coff * d;
@@ -59,6 +60,7 @@ bool CompressorAppend(const CompressorWeights& w, const CompressorRings& s, cons
   std::vector<float> cos(static_cast<size_t>(rope.rope_dim() / 2)), sin(cos.size());
   rope.Angles(position + 1 - r, cos.data(), sin.data());
   cpu::ApplyRope(entry, 1, d, rope.rope_dim(), cos.data(), sin.data(), /*inverse=*/false);
+  if (fp8_rope_dim > 0) RoundTripKvRow(std::span<float>(entry, static_cast<size_t>(d)), fp8_rope_dim);
   return true;
 }
 

@@ -25,8 +25,9 @@ struct CompressorRings {
 
 // Appends the token at `position`; kv/gate are its projections [coff*dim] (gate without
 // ape). When the token completes a block, writes the block's entry to `entry` [dim] and
-// returns true.
+// returns true; with `fp8_rope_dim` > 0 the entry as V4's FP8 KV format stores it (kv_fp8.h,
+// that many bf16 RoPE dims; KV entries only, not index keys).
 bool CompressorAppend(const CompressorWeights& w, const CompressorRings& rings, const RopeTable& rope, float eps,
-                      int64_t position, const float* kv, const float* gate, float* entry);
+                      int64_t position, const float* kv, const float* gate, float* entry, int64_t fp8_rope_dim = 0);
 
 }  // namespace peregrine::deepseek_v4

@@ -34,6 +34,7 @@ struct AttentionContext {
   const ModelConfig& config;
   const RopeTable& rope;  // the layer's table (plain or compressed)
   cpu::ThreadPool& pool;
+  int64_t kv_fp8_rope_dim = 0;  // > 0: KV rows and entries round-trip through kv_fp8.h's format
 };
 
 // A run of consecutive tokens of one sequence inside a batch of rows, and where its state lives.

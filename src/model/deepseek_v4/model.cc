@@ -149,6 +149,7 @@ void RegisterHostModel(HostModelRegistry& registry) {
     if (o.comm != nullptr) shard = {o.comm->rank(), o.comm->size(), o.expert_parallel};
     PG_ASSIGN_OR_RETURN(std::unique_ptr<Model> model,
                         Model::Create(config, std::move(checkpoint), o.num_threads, shard, o.comm));
+    model->set_kv_cache_fp8(o.kv_cache_fp8);
     return std::unique_ptr<HostModel>(std::move(model));
   });
 }
@@ -190,7 +191,7 @@ Status Model::RunLayer(const ModelConfig& c, const LayerWeights& lw, int64_t lay
   std::vector<float> post(static_cast<size_t>(t_n * hc)), comb(static_cast<size_t>(t_n * hc * hc));
   const float eps = static_cast<float>(c.rms_norm_eps);
   const bool sliding = c.layer_types[static_cast<size_t>(layer)] == AttentionType::kSliding;
-  const AttentionContext ctx{c, sliding ? rope_main_ : rope_compress_, pool_};
+  const AttentionContext ctx{c, sliding ? rope_main_ : rope_compress_, pool_, kv_fp8_rope_dim_};
 
   HyperConnectionPre(c, lw.hc_attn, streams, t_n, x.data(), post.data(), comb.data());
   cpu::RmsNorm(x.data(), lw.attn_norm.f32(), x.data(), t_n, d, eps);

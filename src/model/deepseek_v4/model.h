@@ -37,6 +37,11 @@ class Model final : public HostModel {
                                                distributed::Communicator* comm = nullptr);
 
   const ModelConfig& config() const override { return config_; }
+  // KV rows (window rows and compressed entries) as an FP8 cache in V4's format would give them
+  // back (kv_fp8.h): rounded as they are written, so attention reads exactly what such a cache
+  // holds (`--kv-cache-dtype fp8`; the pools keep f32). Set before the first forward.
+  void set_kv_cache_fp8(bool on) { kv_fp8_rope_dim_ = on ? config_.rope_head_dim : 0; }
+  bool kv_cache_fp8() const { return kv_fp8_rope_dim_ > 0; }
   KvLayout kv_layout(int64_t block_tokens) const override { return Geometry(block_tokens).Layout(); }
   std::unique_ptr<HostKvPools> CreateKvPools(int64_t block_tokens, int32_t num_slots, int32_t num_blocks,
                                              int32_t num_snapshots) const override;
@@ -140,6 +145,7 @@ class Model final : public HostModel {
   ModelWeights weights_;
   RopeTable rope_main_;
   RopeTable rope_compress_;
+  int64_t kv_fp8_rope_dim_ = 0;  // > 0: KV rows round-trip through the FP8 format (its bf16 RoPE dims)
   cpu::ThreadPool pool_;
   std::vector<float> last_streams_;  // [N, hc, D] of the last step with keep_hidden chunks
   std::vector<float> last_taps_;     // [N, taps, D] of that step, with a block drafter

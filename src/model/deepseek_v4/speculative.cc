@@ -52,7 +52,7 @@ Status Model::CommitTree(CpuKvStore& kv, int32_t slot, std::span<const int32_t> 
         const bool completes = (pos + 1) % ratio == 0;
         const int64_t e = (pos + 1) / ratio - 1;
         CompressorAppend(*aw.compressor, cr, rope, eps, pos, sl.ckv.data() + node * cw, sl.cgate.data() + node * cw,
-                         completes ? kv.Entry(l, blocks, e) : nullptr);
+                         completes ? kv.Entry(l, blocks, e) : nullptr, kv_fp8_rope_dim_);
         if (aw.indexer)
           CompressorAppend(aw.indexer->compressor, ir, rope, eps, pos, sl.ikv.data() + node * 2 * id,
                            sl.igate.data() + node * 2 * id, completes ? kv.IndexKey(l, blocks, e) : nullptr);
