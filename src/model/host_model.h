@@ -58,6 +58,8 @@ class HostModel {
   virtual const ModelConfig& config() const = 0;
   // The layout at a block size (rounded up to what the model needs).
   virtual KvLayout kv_layout(int64_t block_tokens) const = 0;
+  // The values the pools hold, for the KV fingerprint (disaggregation refuses to mix formats).
+  virtual std::string kv_format() const { return "f32"; }
   virtual std::unique_ptr<HostKvPools> CreateKvPools(int64_t block_tokens, int32_t num_slots, int32_t num_blocks,
                                                      int32_t num_snapshots) const = 0;
   // One step: `logits` gets one [vocab] row per wanted row, in chunk order. Fails before

@@ -51,7 +51,7 @@ Status CpuModelRunner::ImportKv(int32_t slot, std::span<const int32_t> blocks, i
 }
 
 std::string CpuModelRunner::kv_fingerprint() const {
-  return KvFingerprint("cpu-f32/" + model_->config().model_type + "/vocab=" + std::to_string(model_->config().vocab_size),
+  return KvFingerprint("cpu-" + model_->kv_format() + "/" + model_->config().model_type + "/vocab=" + std::to_string(model_->config().vocab_size),
                        capacity_.layout);
 }
 

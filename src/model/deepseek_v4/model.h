@@ -42,6 +42,7 @@ class Model final : public HostModel {
   // holds (`--kv-cache-dtype fp8`; the pools keep f32). Set before the first forward.
   void set_kv_cache_fp8(bool on) { kv_fp8_rope_dim_ = on ? config_.rope_head_dim : 0; }
   bool kv_cache_fp8() const { return kv_fp8_rope_dim_ > 0; }
+  std::string kv_format() const override { return kv_cache_fp8() ? "f32-fp8rows" : "f32"; }
   KvLayout kv_layout(int64_t block_tokens) const override { return Geometry(block_tokens).Layout(); }
   std::unique_ptr<HostKvPools> CreateKvPools(int64_t block_tokens, int32_t num_slots, int32_t num_blocks,
                                              int32_t num_snapshots) const override;
