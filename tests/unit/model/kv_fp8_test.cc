@@ -49,6 +49,10 @@ TEST(KvFp8Test, BlocksScaleToE4m3RangeAndRopeDimsStayBf16) {
   }
   for (int64_t i = 448; i < dim; ++i)
     EXPECT_EQ(back[static_cast<size_t>(i)], BF16ToF32(F32ToBF16(row[static_cast<size_t>(i)]))) << i;
+  // The in-place round trip the forward uses gives the same values.
+  std::vector<float> in_place = row;
+  RoundTripKvRow(in_place, rope);
+  EXPECT_EQ(in_place, back);
 }
 
 TEST(KvFp8Test, PartialBlocksExactValuesAndSpecialValues) {
@@ -82,6 +86,11 @@ TEST(KvFp8Test, PartialBlocksExactValuesAndSpecialValues) {
   EXPECT_TRUE(std::isnan(back[5]));
   EXPECT_EQ(back[6], -448.0f);
   EXPECT_EQ(back[0], 448.0f);
+  again = row;
+  RoundTripKvRow(again, 28);
+  EXPECT_TRUE(std::isnan(again[5]));
+  again[5] = back[5] = 0.0f;  // NaN != NaN: compare the rest
+  EXPECT_EQ(again, back);
 }
 
 // Next-token logprobs of the teacher-forced rows [rows, T - 1] and the full log-softmax rows.
