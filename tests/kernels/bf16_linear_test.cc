@@ -58,6 +58,21 @@ Reference Compute(const std::vector<float>& x, const std::vector<float>& w, int6
   return ::testing::AssertionSuccess();
 }
 
+// The f32 and bf16 outputs of one call shape (the first got32.size() outputs of `ref`): each
+// within the reference's bound, and the bf16 one exactly the f32 one rounded.
+::testing::AssertionResult BothOutputsMatch(const std::vector<float>& got32, const std::vector<float>& got16,
+                                            const Reference& ref, int64_t k) {
+  const auto count = static_cast<int64_t>(got32.size());
+  const Reference head{std::vector<double>(ref.want.begin(), ref.want.begin() + count),
+                       std::vector<double>(ref.abs_sum.begin(), ref.abs_sum.begin() + count)};
+  if (auto r = WithinBound(got32, head, k, false); !r) return r << " (f32 y)";
+  if (auto r = WithinBound(got16, head, k, true); !r) return r << " (bf16 y)";
+  for (size_t i = 0; i < got32.size(); ++i)
+    if (got16[i] != RoundBF16(got32[i]))
+      return ::testing::AssertionFailure() << "bf16 y at " << i << " is " << got16[i] << ", not the f32 y rounded";
+  return ::testing::AssertionSuccess();
+}
+
 ::testing::AssertionResult SameBits(const std::vector<float>& a, const std::vector<float>& b, int64_t m) {
   if (a.size() != b.size()) return ::testing::AssertionFailure() << "sizes differ";
   for (size_t i = 0; i < a.size(); ++i)
@@ -108,11 +123,7 @@ TEST_F(Bf16LinearTest, MatchesReferenceAndEveryRowIsBatchInvariant) {
                                 stream_.get()));
       Sync();
       const std::vector<float> got32 = Download<float>(y32, count), got16 = DownloadBF16(y16, count);
-      const Reference head{std::vector<double>(ref.want.begin(), ref.want.begin() + static_cast<int64_t>(count)),
-                           std::vector<double>(ref.abs_sum.begin(), ref.abs_sum.begin() + static_cast<int64_t>(count))};
-      EXPECT_TRUE(WithinBound(got32, head, c.k, false));
-      EXPECT_TRUE(WithinBound(got16, head, c.k, true));
-      for (size_t i = 0; i < count; ++i) ASSERT_EQ(got16[i], RoundBF16(got32[i])) << i;
+      ASSERT_TRUE(BothOutputsMatch(got32, got16, ref, c.k));
       if (at_max.empty()) {
         at_max = got32;
         continue;
@@ -279,11 +290,7 @@ TEST_F(Bf16GemvTest, MatchesReferenceAndLinearDispatchesToIt) {
       PG_ASSERT_OK(cuda::DecodeLinear(blas_, s, stream_.get()));
       Sync();
       const std::vector<float> got32 = Download<float>(y32, count), got16 = DownloadBF16(y16, count);
-      const Reference head{std::vector<double>(ref.want.begin(), ref.want.begin() + static_cast<int64_t>(count)),
-                           std::vector<double>(ref.abs_sum.begin(), ref.abs_sum.begin() + static_cast<int64_t>(count))};
-      EXPECT_TRUE(WithinBound(got32, head, c.k, false));
-      EXPECT_TRUE(WithinBound(got16, head, c.k, true));
-      for (size_t i = 0; i < count; ++i) ASSERT_EQ(got16[i], RoundBF16(got32[i])) << i;
+      ASSERT_TRUE(BothOutputsMatch(got32, got16, ref, c.k));
       // Linear took the decode kernel: its bits, not cuBLAS's.
       EXPECT_TRUE(SameBits(got32, Download<float>(direct, count), c.m));
     }

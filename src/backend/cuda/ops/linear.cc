@@ -36,10 +36,9 @@ Params StridedParams(const StridedLinearArgs& a) {
   return p;
 }
 
-}  // namespace
-
-Status Linear(Blas& blas, const LinearArgs& a, cudaStream_t stream) {
-  TensorChecker check("linear");
+// Checks `a` (Linear's and CublasLinear's contract) and gives its sizes as the strided
+// arguments of the same call.
+Result<StridedLinearArgs> CheckedArgs(TensorChecker& check, const LinearArgs& a) {
   Dim rows("N"), in("in"), out("out");
   const bool floating = (a.x.dtype == DType::kBF16 || a.x.dtype == DType::kF32) &&
                         (a.y.dtype == DType::kBF16 || a.y.dtype == DType::kF32);
@@ -50,7 +49,6 @@ Status Linear(Blas& blas, const LinearArgs& a, cudaStream_t stream) {
   PG_RETURN_IF_ERROR(check.Check("y", a.y, a.y.dtype, {&rows, &out}, Device::kCuda, 4));
   PG_RETURN_IF_ERROR(check.Require(rows.value() <= INT32_MAX && in.value() <= INT32_MAX && out.value() <= INT32_MAX,
                                    "sizes overflow int32"));
-  if (rows.value() == 0 || out.value() == 0) return Status::Ok();
   StridedLinearArgs s;
   s.x = a.x.data;
   s.x_stride = in.value();
@@ -61,38 +59,41 @@ Status Linear(Blas& blas, const LinearArgs& a, cudaStream_t stream) {
   s.n = rows.value();
   s.m = out.value();
   s.k = in.value();
+  return s;
+}
+
+// y^T (M x N, column-major) = w (stored K-major: op T) . x^T (K x N), for checked arguments.
+Status CublasGemm(Blas& blas, const LinearArgs& a, const StridedLinearArgs& s, cudaStream_t stream) {
+  if (s.n == 0 || s.m == 0) return Status::Ok();
+  PG_ASSIGN_OR_RETURN(cublasHandle_t handle, blas.On(stream));
+  const float one = 1.0f;
+  const float zero = 0.0f;
+  const int n = static_cast<int>(s.n), k = static_cast<int>(s.k), m = static_cast<int>(s.m);
+  PG_CUBLAS_RETURN_IF_ERROR(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &one, a.w.data,
+                                         CudaType(a.w.dtype), k, a.x.data, CudaType(a.x.dtype), k, &zero, a.y.data,
+                                         CudaType(a.y.dtype), m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status Linear(Blas& blas, const LinearArgs& a, cudaStream_t stream) {
+  TensorChecker check("linear");
+  PG_ASSIGN_OR_RETURN(const StridedLinearArgs s, CheckedArgs(check, a));
+  if (s.n == 0 || s.m == 0) return Status::Ok();
   if (blas.batch_invariant()) {
     PG_RETURN_IF_ERROR(check.Require(a.x.dtype == DType::kBF16,
                                      "batch-invariant mode has bf16 projections only (x and w are f32)"));
     return BatchInvariantLinear(blas, s, stream);
   }
   if (a.x.dtype == DType::kBF16 && FitsDecodeLinear(s)) return DecodeLinear(blas, s, stream);
-  return CublasLinear(blas, a, stream);
+  return CublasGemm(blas, a, s, stream);
 }
 
 Status CublasLinear(Blas& blas, const LinearArgs& a, cudaStream_t stream) {
   TensorChecker check("cublas_linear");
-  Dim rows("N"), in("in"), out("out");
-  PG_RETURN_IF_ERROR(check.Require(a.x.dtype == DType::kBF16 || a.x.dtype == DType::kF32, "x must be bf16 or f32"));
-  PG_RETURN_IF_ERROR(check.Require(a.w.dtype == a.x.dtype, "x and w must share a dtype"));
-  PG_RETURN_IF_ERROR(check.Check("x", a.x, a.x.dtype, {&rows, &in}, Device::kCuda, 4));
-  PG_RETURN_IF_ERROR(check.Check("w", a.w, a.w.dtype, {&out, &in}, Device::kCuda, 4));
-  PG_RETURN_IF_ERROR(check.Require(a.y.dtype == DType::kBF16 || a.y.dtype == DType::kF32, "y must be bf16 or f32"));
-  PG_RETURN_IF_ERROR(check.Check("y", a.y, a.y.dtype, {&rows, &out}, Device::kCuda, 4));
-  PG_RETURN_IF_ERROR(check.Require(rows.value() <= INT32_MAX && in.value() <= INT32_MAX && out.value() <= INT32_MAX,
-                                   "sizes overflow int32"));
-  if (rows.value() == 0 || out.value() == 0) return Status::Ok();
-  PG_ASSIGN_OR_RETURN(cublasHandle_t handle, blas.On(stream));
-  const float one = 1.0f;
-  const float zero = 0.0f;
-  const int n = static_cast<int>(rows.value());
-  const int k = static_cast<int>(in.value());
-  const int m = static_cast<int>(out.value());
-  // Column-major view: y^T (out x N) = w (stored in-major: op T) . x^T (in x N).
-  PG_CUBLAS_RETURN_IF_ERROR(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &one, a.w.data,
-                                         CudaType(a.w.dtype), k, a.x.data, CudaType(a.x.dtype), k, &zero, a.y.data,
-                                         CudaType(a.y.dtype), m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-  return Status::Ok();
+  PG_ASSIGN_OR_RETURN(const StridedLinearArgs s, CheckedArgs(check, a));
+  return CublasGemm(blas, a, s, stream);
 }
 
 Status BatchInvariantLinear(const Blas& blas, const StridedLinearArgs& a, cudaStream_t stream) {
