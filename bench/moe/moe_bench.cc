@@ -5,7 +5,10 @@
 // expert and matrix, looped on the host (bf16 weights for both dtypes: the peer's MXFP4 path
 // would add a dequantisation pass on top). Prints and writes JSON lines.
 //
-//   peregrine_moe_bench [--out FILE.jsonl]
+//   peregrine_moe_bench [--out FILE.jsonl] [--batch N ...] [--format bf16|mxfp4] [--bandwidth TB/s]
+//
+// --batch (repeatable) and --format narrow the sweep, e.g. to one kernel for a profiler;
+// --bandwidth is the roofline in the JSON's roofline_fraction (default 4.3: an H200).
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
@@ -28,8 +31,8 @@ namespace {
 
 using cuda::MoeWeightFormat;
 
-constexpr int64_t kExperts = 256, kTopK = 6, kDim = 4096, kInter = 2048;
-constexpr double kRooflineTBs = 4.3;
+constexpr int64_t kExperts = 256, kTopK = 6, kDim = 4096, kInter = 2048, kMaxBatch = 128;
+constexpr double kDefaultRooflineTBs = 4.3;
 
 using bench::GpuTimer;
 using bench::kFlushBytes;
@@ -44,7 +47,7 @@ struct Row {
   double bytes = 0, flops = 0, us = 0, peer_us = 0;
 };
 
-void Emit(const Row& r, FILE* out) {
+void Emit(const Row& r, double roofline_tbs, FILE* out) {
   const double tbs = r.bytes / (r.us * 1e-6) / 1e12;
   const double tflops = r.flops / (r.us * 1e-6) / 1e12;
   char line[512];
@@ -53,22 +56,49 @@ void Emit(const Row& r, FILE* out) {
                 "\"flops\":%.0f,\"time_us\":%.2f,\"tb_s\":%.3f,\"tflop_s\":%.3f,\"roofline_fraction\":%.3f,"
                 "\"peer\":\"cublas_loop_bf16\",\"peer_time_us\":%.2f,\"speedup_vs_peer\":%.2f}",
                 r.op.c_str(), r.dtype.c_str(), static_cast<long long>(r.batch), static_cast<long long>(r.touched),
-                r.bytes, r.flops, r.us, tbs, tflops, tbs / kRooflineTBs, r.peer_us, r.peer_us / r.us);
+                r.bytes, r.flops, r.us, tbs, tflops, tbs / roofline_tbs, r.peer_us, r.peer_us / r.us);
   std::printf("%s\n", line);
   if (out != nullptr) std::fprintf(out, "%s\n", line);
 }
 
 int Main(int argc, char** argv) {
   std::string out_path;
+  std::vector<int64_t> batches;
+  std::vector<MoeWeightFormat> formats;
+  double roofline_tbs = kDefaultRooflineTBs;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
-    if (arg == "--out" && i + 1 < argc) {
+    const bool has_value = i + 1 < argc;
+    if (arg == "--out" && has_value) {
       out_path = argv[++i];
+    } else if (arg == "--batch" && has_value) {
+      const long long b = std::atoll(argv[++i]);
+      if (b < 1 || b > kMaxBatch) {
+        std::fprintf(stderr, "--batch must be in [1, %lld]\n", static_cast<long long>(kMaxBatch));
+        return 2;
+      }
+      batches.push_back(b);
+    } else if (arg == "--format" && has_value) {
+      const std::string f = argv[++i];
+      if (f != "bf16" && f != "mxfp4") {
+        std::fprintf(stderr, "--format is bf16 or mxfp4\n");
+        return 2;
+      }
+      formats.push_back(f == "bf16" ? MoeWeightFormat::kBF16 : MoeWeightFormat::kMxfp4);
+    } else if (arg == "--bandwidth" && has_value) {
+      roofline_tbs = std::atof(argv[++i]);
+      if (!(roofline_tbs > 0.0)) {
+        std::fprintf(stderr, "--bandwidth must be positive\n");
+        return 2;
+      }
     } else {
-      std::fprintf(stderr, "usage: %s [--out FILE.jsonl]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--out FILE.jsonl] [--batch N ...] [--format bf16|mxfp4] [--bandwidth TB/s]\n",
+                   argv[0]);
       return 2;
     }
   }
+  if (batches.empty()) batches = {1, 16, 64, 128};
+  if (formats.empty()) formats = {MoeWeightFormat::kBF16, MoeWeightFormat::kMxfp4};
   FILE* out = out_path.empty() ? nullptr : std::fopen(out_path.c_str(), "a");
   if (!out_path.empty() && out == nullptr) {
     std::fprintf(stderr, "cannot open %s\n", out_path.c_str());
@@ -91,7 +121,7 @@ int Main(int argc, char** argv) {
   cuda::DeviceBuffer w1 = alloc(matrix * 2, 0x3b), w3 = alloc(matrix * 2, 0x3b), w2 = alloc(matrix * 2, 0x3b);
   cuda::DeviceBuffer q1 = alloc(matrix / 2, 0x5a), q3 = alloc(matrix / 2, 0x5a), q2 = alloc(matrix / 2, 0x5a);
   cuda::DeviceBuffer s1 = alloc(matrix / 32, 0x7b), s3 = alloc(matrix / 32, 0x7b), s2 = alloc(matrix / 32, 0x7b);
-  const int64_t max_batch = 128, max_nk = max_batch * kTopK;
+  const int64_t max_batch = kMaxBatch, max_nk = max_batch * kTopK;
   cuda::DeviceBuffer x = alloc(static_cast<size_t>(max_batch * kDim) * 2, 0x3c);
   cuda::DeviceBuffer h = alloc(static_cast<size_t>(max_nk * kInter) * 2, 0);
   cuda::DeviceBuffer y = alloc(static_cast<size_t>(max_nk * kDim) * 4, 0);
@@ -106,7 +136,7 @@ int Main(int argc, char** argv) {
   };
 
   std::mt19937 rng(42);
-  for (int64_t batch : {1, 16, 64, 128}) {
+  for (int64_t batch : batches) {
     const int64_t nk = batch * kTopK;
     std::vector<int32_t> topk(static_cast<size_t>(nk));
     std::vector<int64_t> per_expert(kExperts, 0);
@@ -149,7 +179,7 @@ int Main(int argc, char** argv) {
     const double peer_gate_up = timer.Median([&] { peer(true); });
     const double peer_down = timer.Median([&] { peer(false); });
 
-    for (MoeWeightFormat format : {MoeWeightFormat::kBF16, MoeWeightFormat::kMxfp4}) {
+    for (MoeWeightFormat format : formats) {
       const bool fp4 = format == MoeWeightFormat::kMxfp4;
       auto matrix_view = [&](const cuda::DeviceBuffer& bf16, const cuda::DeviceBuffer& packed,
                              const cuda::DeviceBuffer& scale, int64_t rows, int64_t cols) {
@@ -190,18 +220,18 @@ int Main(int argc, char** argv) {
       Row r{"gate_up", dtype, batch, touched, gu_bytes, gu_flops};
       r.us = 1e3 * timer.Median([&] { Must(cuda::MoeGateUp(gate_up, stream.get()), "gate_up"); });
       r.peer_us = 1e3 * peer_gate_up;
-      Emit(r, out);
+      Emit(r, roofline_tbs, out);
       Row d{"down", dtype, batch, touched, down_bytes, down_flops};
       d.us = 1e3 * timer.Median([&] { Must(cuda::MoeDown(down, stream.get()), "down"); });
       d.peer_us = 1e3 * peer_down;
-      Emit(d, out);
+      Emit(d, roofline_tbs, out);
       Row both{"gate_up+down", dtype, batch, touched, gu_bytes + down_bytes, gu_flops + down_flops};
       both.us = 1e3 * timer.Median([&] {
         Must(cuda::MoeGateUp(gate_up, stream.get()), "gate_up");
         Must(cuda::MoeDown(down, stream.get()), "down");
       });
       both.peer_us = 1e3 * (peer_gate_up + peer_down);
-      Emit(both, out);
+      Emit(both, roofline_tbs, out);
     }
   }
   if (out != nullptr) std::fclose(out);
