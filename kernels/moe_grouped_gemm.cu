@@ -254,7 +254,8 @@ cudaError_t LaunchTyped(const MoeExpertGemmParams& p, cudaStream_t stream) {
 }
 
 // The tensor-core MXFP4 kernel (moe_grouped_gemm_mma.cuh) serves whole 16-row tiles on sm_80+
-// devices that can give one CTA its 128 KiB table; anything else takes the CUDA-core kernel.
+// devices that can give one CTA its table and weight rings (~210 KiB: H100/H200; not A100
+// or sm_86/89); anything else takes the CUDA-core kernel.
 cudaError_t UseMxfp4Mma(const MoeExpertGemmParams& p, bool& use) {
   use = false;
   if (p.format != MoeWeightFormat::kMxfp4 || p.out_dim % moe_mma::kRows != 0) return cudaSuccess;
@@ -269,16 +270,17 @@ cudaError_t UseMxfp4Mma(const MoeExpertGemmParams& p, bool& use) {
   if (error == cudaSuccess)
     error = cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
   use = error == cudaSuccess && major >= 8 &&
-        smem_optin >= moe_mma::kDynamicSmemBytes + static_cast<int>(sizeof(int)) * (kMoeMaxExperts + moe_mma::kWarps);
+        smem_optin >= moe_mma::kDynamicSmemBytes +
+                          static_cast<int>(sizeof(int)) * (kMoeMaxExperts + moe_mma::kWarps);
   return error;
 }
 
-template <bool kGateUp>
+template <bool kGateUp, bool kWholeStages>
 cudaError_t LaunchMxfp4Mma(const MoeExpertGemmParams& p, cudaStream_t stream) {
-  const auto kernel = moe_mma::MoeMxfp4MmaKernel<kGateUp>;
+  const auto kernel = moe_mma::MoeMxfp4MmaKernel<kGateUp, kWholeStages>;
+  constexpr int kSmem = moe_mma::kDynamicSmemBytes;
   // Host-side attribute and queries only (no stream work), so this is legal inside a capture.
-  cudaError_t error =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, moe_mma::kDynamicSmemBytes);
+  cudaError_t error = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
   if (error != cudaSuccess) return error;
   int num_ctas = p.num_ctas;
   if (num_ctas <= 0) {
@@ -286,12 +288,19 @@ cudaError_t LaunchMxfp4Mma(const MoeExpertGemmParams& p, cudaStream_t stream) {
     error = cudaGetDevice(&device);
     if (error == cudaSuccess) error = cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, device);
     if (error == cudaSuccess)
-      error = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, moe_mma::kThreads,
-                                                            moe_mma::kDynamicSmemBytes);
+      error = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, moe_mma::kThreads, kSmem);
     if (error != cudaSuccess) return error;
     num_ctas = num_sms * (per_sm > 0 ? per_sm : 1);
   }
-  return LaunchDependent(kernel, LaunchShape{dim3(num_ctas), dim3(moe_mma::kThreads), moe_mma::kDynamicSmemBytes}, stream, p);
+  return LaunchDependent(kernel, LaunchShape{dim3(num_ctas), dim3(moe_mma::kThreads), kSmem}, stream, p);
+}
+
+// Rows stream in whole multi-step stages (with their scales) when in_dim divides into them.
+template <bool kGateUp>
+cudaError_t LaunchMxfp4Mma(const MoeExpertGemmParams& p, cudaStream_t stream) {
+  constexpr int kStageInputs = moe_mma::kStepInputs * moe_mma::kStageSteps<kGateUp, true>;
+  return p.in_dim % kStageInputs == 0 ? LaunchMxfp4Mma<kGateUp, true>(p, stream)
+                                      : LaunchMxfp4Mma<kGateUp, false>(p, stream);
 }
 
 cudaError_t Validate(const MoeExpertGemmParams& p) {

@@ -4,14 +4,15 @@
 // input, one ue8m0 scale per 32 inputs).
 //
 // Built for decode, where it is bound by the weight bytes. MXFP4 weights (whole 16-row tiles,
-// sm_80+) run on tensor cores (moe_grouped_gemm_mma.cuh): a persistent grid walks the
-// (touched expert, 16-row tile) pairs one warp at a time (2 or 4 warps splitting the inputs
-// when there are few pairs, e.g. batch 1), decoding e2m1 exactly to bf16 MMA fragments, the
-// expert's assignments as the N side in passes of up to 16. bf16 weights (and
-// MXFP4 anywhere else) take the CUDA-core kernel: (touched expert, output row) pairs one warp
-// at a time, each weight row streamed once per group of up to kMoeTokenGroup assignments.
-// Both stream weights with 16-byte loads that skip L1, read activations through L1 and
-// accumulate in fp32; untouched experts cost nothing.
+// devices that give a CTA ~210 KiB of shared memory: H100/H200) run on tensor cores
+// (moe_grouped_gemm_mma.cuh): a persistent grid walks the (touched expert, 16-row tile) pairs
+// one warp at a time (2 or 4 warps splitting the inputs when there are few pairs, e.g. batch
+// 1), streaming the rows through a per-warp cp.async ring in runs of 128-256 bytes per row,
+// decoding e2m1 exactly to bf16 MMA fragments, the expert's assignments as the N side in
+// passes of up to 16. bf16 weights (and MXFP4 anywhere else) take the CUDA-core kernel:
+// (touched expert, output row) pairs one warp at a time, each weight row streamed once per
+// group of up to kMoeTokenGroup assignments with 16-byte loads that skip L1. Both read
+// activations through L1 and accumulate in fp32; untouched experts cost nothing.
 #pragma once
 
 #include <cuda_runtime_api.h>

@@ -17,13 +17,22 @@
 // the bf16 range, which is fp32's) gives the weight value the CPU reference computes.
 // The table's rows are 256 bytes apart and it starts on a 64 KiB boundary of the shared
 // window, so a lookup address is one byte permute: (table base, the packed byte, lane * 4);
-// three instructions per weight pair (prmt, lds, hmul2). It lives in dynamic shared memory
-// (kDynamicSmemBytes: the table plus room to align it), one CTA of 16 warps per SM.
+// three instructions per weight pair (prmt, lds, hmul2).
+// Streaming: each warp has a ring in shared memory (its slot) of two stages, a stage being the
+// warp's 16 or 32 rows over 2 (gate-up) or 4 (down) consecutive 128-input steps plus their
+// scale bytes: 4 KiB of weights, copied with cp.async (16 bytes per lane, L2 only) one stage
+// ahead of the decode, also across the boundary to the warp's next item, each instruction
+// reading whole 128- or 256-byte runs of a few rows.
+// Lanes then read their MMA chunks from the stage (rows XOR-swizzled: conflict-free). The
+// register ring this replaced read 64 bytes of each of 8 rows per instruction, one step
+// ahead: DRAM reached 59% of its peak at batch 64 with 72% of the cycles stalled on those
+// loads (Nsight Compute). The dynamic window (kDynamicSmemBytes) holds the table and kWarps
+// slots placed around it (SlotAddress), one CTA of 16 warps per SM.
 // Split K (ChooseSplit): when the items are too few to occupy the grid's warps (batch 1: 6
 // experts), groups of 2 or 4 neighbouring warps share an item, each streaming a contiguous
-// share of its 128-input steps; the partial sums meet in shared memory beside the table
-// (whichever side of it the alignment left room on) and the group's first warp adds them in
-// rank order, so the result is deterministic for a given split.
+// share of its stages; the partial sums meet in shared memory (the table rows' unused
+// halves) and the group's first warp adds them in rank order, so the result is deterministic
+// for a given split.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -40,7 +49,7 @@ namespace peregrine::kernels::moe_mma {
 
 constexpr int kThreads = 512;
 constexpr int kWarps = kThreads / kWarpSize;
-constexpr int kMinCtasPerSm = 1;  // 16 warps per SM (the table takes 128 KiB); 128 registers
+constexpr int kMinCtasPerSm = 1;  // 16 warps per SM (table and rings: ~210 KiB); 128 registers
 constexpr int kRows = 16;         // weight rows per work item: the MMA's M
 constexpr int kTileTokens = 8;    // assignments per MMA: N
 constexpr int kMaxTokenTiles = 2; // token tiles sharing one pass over the weights
@@ -48,7 +57,31 @@ constexpr int kStepInputs = 128;  // inputs per step: 4 lanes x one 32-input blo
 
 constexpr uint32_t kTableRowBytes = 256;                   // one row per packed byte; lanes use 128
 constexpr uint32_t kTableBytes = 256 * kTableRowBytes;       // 64 KiB, aligned to its size
-constexpr int kDynamicSmemBytes = 2 * static_cast<int>(kTableBytes);  // any start can be aligned
+
+// The per-warp ring (shared memory) holds two stages of the warp's rows: kRowsOf rows (16 per
+// matrix), kStageSteps consecutive 128-input steps of each (64 bytes per row and step),
+// copied row by row so that DRAM sees 128-byte (gate-up) or 256-byte (down) runs of a row
+// where one step alone would read 64 bytes of each of 8 rows per instruction. In the fast
+// form (kWholeStages: in_dim a multiple of 128 * kStageSteps) the rows' scale bytes of the
+// stage travel with it; otherwise stages are single steps with zero-filled chunks past in_dim
+// and the scale bytes are read when decoded.
+template <bool kGateUp>
+inline constexpr int kMatsOf = kGateUp ? 2 : 1;
+template <bool kGateUp>
+inline constexpr int kRowsOf = kRows * kMatsOf<kGateUp>;
+template <bool kGateUp, bool kWholeStages>
+inline constexpr int kStageSteps = kWholeStages ? 64 / kRowsOf<kGateUp> : 1;
+template <bool kGateUp, bool kWholeStages>
+inline constexpr uint32_t kStageChunkBytes = kRowsOf<kGateUp> * kStageSteps<kGateUp, kWholeStages> * 64;
+// A whole stage: 4 KiB of weights and 256 bytes of scales, for gate-up and down alike.
+inline constexpr uint32_t kStageBytes = 64 * 64 + 64 * 4;
+static_assert(kStageChunkBytes<true, true> == 64 * 64 && kStageChunkBytes<false, true> == 64 * 64, "4 KiB stages");
+inline constexpr uint32_t kSlotBytes = 2 * kStageBytes;
+// The table and kWarps slots fit around a 64 KiB-aligned table wherever the window starts:
+// the slots below it waste less than one slot, hence one spare.
+inline constexpr int kDynamicSmemBytes = static_cast<int>(kTableBytes + (kWarps + 1) * kSlotBytes);
+static_assert(kSlotBytes % 128 == 0, "slots keep 16-byte alignment");
+static_assert((kWarps + 1) * kSlotBytes >= kTableBytes, "a window starting just past a 64 KiB boundary holds the table");
 
 // e2m1 (sign, 2-bit exponent, 1-bit mantissa) as bf16 bits: 0, 0.5, 1, 1.5, 2, 3, 4, 6.
 __device__ __forceinline__ uint32_t E2M1ToBF16Bits(uint32_t nibble) {
@@ -92,12 +125,35 @@ __device__ __forceinline__ uint32_t DecodeByte(uint32_t lane_entry, uint32_t wor
   return v;
 }
 
-// Weights are read once: bypass L1 so the activations, which every warp re-reads, stay there.
-__device__ __forceinline__ uint4 LoadWeights(const uint8_t* p) {
+// The dynamic window: the decode table at the first 64 KiB boundary inside it, and warp w's
+// ring slot below the table while slots fit there, above it otherwise. Re-derived where
+// needed (a few instructions) rather than kept live across the streaming loop.
+__device__ __forceinline__ uint32_t WindowAddress() {
+  extern __shared__ __align__(16) uint8_t dynamic_smem[];
+  return SmemAddress(dynamic_smem);
+}
+
+__device__ __forceinline__ uint32_t TableAddress() {
+  return (WindowAddress() + kTableBytes - 1u) & ~(kTableBytes - 1u);
+}
+
+__device__ __forceinline__ uint32_t SlotAddress(int warp) {
+  const uint32_t window = WindowAddress();
+  const uint32_t table = (window + kTableBytes - 1u) & ~(kTableBytes - 1u);
+  const int below = static_cast<int>((table - window) / kSlotBytes);
+  return warp < below ? window + static_cast<uint32_t>(warp) * kSlotBytes
+                      : table + kTableBytes + static_cast<uint32_t>(warp - below) * kSlotBytes;
+}
+
+__device__ __forceinline__ uint4 LoadShared128(uint32_t address) {
   uint4 v;
-  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p));
+  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(address));
+  return v;
+}
+
+__device__ __forceinline__ uint2 LoadShared64(uint32_t address) {
+  uint2 v;
+  asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "r"(address));
   return v;
 }
 
@@ -138,26 +194,98 @@ struct Stage {
   uint32_t s[kMats][2];
 };
 
-template <bool kGateUp>
-struct TileContext {
-  static constexpr int kMats = kGateUp ? 2 : 1;
-  const uint8_t* w[kMats][2];   // this lane's chunk of rows g, g + 8 at step 0
-  const uint8_t* sc[kMats][2];  // its scale byte at step 0
-};
+// The tile's first weight row and its scales in matrix m (w_a, or w_b for gate-up's up).
+__device__ __forceinline__ const uint8_t* TileRows(const MoeExpertGemmParams& p, int m, int e, int row0) {
+  return static_cast<const uint8_t*>(m == 0 ? p.w_a : p.w_b) +
+         (static_cast<int64_t>(e) * p.out_dim + row0) * static_cast<int64_t>(p.in_dim / 2);
+}
 
-// Steps past in_dim and, with kSplit, at or past step_end (another warp's share of the
-// item) load nothing.
-template <int kMats, bool kSplit>
-__device__ __forceinline__ void LoadStage(Stage<kMats>& st, const TileContext<kMats == 2>& ctx, int step, int step_end,
-                                          int in_dim, int t) {
-  const bool valid = (!kSplit || step < step_end) && step * kStepInputs + 32 * t < in_dim;
+__device__ __forceinline__ const uint8_t* TileScales(const MoeExpertGemmParams& p, int m, int e, int row0) {
+  return (m == 0 ? p.scale_a : p.scale_b) + (static_cast<int64_t>(e) * p.out_dim + row0) * (p.in_dim / 32);
+}
+
+// Chunk c (16 bytes) of a stage row sits at position c ^ ChunkSwizzle(row): rows g and g + 1,
+// which one quarter-warp reads together, then fall in different banks.
+template <bool kWholeStages>
+__device__ __forceinline__ int ChunkSwizzle(int row) {
+  return kWholeStages ? (row & 1) << 2 : 0;
+}
+
+// Copies stage `stage` (steps [stage * kStageSteps, +kStageSteps)) of the rows [row0, row0 +
+// 16) of expert e into ring position `r` of the warp's slot: lane-consecutive 16-byte chunks of
+// one row, so each instruction reads whole runs of a few rows. Chunks past in_dim are
+// zero-filled without a read. Addresses are one per-lane base per matrix plus immediates, to
+// keep registers for the decode.
+template <bool kGateUp, bool kWholeStages>
+__device__ __forceinline__ void IssueStage(const MoeExpertGemmParams& p, uint32_t slot, int r, int e, int row0,
+                                           int stage, int lane) {
+  constexpr int kSteps = kStageSteps<kGateUp, kWholeStages>;
+  constexpr int kChunksPerRow = 4 * kSteps;
+  constexpr int kRowsPerCopy = kWarpSize / kChunksPerRow;  // even: a lane's rows share a parity
+  constexpr int kCopiesPerMatrix = kRows / kRowsPerCopy;
+  static_assert(kRowsPerCopy % 2 == 0 && kRows % kRowsPerCopy == 0, "copy layout");
+  const int64_t packed_row = p.in_dim / 2;
+  const int step0 = stage * kSteps;
+  const int c = lane % kChunksPerRow, lane_row = lane / kChunksPerRow;
+  const bool valid = kWholeStages || step0 * kStepInputs + 32 * c < p.in_dim;  // kSteps == 1 otherwise
+  const int64_t lane_offset = valid ? lane_row * packed_row + static_cast<int64_t>(step0) * (kStepInputs / 2) + 16 * c
+                                    : lane_row * packed_row;
+  const uint32_t stage_base = slot + static_cast<uint32_t>(r) * kStageBytes;
+  const uint32_t lane_dst =
+      stage_base +
+      static_cast<uint32_t>((lane_row * kChunksPerRow + (c ^ ChunkSwizzle<kWholeStages>(lane_row))) * 16);
+  const uint32_t row_stride = static_cast<uint32_t>(kRowsPerCopy * packed_row);
+#pragma unroll
+  for (int m = 0; m < kMatsOf<kGateUp>; ++m) {
+    const uint8_t* src = TileRows(p, m, e, row0) + lane_offset;
+#pragma unroll
+    for (int i = 0; i < kCopiesPerMatrix; ++i) {
+      CpAsync16To(lane_dst + static_cast<uint32_t>(((m * kCopiesPerMatrix + i) * kRowsPerCopy * kChunksPerRow) * 16),
+                  src + i * row_stride, valid);
+    }
+  }
+  if constexpr (kWholeStages) {
+    // The stage's scale bytes, 4 per row and step: 8 bytes per lane covers every row.
+    constexpr int kLanesPerRow = kSteps / 2;
+    static_assert(kRowsOf<kGateUp> * kLanesPerRow == kWarpSize, "one 8-byte scale copy per lane");
+    const int row = lane / kLanesPerRow, part = lane % kLanesPerRow;
+    CpAsync8To(stage_base + kStageChunkBytes<kGateUp, true> + static_cast<uint32_t>(row * 4 * kSteps + 8 * part),
+               TileScales(p, row / kRows, e, row0) + (row % kRows) * (p.in_dim / 32) + 4 * step0 + 8 * part);
+  }
+}
+
+__device__ __forceinline__ uint32_t LoadSharedU8(uint32_t address) {
+  uint32_t v;
+  asm volatile("ld.shared.u8 %0, [%1];" : "=r"(v) : "r"(address));
+  return v;
+}
+
+// Step `j` of the stage at stage_base: this lane's chunks from shared memory; scale bytes from
+// the stage (kWholeStages: row r's are bytes [4 * kStageSteps * r, +4 kStageSteps) after the
+// chunks, step j's four at 4 j, byte t this lane's) or from global memory.
+template <bool kGateUp, bool kWholeStages>
+__device__ __forceinline__ void ReadStep(Stage<kMatsOf<kGateUp>>& st, const MoeExpertGemmParams& p,
+                                         uint32_t stage_base, int j, int e, int row0, int step, int g, int t) {
+  constexpr int kMats = kMatsOf<kGateUp>;
+  constexpr int kSteps = kStageSteps<kGateUp, kWholeStages>;
+  constexpr int kChunksPerRow = 4 * kSteps;
 #pragma unroll
   for (int m = 0; m < kMats; ++m)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      st.w[m][h] = valid ? LoadWeights(ctx.w[m][h] + static_cast<int64_t>(step) * (kStepInputs / 2))
-                         : make_uint4(0u, 0u, 0u, 0u);
-      st.s[m][h] = valid ? static_cast<uint32_t>(__ldg(ctx.sc[m][h] + step * (kStepInputs / 32))) : 127u;
+      const int row = m * kRows + 8 * h + g;
+      const int c = 4 * j + t;
+      st.w[m][h] = LoadShared128(stage_base +
+                                 static_cast<uint32_t>((row * kChunksPerRow + (c ^ ChunkSwizzle<kWholeStages>(row))) * 16));
+      if constexpr (kWholeStages) {
+        st.s[m][h] = LoadSharedU8(stage_base + kStageChunkBytes<kGateUp, true> +
+                                  static_cast<uint32_t>(row * 4 * kSteps + 4 * j + t));
+      } else {
+        const bool valid = step * kStepInputs + 32 * t < p.in_dim;
+        st.s[m][h] = valid ? static_cast<uint32_t>(__ldg(TileScales(p, m, e, row0) + (8 * h + g) * (p.in_dim / 32) +
+                                                        step * (kStepInputs / 32) + t))
+                           : 127u;
+      }
     }
 }
 
@@ -201,29 +329,27 @@ __device__ __forceinline__ void ComputeStep(uint32_t lane_entry, const uint4 (&w
   }
 }
 
-// Rows [row0, row0 + 16) of expert e for the assignments sorted_assignments[first, min(first +
-// 8 kTiles, end)), 128-input steps [step_begin, step_end) only: streams that part of the rows
-// once and adds it to acc.
-template <bool kGateUp, int kTiles, bool kSplit>
-__device__ __forceinline__ void AccumulateRowTile(const MoeExpertGemmParams& p, uint32_t lane_entry, int e, int row0,
-                                                  int first, int end, int lane, int step_begin, int step_end,
-                                                  float (&acc)[kGateUp ? 2 : 1][kTiles][4]) {
-  constexpr int kMats = kGateUp ? 2 : 1;
-  // A ring of steps in registers, kStages - 1 of them in flight while one is decoded: 4-8
-  // weight chunks per lane for gate-up (two matrices), 4-6 for down.
-  constexpr int kStages = kGateUp ? 2 : 3;
-  const int g = lane / 4, t = lane % 4;
-  const int64_t packed_row = p.in_dim / 2, scale_row = p.in_dim / 32;
+// A warp's work streams as a sequence of units (an item's pass, or a split group's share of
+// it), each a run of stages, with one stage in flight: while a stage is decoded, the next one
+// (of this unit, or the first of the next unit) is being copied into the other ring position.
+struct NextUnit {
+  int e = -1;  // < 0: none
+  int row0 = 0;
+  int stage = 0;  // its first stage
+};
 
-  TileContext<kGateUp> ctx;
-#pragma unroll
-  for (int m = 0; m < kMats; ++m)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int64_t row = static_cast<int64_t>(e) * p.out_dim + row0 + g + 8 * h;
-      ctx.w[m][h] = static_cast<const uint8_t*>(m == 0 ? p.w_a : p.w_b) + row * packed_row + 16 * t;
-      ctx.sc[m][h] = (m == 0 ? p.scale_a : p.scale_b) + row * scale_row + t;
-    }
+// Rows [row0, row0 + 16) of expert e for the assignments sorted_assignments[first, min(first +
+// 8 kTiles, end)), stages [stage_begin, stage_end): streams them once through the warp's ring
+// and adds them to acc. On entry stage_begin sits (issued, committed) at ring position `pos`;
+// on return the next unit's first stage does (when there is one) and `pos` points at it.
+template <bool kGateUp, int kTiles, bool kWholeStages>
+__device__ __forceinline__ void AccumulateRowTile(const MoeExpertGemmParams& p, uint32_t lane_entry, uint32_t slot,
+                                                  int& pos, int e, int row0, int first, int end, int lane,
+                                                  int stage_begin, int stage_end, const NextUnit& next,
+                                                  float (&acc)[kGateUp ? 2 : 1][kTiles][4]) {
+  constexpr int kMats = kMatsOf<kGateUp>;
+  constexpr int kSteps = kStageSteps<kGateUp, kWholeStages>;
+  const int g = lane / 4, t = lane % 4;
   const uint4* x[kTiles];
 #pragma unroll
   for (int j = 0; j < kTiles; ++j) {
@@ -234,20 +360,30 @@ __device__ __forceinline__ void AccumulateRowTile(const MoeExpertGemmParams& p, 
                                                             p.in_dim)
                        : nullptr;
   }
-
-  Stage<kMats> ring[kStages];
-#pragma unroll
-  for (int u = 0; u + 1 < kStages; ++u) LoadStage<kMats, kSplit>(ring[u], ctx, step_begin + u, step_end, p.in_dim, t);
-  for (int step0 = step_begin; step0 < step_end; step0 += kStages) {
-#pragma unroll
-    for (int u = 0; u < kStages; ++u) {
-      const int step = step0 + u;
-      if (step >= step_end) break;
-      // No memory access for steps past step_end or in_dim.
-      LoadStage<kMats, kSplit>(ring[(u + kStages - 1) % kStages], ctx, step + kStages - 1, step_end, p.in_dim, t);
-      ComputeStep<kMats, kTiles>(lane_entry, ring[u].w, ring[u].s, x, step * kStepInputs + 32 * t < p.in_dim, step,
-                                 t, acc);
+  for (int k = stage_begin; k < stage_end; ++k) {
+    // Lanes read chunks other lanes copied: every lane has finished reading the position about
+    // to be refilled (the previous stage) before any lane refills it, and every lane's copies
+    // of this stage have landed before any lane reads them.
+    __syncwarp();
+    // One commit group per stage (empty when nothing follows), so that "at most one group
+    // pending" means the stage about to be read has landed.
+    if (k + 1 < stage_end) {
+      IssueStage<kGateUp, kWholeStages>(p, slot, pos ^ 1, e, row0, k + 1, lane);
+    } else if (next.e >= 0) {
+      IssueStage<kGateUp, kWholeStages>(p, slot, pos ^ 1, next.e, next.row0, next.stage, lane);
     }
+    CpAsyncCommit();
+    CpAsyncWait<1>();
+    __syncwarp();
+    const uint32_t stage_base = slot + static_cast<uint32_t>(pos) * kStageBytes;
+#pragma unroll 1
+    for (int j = 0; j < kSteps; ++j) {
+      const int step = k * kSteps + j;
+      Stage<kMats> st;
+      ReadStep<kGateUp, kWholeStages>(st, p, stage_base, j, e, row0, step, g, t);
+      ComputeStep<kMats, kTiles>(lane_entry, st.w, st.s, x, step * kStepInputs + 32 * t < p.in_dim, step, t, acc);
+    }
+    pos ^= 1;
   }
 }
 
@@ -283,22 +419,25 @@ __device__ __forceinline__ void StoreRowTile(const MoeExpertGemmParams& p, int r
 }
 
 // Split K: when there are too few items to give every warp one (batch 1: 6 experts), `split`
-// neighbouring warps of a CTA share an item, warp `rank` of the group streaming steps
-// [rank * S / split, (rank + 1) * S / split) of its S 128-input steps. Ranks 1.. leave their
-// fp32 partials in shared memory, rank 0 adds them in rank order (deterministic) and stores.
+// neighbouring warps of a CTA share an item, warp `rank` of the group streaming stages
+// [rank * S / split, (rank + 1) * S / split) of its S stages. Ranks 1.. leave their fp32
+// partials in shared memory, rank 0 adds them in rank order (deterministic) and stores.
 constexpr int kMaxSplit = 4;
 constexpr int kPartialFloats = 2 * 4;  // acc[kMats][1][4]: split passes take one token tile
-// [kWarps][kPartialFloats][32 lanes] fp32: one slot per warp, lane-minor (conflict-free).
-constexpr uint32_t kPartialBytes = kWarps * kPartialFloats * kWarpSize * sizeof(float);
-static_assert(kPartialBytes <= kTableBytes / 2, "the partials live beside the table");
+// Warp w's partial f of lane l: the unused upper half of table row 8 w + f (lanes' table
+// columns use the first 128 bytes of each 256-byte row), so the ring keeps its prefetch.
+__device__ __forceinline__ uint32_t PartialAddress(uint32_t table, int warp, int f, int lane) {
+  return table + static_cast<uint32_t>((warp * kPartialFloats + f) * kTableRowBytes + kTableRowBytes / 2 + lane * 4);
+}
+static_assert(kWarps * kPartialFloats <= 256 && kWarpSize * 4 <= kTableRowBytes / 2, "partials in the table's spare half");
 
 // bar.sync on barrier 1 + group (0 is __syncthreads) for the group's split * 32 threads.
 __device__ __forceinline__ void GroupBarrier(int group, int split) {
   asm volatile("bar.sync %0, %1;" ::"r"(1 + group), "r"(split * kWarpSize) : "memory");
 }
 
-// The split in 1, 2, 4 (at least one step per warp) with the lowest cost = (rounds of items
-// over the grid's warp groups) x (steps per warp); a split must cut the cost by more than a
+// The split in 1, 2, 4 (at least one stage per warp) with the lowest cost = (rounds of items
+// over the grid's warp groups) x (stages per warp); a split must cut the cost by more than a
 // fifth (its barriers, partials and one-tile passes are not free), so batch 16+ keeps one
 // warp per item. Depends only on the touched-expert count and the grid, so every CTA and
 // every warp agrees.
@@ -318,77 +457,88 @@ __device__ __forceinline__ int ChooseSplit(int64_t num_items, int num_steps) {
   return best;
 }
 
-// The shared address of the kPartialBytes area: whichever side of the table has room (the
-// table starts less than 64 KiB into the 128 KiB window, so one side has at least 32 KiB).
-// Re-derived where needed (a few instructions) rather than kept live across the streaming loop.
-__device__ __forceinline__ uint32_t PartialsAddress() {
-  extern __shared__ uint8_t dynamic_smem[];  // kDynamicSmemBytes
-  const uint32_t window = SmemAddress(dynamic_smem);
-  const uint32_t table = (window + kTableBytes - 1u) & ~(kTableBytes - 1u);
-  return table - window >= kPartialBytes ? window : table + kTableBytes;
+// The warp's next unit in the unsplit walk: the item's next pass, else the first pass of the
+// warp's next item. Returns false when the warp has no more work.
+struct Walk {
+  int item, e, row0, begin, end, first;
+};
+
+__device__ __forceinline__ bool StartItem(const MoeExpertGemmParams& p, const int* touched, int num_tiles,
+                                          int num_items, int item, Walk& w) {
+  if (item >= num_items) return false;
+  const int index = item / num_tiles;
+  w.item = item;
+  w.row0 = (item - index * num_tiles) * kRows;
+  w.e = touched[index];
+  w.begin = p.expert_offsets[w.e];
+  w.end = p.expert_offsets[w.e + 1];
+  w.first = w.begin;
+  return true;
 }
 
 // One pass of an item (see AccumulateRowTile) by one warp.
-template <bool kGateUp, int kTiles>
-__device__ __forceinline__ void ItemPass(const MoeExpertGemmParams& p, uint32_t lane_entry, int e, int row0,
-                                         int first, int end, int lane) {
+template <bool kGateUp, int kTiles, bool kWholeStages>
+__device__ __forceinline__ void ItemPass(const MoeExpertGemmParams& p, uint32_t lane_entry, uint32_t slot, int& pos,
+                                         const Walk& w, int num_stages, const NextUnit& next, int lane) {
+  const int end = min(w.end, w.first + kTiles * kTileTokens);
   float acc[kGateUp ? 2 : 1][kTiles][4] = {};
-  AccumulateRowTile<kGateUp, kTiles, false>(p, lane_entry, e, row0, first, end, lane, 0,
-                                            (p.in_dim + kStepInputs - 1) / kStepInputs, acc);
-  StoreRowTile<kGateUp, kTiles>(p, row0, first, end, lane, acc);
+  AccumulateRowTile<kGateUp, kTiles, kWholeStages>(p, lane_entry, slot, pos, w.e, w.row0, w.first, end, lane, 0,
+                                                   num_stages, next, acc);
+  StoreRowTile<kGateUp, kTiles>(p, w.row0, w.first, end, lane, acc);
 }
 
 // One pass of one token tile of an item by a group of `split` warps (a power of two) sharing
-// its steps; every warp of the group calls it with the same arguments.
-template <bool kGateUp>
-__device__ __forceinline__ void SplitItemPass(const MoeExpertGemmParams& p, uint32_t lane_entry, int e, int row0,
-                                              int first, int end, int lane, int warp, int split) {
+// its stages; every warp of the group calls it with the same item and pass.
+template <bool kGateUp, bool kWholeStages>
+__device__ __forceinline__ void SplitItemPass(const MoeExpertGemmParams& p, uint32_t lane_entry, uint32_t table,
+                                              uint32_t slot, int& pos, const Walk& w, int stage_begin, int stage_end,
+                                              const NextUnit& next, int lane, int warp, int split) {
   constexpr int kMats = kGateUp ? 2 : 1;
   const int rank = warp & (split - 1);
   const int group = warp / split;
-  const int num_steps = (p.in_dim + kStepInputs - 1) / kStepInputs;
+  const int end = min(w.end, w.first + kTileTokens);
   float acc[kMats][1][4] = {};
-  AccumulateRowTile<kGateUp, 1, true>(p, lane_entry, e, row0, first, end, lane, rank * num_steps / split,
-                                      (rank + 1) * num_steps / split, acc);
-  const uint32_t mine = PartialsAddress() + static_cast<uint32_t>((warp * kPartialFloats * kWarpSize + lane) * 4);
+  AccumulateRowTile<kGateUp, 1, kWholeStages>(p, lane_entry, slot, pos, w.e, w.row0, w.first, end, lane, stage_begin,
+                                              stage_end, next, acc);
   if (rank != 0) {
 #pragma unroll
     for (int m = 0; m < kMats; ++m)
 #pragma unroll
       for (int c = 0; c < 4; ++c)
-        asm volatile("st.shared.f32 [%0], %1;" ::"r"(mine + (m * 4 + c) * kWarpSize * 4u), "f"(acc[m][0][c])
+        asm volatile("st.shared.f32 [%0], %1;" ::"r"(PartialAddress(table, warp, m * 4 + c, lane)), "f"(acc[m][0][c])
                      : "memory");
   }
   GroupBarrier(group, split);  // the partials are written
   if (rank == 0) {
     for (int r = 1; r < split; ++r) {
-      const uint32_t other = mine + static_cast<uint32_t>(r * kPartialFloats * kWarpSize * 4);
 #pragma unroll
       for (int m = 0; m < kMats; ++m)
 #pragma unroll
         for (int c = 0; c < 4; ++c) {
           float v;
-          asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(other + (m * 4 + c) * kWarpSize * 4u) : "memory");
+          asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(PartialAddress(table, warp + r, m * 4 + c, lane))
+                       : "memory");
           acc[m][0][c] += v;
         }
     }
   }
   GroupBarrier(group, split);  // read: the next pass may overwrite them
-  if (rank == 0) StoreRowTile<kGateUp, 1>(p, row0, first, end, lane, acc);
+  if (rank == 0) StoreRowTile<kGateUp, 1>(p, w.row0, w.first, end, lane, acc);
 }
 
-template <bool kGateUp>
+// kWholeStages: in_dim is a multiple of 128 * kStageSteps (256 for gate-up, 512 for down), so
+// rows stream in whole multi-step stages with their scales (the launcher picks it).
+template <bool kGateUp, bool kWholeStages>
 __global__ void __launch_bounds__(kThreads, kMinCtasPerSm) MoeMxfp4MmaKernel(const MoeExpertGemmParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
   __trap();  // the launcher only picks this kernel on sm_80+
 #else
-  extern __shared__ uint8_t dynamic_smem[];  // kDynamicSmemBytes
   __shared__ int touched[kMoeMaxExperts];
   __shared__ int warp_counts[kWarps];
   const int tid = static_cast<int>(threadIdx.x);
   const int warp = tid / kWarpSize;
   const int lane = tid % kWarpSize;
-  const uint32_t table = (SmemAddress(dynamic_smem) + kTableBytes - 1u) & ~(kTableBytes - 1u);
+  const uint32_t table = TableAddress();
   FillE2M1Table(table, tid);  // shared memory only: may overlap the predecessor
   StartAfterPredecessor();
   const uint32_t lane_entry = table + static_cast<uint32_t>(lane) * 4u;
@@ -400,44 +550,53 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm) MoeMxfp4MmaKernel(con
   // launcher only picks this kernel when E * out_dim / 16 and the grid's warps stay below 2^30.
   const int num_tiles = p.out_dim / kRows;
   const int num_items = num_touched * num_tiles;
+  const int num_stages = (p.in_dim + kStepInputs - 1) / kStepInputs / kStageSteps<kGateUp, kWholeStages>;
   // Measured on the H200 at batch 1 (bench/moe/NOTES.md): splitting gate-up (32 steps per
   // item) takes it from 1.06 to 1.54 TB/s; down (16 steps, split 4) lost 6%, so it keeps one
   // warp per item.
   // Batch-invariant mode keeps one warp per item at every batch size (the split changes the
   // order of each sum, and it depends on how many experts the batch touches).
-  const int split =
-      kGateUp && !p.batch_invariant ? ChooseSplit(num_items, (p.in_dim + kStepInputs - 1) / kStepInputs) : 1;
-  if (split == 1) {
-    // One warp per item, passes of up to kMaxTokenTiles token tiles.
-    const int stride = static_cast<int>(gridDim.x) * kWarps;
-    for (int item = static_cast<int>(blockIdx.x) * kWarps + warp; item < num_items; item += stride) {
-      const int slot = item / num_tiles;
-      const int row0 = (item - slot * num_tiles) * kRows;
-      const int e = touched[slot];
-      const int begin = p.expert_offsets[e];
-      const int end = p.expert_offsets[e + 1];
-      for (int first = begin; first < end; first += kMaxTokenTiles * kTileTokens) {
-        if (end - first > kTileTokens) {
-          ItemPass<kGateUp, kMaxTokenTiles>(p, lane_entry, e, row0, first, end, lane);
-        } else {
-          ItemPass<kGateUp, 1>(p, lane_entry, e, row0, first, end, lane);
-        }
-      }
+  const int split = kGateUp && !p.batch_invariant ? ChooseSplit(num_items, num_stages) : 1;
+  const uint32_t slot = SlotAddress(warp);
+  int pos = 0;
+  // Each warp walks its units in order with one stage in flight across unit boundaries; the
+  // first unit's first stage is issued here. Passes: up to kMaxTokenTiles token tiles each
+  // (one with a split).
+  const int tiles_per_pass = split == 1 ? kMaxTokenTiles : 1;
+  const int groups = kWarps / split;
+  const int rank = warp & (split - 1);
+  const int stage_begin = rank * num_stages / split, stage_end = (rank + 1) * num_stages / split;
+  const int stride = static_cast<int>(gridDim.x) * groups;
+  // Enough items for every group: neighbouring groups of a CTA take neighbouring items (tiles
+  // of one expert share its activations in L1). Fewer (batch 1: 768 gate-up items for 1,056
+  // groups of two warps): item i goes to CTA i % grid, so every SM streams (taking CTAs in
+  // order left 36 of 132 SMs idle).
+  const int first_item = num_items >= stride ? static_cast<int>(blockIdx.x) * groups + warp / split
+                                             : (warp / split) * static_cast<int>(gridDim.x) + static_cast<int>(blockIdx.x);
+  Walk w;
+  if (!StartItem(p, touched, num_tiles, num_items, first_item, w)) return;
+  IssueStage<kGateUp, kWholeStages>(p, slot, pos, w.e, w.row0, stage_begin, lane);
+  CpAsyncCommit();
+  while (true) {
+    Walk n = w;
+    n.first += tiles_per_pass * kTileTokens;
+    const bool more = n.first < n.end || StartItem(p, touched, num_tiles, num_items, w.item + stride, n);
+    NextUnit next;
+    if (more) {
+      next.e = n.e;
+      next.row0 = n.row0;
+      next.stage = stage_begin;
     }
-  } else {
-    // Groups of `split` warps per item, passes of one token tile (splitting only happens
-    // when items are few, i.e. few assignments).
-    const int groups = kWarps / split;
-    const int stride = static_cast<int>(gridDim.x) * groups;
-    for (int item = static_cast<int>(blockIdx.x) * groups + warp / split; item < num_items; item += stride) {
-      const int slot = item / num_tiles;
-      const int row0 = (item - slot * num_tiles) * kRows;
-      const int e = touched[slot];
-      const int begin = p.expert_offsets[e];
-      const int end = p.expert_offsets[e + 1];
-      for (int first = begin; first < end; first += kTileTokens)
-        SplitItemPass<kGateUp>(p, lane_entry, e, row0, first, end, lane, warp, split);
+    if (split != 1) {
+      SplitItemPass<kGateUp, kWholeStages>(p, lane_entry, table, slot, pos, w, stage_begin, stage_end, next, lane,
+                                           warp, split);
+    } else if (w.end - w.first > kTileTokens) {
+      ItemPass<kGateUp, kMaxTokenTiles, kWholeStages>(p, lane_entry, slot, pos, w, num_stages, next, lane);
+    } else {
+      ItemPass<kGateUp, 1, kWholeStages>(p, lane_entry, slot, pos, w, num_stages, next, lane);
     }
+    if (!more) break;
+    w = n;
   }
 #endif
 }

@@ -24,6 +24,19 @@ __device__ __forceinline__ void CpAsync16(void* smem_dst, const void* gmem_src, 
                : "memory");
 }
 
+// The same copy to a shared-window address (SmemAddress), for callers that lay out their
+// own buffers in the dynamic window.
+__device__ __forceinline__ void CpAsync16To(uint32_t smem_dst, const void* gmem_src, bool valid) {
+  const int src_bytes = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_dst), "l"(gmem_src), "r"(src_bytes)
+               : "memory");
+}
+
+// Copies 8 bytes (8-byte aligned on both sides) global -> shared asynchronously, through L1.
+__device__ __forceinline__ void CpAsync8To(uint32_t smem_dst, const void* gmem_src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(smem_dst), "l"(gmem_src) : "memory");
+}
+
 __device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 
 // Waits until at most `kPending` committed groups are still in flight.

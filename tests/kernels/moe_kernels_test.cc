@@ -427,8 +427,8 @@ TEST_F(MoeKernelsTest, AwkwardWidths) {
 TEST_F(MoeKernelsTest, Mxfp4TensorCoreTiling) {
   // The MXFP4 tensor-core kernel: experts with more than one pass of 16 assignments (and a
   // partial 8-assignment tile), 128-input steps with a partial last step (in_dim 160, 416:
-  // only some lanes' 32-input blocks exist), step counts that are not a multiple of the
-  // register ring (9 steps), and a one-CTA grid whose warps loop over every work item.
+  // only some lanes' 32-input blocks exist), 9-step rows, and a one-CTA grid whose warps loop
+  // over every work item.
   uint32_t seed = 600;
   for (auto [n, e, d, i] : {std::array<int64_t, 4>{64, 4, 256, 160}, {5, 2, 1152, 416}, {41, 3, 128, 32}})
     for (int num_ctas : {0, 1}) {
@@ -451,6 +451,25 @@ TEST_F(MoeKernelsTest, Mxfp4SplitK) {
   uint32_t seed = 650;
   for (auto [n, e, d, i] : {std::array<int64_t, 4>{1, 8, 1120, 64}, {1, 8, 64, 1120}, {1, 64, 416, 1120},
                             {3, 8, 160, 1120}, {20, 8, 1120, 160}})
+    for (int num_ctas : {0, 1, 2}) {
+      MoeCase c{n, e, 2, d, i};
+      c.format = MoeWeightFormat::kMxfp4;
+      c.limit = seed % 2 == 0 ? 0.0f : 3.0f;
+      c.hot_expert = n == 20;
+      c.num_ctas = num_ctas;
+      Run(c, seed++);
+    }
+}
+
+TEST_F(MoeKernelsTest, Mxfp4WholeStages) {
+  // The MXFP4 tensor-core kernel's whole-stage form (gate-up in_dim a multiple of 256, down a
+  // multiple of 512: rows stream 2 or 4 steps at a time with their scales): one and several
+  // stages per item, warps walking several items and passes (a one- or two-CTA grid, a hot
+  // expert), the next item's first stage prefetched across the boundary, and the split path
+  // (N = 1: few items) whose ranks take whole stages.
+  uint32_t seed = 680;
+  for (auto [n, e, d, i] : {std::array<int64_t, 4>{64, 4, 512, 1024}, {20, 8, 768, 512}, {1, 8, 1024, 2048},
+                            {2, 16, 256, 512}})
     for (int num_ctas : {0, 1, 2}) {
       MoeCase c{n, e, 2, d, i};
       c.format = MoeWeightFormat::kMxfp4;
