@@ -253,12 +253,13 @@ cudaError_t LaunchTyped(const MoeExpertGemmParams& p, cudaStream_t stream) {
   return LaunchDependent(kernel, LaunchShape{dim3(num_ctas), dim3(kThreads)}, stream, p);
 }
 
-// The tensor-core MXFP4 kernel (moe_grouped_gemm_mma.cuh) serves whole 16-row tiles on sm_80+
-// devices that can give one CTA its table and weight rings (~210 KiB: H100/H200; not A100
-// or sm_86/89); anything else takes the CUDA-core kernel.
+// The tensor-core MXFP4 kernel (moe_grouped_gemm_mma.cuh) serves whole items (16 rows for
+// gate-up, 32 for down) on sm_80+ devices that can give one CTA its table and weight rings
+// (~210 KiB: H100/H200; not A100 or sm_86/89); anything else takes the CUDA-core kernel.
+template <bool kGateUp>
 cudaError_t UseMxfp4Mma(const MoeExpertGemmParams& p, bool& use) {
   use = false;
-  if (p.format != MoeWeightFormat::kMxfp4 || p.out_dim % moe_mma::kRows != 0) return cudaSuccess;
+  if (p.format != MoeWeightFormat::kMxfp4 || p.out_dim % moe_mma::kItemRows<kGateUp> != 0) return cudaSuccess;
   // The kernel's item arithmetic is 32-bit.
   constexpr int64_t kMaxItems = int64_t{1} << 30;
   if (static_cast<int64_t>(p.out_dim / moe_mma::kRows) * kMoeMaxExperts >= kMaxItems ||
@@ -298,7 +299,7 @@ cudaError_t LaunchMxfp4Mma(const MoeExpertGemmParams& p, cudaStream_t stream) {
 // Rows stream in whole multi-step stages (with their scales) when in_dim divides into them.
 template <bool kGateUp>
 cudaError_t LaunchMxfp4Mma(const MoeExpertGemmParams& p, cudaStream_t stream) {
-  constexpr int kStageInputs = moe_mma::kStepInputs * moe_mma::kStageSteps<kGateUp, true>;
+  constexpr int kStageInputs = moe_mma::kStepInputs * moe_mma::kStageSteps<true>;
   return p.in_dim % kStageInputs == 0 ? LaunchMxfp4Mma<kGateUp, true>(p, stream)
                                       : LaunchMxfp4Mma<kGateUp, false>(p, stream);
 }
@@ -317,7 +318,7 @@ cudaError_t LaunchMoeGateUp(const MoeExpertGemmParams& p, cudaStream_t stream) {
   if (const cudaError_t error = Validate(p); error != cudaSuccess) return error;
   if (p.w_b == nullptr || (p.format == MoeWeightFormat::kMxfp4 && p.scale_b == nullptr)) return cudaErrorInvalidValue;
   bool mma = false;
-  if (const cudaError_t error = UseMxfp4Mma(p, mma); error != cudaSuccess) return error;
+  if (const cudaError_t error = UseMxfp4Mma<true>(p, mma); error != cudaSuccess) return error;
   if (mma) return LaunchMxfp4Mma<true>(p, stream);
   switch (p.format) {
     case MoeWeightFormat::kBF16: return LaunchTyped<MoeWeightFormat::kBF16, true>(p, stream);
@@ -329,7 +330,7 @@ cudaError_t LaunchMoeGateUp(const MoeExpertGemmParams& p, cudaStream_t stream) {
 cudaError_t LaunchMoeDown(const MoeExpertGemmParams& p, cudaStream_t stream) {
   if (const cudaError_t error = Validate(p); error != cudaSuccess) return error;
   bool mma = false;
-  if (const cudaError_t error = UseMxfp4Mma(p, mma); error != cudaSuccess) return error;
+  if (const cudaError_t error = UseMxfp4Mma<false>(p, mma); error != cudaSuccess) return error;
   if (mma) return LaunchMxfp4Mma<false>(p, stream);
   switch (p.format) {
     case MoeWeightFormat::kBF16: return LaunchTyped<MoeWeightFormat::kBF16, false>(p, stream);

@@ -44,7 +44,7 @@ struct MoeExpertGemmParams {
   float swiglu_limit = 0.0f;          // gate-up: <= 0 disables the clamps
   MoeWeightFormat format = MoeWeightFormat::kBF16;
   int num_ctas = 0;                   // persistent grid size; 0: one full wave of the device
-  bool batch_invariant = false;       // gate-up: never split an item's inputs over warps
+  bool batch_invariant = false;       // never split an item's inputs over warps
 };
 
 // out[a, i] = SiLU(min(g, limit)) * clamp(u, -limit, limit), g = x[a/K] . w1[e, i],

@@ -1,10 +1,10 @@
 // The MXFP4 expert GEMMs on tensor cores (mma.sync m16n8k16, bf16 in, fp32 accumulators,
 // sm_80+). Device code, included by moe_grouped_gemm.cu only; the launcher there picks it.
 //
-// Work item: (touched expert, tile of 16 output rows), one warp each, persistent grid, the
-// expert's weight rows as A (16 rows x 16 inputs per MMA) and its assignments as B (16 inputs x
-// 8 assignments, zero-padded; passes of up to kMaxTokenTiles tiles, the weights re-streamed per
-// pass). The input order inside a 128-input step is permuted identically on both sides so that
+// Work item: (touched expert, 16 output rows of gate and up, or 32 of down), one warp each,
+// persistent grid, the item's two 16-row halves as two A operands (16 rows x 16 inputs per
+// MMA) sharing its assignments as B (16 inputs x 8 assignments, zero-padded; passes of up to
+// kMaxTokenTiles tiles, the weights re-streamed per pass). The input order inside a 128-input step is permuted identically on both sides so that
 // every lane reads contiguous memory:
 //   lane (g = lane / 4, t = lane % 4) owns inputs [128 kb + 32 t, +32) of rows g and g + 8
 //   (one 16-byte weight chunk per row = exactly one 32-input scale block) and of assignment g;
@@ -19,10 +19,9 @@
 // window, so a lookup address is one byte permute: (table base, the packed byte, lane * 4);
 // three instructions per weight pair (prmt, lds, hmul2).
 // Streaming: each warp has a ring in shared memory (its slot) of two stages, a stage being the
-// warp's 16 or 32 rows over 2 (gate-up) or 4 (down) consecutive 128-input steps plus their
-// scale bytes: 4 KiB of weights, copied with cp.async (16 bytes per lane, L2 only) one stage
-// ahead of the decode, also across the boundary to the warp's next item, each instruction
-// reading whole 128- or 256-byte runs of a few rows.
+// item's 32 rows over 2 consecutive 128-input steps plus their scale bytes: 4 KiB of weights,
+// copied with cp.async (16 bytes per lane, L2 only) one stage ahead of the decode, also across
+// the boundary to the warp's next item, each instruction reading whole 128-byte runs of 4 rows.
 // Lanes then read their MMA chunks from the stage (rows XOR-swizzled: conflict-free). The
 // register ring this replaced read 64 bytes of each of 8 rows per instruction, one step
 // ahead: DRAM reached 59% of its peak at batch 64 with 72% of the cycles stalled on those
@@ -50,7 +49,7 @@ namespace peregrine::kernels::moe_mma {
 constexpr int kThreads = 512;
 constexpr int kWarps = kThreads / kWarpSize;
 constexpr int kMinCtasPerSm = 1;  // 16 warps per SM (table and rings: ~210 KiB); 128 registers
-constexpr int kRows = 16;         // weight rows per work item: the MMA's M
+constexpr int kRows = 16;         // weight rows per MMA tile: the MMA's M
 constexpr int kTileTokens = 8;    // assignments per MMA: N
 constexpr int kMaxTokenTiles = 2; // token tiles sharing one pass over the weights
 constexpr int kStepInputs = 128;  // inputs per step: 4 lanes x one 32-input block each
@@ -58,24 +57,26 @@ constexpr int kStepInputs = 128;  // inputs per step: 4 lanes x one 32-input blo
 constexpr uint32_t kTableRowBytes = 256;                   // one row per packed byte; lanes use 128
 constexpr uint32_t kTableBytes = 256 * kTableRowBytes;       // 64 KiB, aligned to its size
 
-// The per-warp ring (shared memory) holds two stages of the warp's rows: kRowsOf rows (16 per
-// matrix), kStageSteps consecutive 128-input steps of each (64 bytes per row and step),
-// copied row by row so that DRAM sees 128-byte (gate-up) or 256-byte (down) runs of a row
-// where one step alone would read 64 bytes of each of 8 rows per instruction. In the fast
-// form (kWholeStages: in_dim a multiple of 128 * kStageSteps) the rows' scale bytes of the
-// stage travel with it; otherwise stages are single steps with zero-filled chunks past in_dim
-// and the scale bytes are read when decoded.
+// A work item is two 16-row MMA tiles ("halves", the A operands of acc[0] and acc[1]) that
+// share every activation load: gate-up's gate and up rows of one 16-row tile, or down's rows
+// [row0, row0 + 16) and [row0 + 16, row0 + 32) of w2 (so down items are 32 rows).
+constexpr int kHalves = 2;
 template <bool kGateUp>
-inline constexpr int kMatsOf = kGateUp ? 2 : 1;
-template <bool kGateUp>
-inline constexpr int kRowsOf = kRows * kMatsOf<kGateUp>;
-template <bool kGateUp, bool kWholeStages>
-inline constexpr int kStageSteps = kWholeStages ? 64 / kRowsOf<kGateUp> : 1;
-template <bool kGateUp, bool kWholeStages>
-inline constexpr uint32_t kStageChunkBytes = kRowsOf<kGateUp> * kStageSteps<kGateUp, kWholeStages> * 64;
-// A whole stage: 4 KiB of weights and 256 bytes of scales, for gate-up and down alike.
-inline constexpr uint32_t kStageBytes = 64 * 64 + 64 * 4;
-static_assert(kStageChunkBytes<true, true> == 64 * 64 && kStageChunkBytes<false, true> == 64 * 64, "4 KiB stages");
+inline constexpr int kItemRows = kGateUp ? kRows : kHalves * kRows;
+constexpr int kWarpRows = kHalves * kRows;  // weight rows a warp streams per item
+// The per-warp ring (shared memory) holds two stages of the warp's 32 rows: kStageSteps
+// consecutive 128-input steps of each (64 bytes per row and step), copied row by row so that
+// DRAM sees 128-byte runs of a row where one step alone would read 64 bytes of each of 8 rows
+// per instruction. In the fast form (kWholeStages: in_dim a multiple of 256) the rows' scale
+// bytes of the stage travel with it; otherwise stages are single steps with zero-filled
+// chunks past in_dim and the scale bytes are read when decoded.
+template <bool kWholeStages>
+inline constexpr int kStageSteps = kWholeStages ? 2 : 1;
+template <bool kWholeStages>
+inline constexpr uint32_t kStageChunkBytes = kWarpRows * kStageSteps<kWholeStages> * 64;
+// A whole stage: 4 KiB of weights and 256 bytes of scales.
+inline constexpr uint32_t kStageBytes = kStageChunkBytes<true> + kWarpRows * kStageSteps<true> * 4;
+static_assert(kStageChunkBytes<true> == 4096, "4 KiB stages");
 inline constexpr uint32_t kSlotBytes = 2 * kStageBytes;
 // The table and kWarps slots fit around a 64 KiB-aligned table wherever the window starts:
 // the slots below it waste less than one slot, hence one spare.
@@ -194,14 +195,22 @@ struct Stage {
   uint32_t s[kMats][2];
 };
 
-// The tile's first weight row and its scales in matrix m (w_a, or w_b for gate-up's up).
-__device__ __forceinline__ const uint8_t* TileRows(const MoeExpertGemmParams& p, int m, int e, int row0) {
-  return static_cast<const uint8_t*>(m == 0 ? p.w_a : p.w_b) +
-         (static_cast<int64_t>(e) * p.out_dim + row0) * static_cast<int64_t>(p.in_dim / 2);
+// The first weight row of half m of the item at row0 of expert e, and its scales: gate-up's
+// halves are the same rows of w_a and w_b, down's are 16 rows apart in w_a.
+template <bool kGateUp>
+__device__ __forceinline__ int64_t HalfRow(const MoeExpertGemmParams& p, int m, int e, int row0) {
+  return static_cast<int64_t>(e) * p.out_dim + row0 + (kGateUp ? 0 : m * kRows);
 }
 
+template <bool kGateUp>
+__device__ __forceinline__ const uint8_t* TileRows(const MoeExpertGemmParams& p, int m, int e, int row0) {
+  return static_cast<const uint8_t*>(kGateUp && m == 1 ? p.w_b : p.w_a) +
+         HalfRow<kGateUp>(p, m, e, row0) * static_cast<int64_t>(p.in_dim / 2);
+}
+
+template <bool kGateUp>
 __device__ __forceinline__ const uint8_t* TileScales(const MoeExpertGemmParams& p, int m, int e, int row0) {
-  return (m == 0 ? p.scale_a : p.scale_b) + (static_cast<int64_t>(e) * p.out_dim + row0) * (p.in_dim / 32);
+  return (kGateUp && m == 1 ? p.scale_b : p.scale_a) + HalfRow<kGateUp>(p, m, e, row0) * (p.in_dim / 32);
 }
 
 // Chunk c (16 bytes) of a stage row sits at position c ^ ChunkSwizzle(row): rows g and g + 1,
@@ -219,7 +228,7 @@ __device__ __forceinline__ int ChunkSwizzle(int row) {
 template <bool kGateUp, bool kWholeStages>
 __device__ __forceinline__ void IssueStage(const MoeExpertGemmParams& p, uint32_t slot, int r, int e, int row0,
                                            int stage, int lane) {
-  constexpr int kSteps = kStageSteps<kGateUp, kWholeStages>;
+  constexpr int kSteps = kStageSteps<kWholeStages>;
   constexpr int kChunksPerRow = 4 * kSteps;
   constexpr int kRowsPerCopy = kWarpSize / kChunksPerRow;  // even: a lane's rows share a parity
   constexpr int kCopiesPerMatrix = kRows / kRowsPerCopy;
@@ -236,8 +245,8 @@ __device__ __forceinline__ void IssueStage(const MoeExpertGemmParams& p, uint32_
       static_cast<uint32_t>((lane_row * kChunksPerRow + (c ^ ChunkSwizzle<kWholeStages>(lane_row))) * 16);
   const uint32_t row_stride = static_cast<uint32_t>(kRowsPerCopy * packed_row);
 #pragma unroll
-  for (int m = 0; m < kMatsOf<kGateUp>; ++m) {
-    const uint8_t* src = TileRows(p, m, e, row0) + lane_offset;
+  for (int m = 0; m < kHalves; ++m) {
+    const uint8_t* src = TileRows<kGateUp>(p, m, e, row0) + lane_offset;
 #pragma unroll
     for (int i = 0; i < kCopiesPerMatrix; ++i) {
       CpAsync16To(lane_dst + static_cast<uint32_t>(((m * kCopiesPerMatrix + i) * kRowsPerCopy * kChunksPerRow) * 16),
@@ -247,10 +256,10 @@ __device__ __forceinline__ void IssueStage(const MoeExpertGemmParams& p, uint32_
   if constexpr (kWholeStages) {
     // The stage's scale bytes, 4 per row and step: 8 bytes per lane covers every row.
     constexpr int kLanesPerRow = kSteps / 2;
-    static_assert(kRowsOf<kGateUp> * kLanesPerRow == kWarpSize, "one 8-byte scale copy per lane");
+    static_assert(kWarpRows * kLanesPerRow == kWarpSize, "one 8-byte scale copy per lane");
     const int row = lane / kLanesPerRow, part = lane % kLanesPerRow;
-    CpAsync8To(stage_base + kStageChunkBytes<kGateUp, true> + static_cast<uint32_t>(row * 4 * kSteps + 8 * part),
-               TileScales(p, row / kRows, e, row0) + (row % kRows) * (p.in_dim / 32) + 4 * step0 + 8 * part);
+    CpAsync8To(stage_base + kStageChunkBytes<true> + static_cast<uint32_t>(row * 4 * kSteps + 8 * part),
+               TileScales<kGateUp>(p, row / kRows, e, row0) + (row % kRows) * (p.in_dim / 32) + 4 * step0 + 8 * part);
   }
 }
 
@@ -264,10 +273,10 @@ __device__ __forceinline__ uint32_t LoadSharedU8(uint32_t address) {
 // the stage (kWholeStages: row r's are bytes [4 * kStageSteps * r, +4 kStageSteps) after the
 // chunks, step j's four at 4 j, byte t this lane's) or from global memory.
 template <bool kGateUp, bool kWholeStages>
-__device__ __forceinline__ void ReadStep(Stage<kMatsOf<kGateUp>>& st, const MoeExpertGemmParams& p,
+__device__ __forceinline__ void ReadStep(Stage<kHalves>& st, const MoeExpertGemmParams& p,
                                          uint32_t stage_base, int j, int e, int row0, int step, int g, int t) {
-  constexpr int kMats = kMatsOf<kGateUp>;
-  constexpr int kSteps = kStageSteps<kGateUp, kWholeStages>;
+  constexpr int kMats = kHalves;
+  constexpr int kSteps = kStageSteps<kWholeStages>;
   constexpr int kChunksPerRow = 4 * kSteps;
 #pragma unroll
   for (int m = 0; m < kMats; ++m)
@@ -278,11 +287,11 @@ __device__ __forceinline__ void ReadStep(Stage<kMatsOf<kGateUp>>& st, const MoeE
       st.w[m][h] = LoadShared128(stage_base +
                                  static_cast<uint32_t>((row * kChunksPerRow + (c ^ ChunkSwizzle<kWholeStages>(row))) * 16));
       if constexpr (kWholeStages) {
-        st.s[m][h] = LoadSharedU8(stage_base + kStageChunkBytes<kGateUp, true> +
+        st.s[m][h] = LoadSharedU8(stage_base + kStageChunkBytes<true> +
                                   static_cast<uint32_t>(row * 4 * kSteps + 4 * j + t));
       } else {
         const bool valid = step * kStepInputs + 32 * t < p.in_dim;
-        st.s[m][h] = valid ? static_cast<uint32_t>(__ldg(TileScales(p, m, e, row0) + (8 * h + g) * (p.in_dim / 32) +
+        st.s[m][h] = valid ? static_cast<uint32_t>(__ldg(TileScales<kGateUp>(p, m, e, row0) + (8 * h + g) * (p.in_dim / 32) +
                                                         step * (kStepInputs / 32) + t))
                            : 127u;
       }
@@ -346,9 +355,9 @@ template <bool kGateUp, int kTiles, bool kWholeStages>
 __device__ __forceinline__ void AccumulateRowTile(const MoeExpertGemmParams& p, uint32_t lane_entry, uint32_t slot,
                                                   int& pos, int e, int row0, int first, int end, int lane,
                                                   int stage_begin, int stage_end, const NextUnit& next,
-                                                  float (&acc)[kGateUp ? 2 : 1][kTiles][4]) {
-  constexpr int kMats = kMatsOf<kGateUp>;
-  constexpr int kSteps = kStageSteps<kGateUp, kWholeStages>;
+                                                  float (&acc)[kHalves][kTiles][4]) {
+  constexpr int kMats = kHalves;
+  constexpr int kSteps = kStageSteps<kWholeStages>;
   const int g = lane / 4, t = lane % 4;
   const uint4* x[kTiles];
 #pragma unroll
@@ -390,7 +399,7 @@ __device__ __forceinline__ void AccumulateRowTile(const MoeExpertGemmParams& p, 
 // Writes h (gate-up) or y (down) for the tile's rows and assignments from the full sums.
 template <bool kGateUp, int kTiles>
 __device__ __forceinline__ void StoreRowTile(const MoeExpertGemmParams& p, int row0, int first, int end, int lane,
-                                             const float (&acc)[kGateUp ? 2 : 1][kTiles][4]) {
+                                             const float (&acc)[kHalves][kTiles][4]) {
   const int g = lane / 4, t = lane % 4;
   // c0, c1: row g, assignments 2t, 2t + 1 of the tile; c2, c3: row g + 8.
 #pragma unroll
@@ -412,7 +421,8 @@ __device__ __forceinline__ void StoreRowTile(const MoeExpertGemmParams& p, int r
           const float silu = gate / (1.0f + expf(-gate));
           static_cast<__nv_bfloat16*>(p.out)[out_row + 8 * h] = __float2bfloat16_rn(silu * up);
         } else {
-          static_cast<float*>(p.out)[out_row + 8 * h] = acc[0][j][2 * h + q];
+#pragma unroll
+          for (int m = 0; m < kHalves; ++m) static_cast<float*>(p.out)[out_row + m * kRows + 8 * h] = acc[m][j][2 * h + q];
         }
       }
     }
@@ -463,12 +473,13 @@ struct Walk {
   int item, e, row0, begin, end, first;
 };
 
+template <bool kGateUp>
 __device__ __forceinline__ bool StartItem(const MoeExpertGemmParams& p, const int* touched, int num_tiles,
                                           int num_items, int item, Walk& w) {
   if (item >= num_items) return false;
   const int index = item / num_tiles;
   w.item = item;
-  w.row0 = (item - index * num_tiles) * kRows;
+  w.row0 = (item - index * num_tiles) * kItemRows<kGateUp>;
   w.e = touched[index];
   w.begin = p.expert_offsets[w.e];
   w.end = p.expert_offsets[w.e + 1];
@@ -481,7 +492,7 @@ template <bool kGateUp, int kTiles, bool kWholeStages>
 __device__ __forceinline__ void ItemPass(const MoeExpertGemmParams& p, uint32_t lane_entry, uint32_t slot, int& pos,
                                          const Walk& w, int num_stages, const NextUnit& next, int lane) {
   const int end = min(w.end, w.first + kTiles * kTileTokens);
-  float acc[kGateUp ? 2 : 1][kTiles][4] = {};
+  float acc[kHalves][kTiles][4] = {};
   AccumulateRowTile<kGateUp, kTiles, kWholeStages>(p, lane_entry, slot, pos, w.e, w.row0, w.first, end, lane, 0,
                                                    num_stages, next, acc);
   StoreRowTile<kGateUp, kTiles>(p, w.row0, w.first, end, lane, acc);
@@ -493,7 +504,7 @@ template <bool kGateUp, bool kWholeStages>
 __device__ __forceinline__ void SplitItemPass(const MoeExpertGemmParams& p, uint32_t lane_entry, uint32_t table,
                                               uint32_t slot, int& pos, const Walk& w, int stage_begin, int stage_end,
                                               const NextUnit& next, int lane, int warp, int split) {
-  constexpr int kMats = kGateUp ? 2 : 1;
+  constexpr int kMats = kHalves;
   const int rank = warp & (split - 1);
   const int group = warp / split;
   const int end = min(w.end, w.first + kTileTokens);
@@ -526,8 +537,8 @@ __device__ __forceinline__ void SplitItemPass(const MoeExpertGemmParams& p, uint
   if (rank == 0) StoreRowTile<kGateUp, 1>(p, w.row0, w.first, end, lane, acc);
 }
 
-// kWholeStages: in_dim is a multiple of 128 * kStageSteps (256 for gate-up, 512 for down), so
-// rows stream in whole multi-step stages with their scales (the launcher picks it).
+// kWholeStages: in_dim is a multiple of 256, so rows stream in whole two-step stages with
+// their scales (the launcher picks it).
 template <bool kGateUp, bool kWholeStages>
 __global__ void __launch_bounds__(kThreads, kMinCtasPerSm) MoeMxfp4MmaKernel(const MoeExpertGemmParams p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
@@ -545,18 +556,16 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm) MoeMxfp4MmaKernel(con
   const int num_touched = CollectTouchedExperts(p, touched, warp_counts, kThreads);
   __syncthreads();  // the table (CollectTouchedExperts syncs too, but only when E > 0)
 
-  // Items are (touched expert, 16-row tile); neighbouring warps (groups) take neighbouring
+  // Items are (touched expert, row tile); neighbouring warps (groups) take neighbouring
   // tiles of one expert, so they share its activations in L1. 32-bit item arithmetic: the
   // launcher only picks this kernel when E * out_dim / 16 and the grid's warps stay below 2^30.
-  const int num_tiles = p.out_dim / kRows;
+  const int num_tiles = p.out_dim / kItemRows<kGateUp>;
   const int num_items = num_touched * num_tiles;
-  const int num_stages = (p.in_dim + kStepInputs - 1) / kStepInputs / kStageSteps<kGateUp, kWholeStages>;
-  // Measured on the H200 at batch 1 (bench/moe/NOTES.md): splitting gate-up (32 steps per
-  // item) takes it from 1.06 to 1.54 TB/s; down (16 steps, split 4) lost 6%, so it keeps one
-  // warp per item.
-  // Batch-invariant mode keeps one warp per item at every batch size (the split changes the
-  // order of each sum, and it depends on how many experts the batch touches).
-  const int split = kGateUp && !p.batch_invariant ? ChooseSplit(num_items, num_stages) : 1;
+  const int num_stages = (p.in_dim + kStepInputs - 1) / kStepInputs / kStageSteps<kWholeStages>;
+  // Batch 1 splits gate-up and down items in two (bench/moe/NOTES.md). Batch-invariant mode
+  // keeps one warp per item at every batch size (the split changes the order of each sum, and
+  // it depends on how many experts the batch touches).
+  const int split = !p.batch_invariant ? ChooseSplit(num_items, num_stages) : 1;
   const uint32_t slot = SlotAddress(warp);
   int pos = 0;
   // Each warp walks its units in order with one stage in flight across unit boundaries; the
@@ -574,13 +583,13 @@ __global__ void __launch_bounds__(kThreads, kMinCtasPerSm) MoeMxfp4MmaKernel(con
   const int first_item = num_items >= stride ? static_cast<int>(blockIdx.x) * groups + warp / split
                                              : (warp / split) * static_cast<int>(gridDim.x) + static_cast<int>(blockIdx.x);
   Walk w;
-  if (!StartItem(p, touched, num_tiles, num_items, first_item, w)) return;
+  if (!StartItem<kGateUp>(p, touched, num_tiles, num_items, first_item, w)) return;
   IssueStage<kGateUp, kWholeStages>(p, slot, pos, w.e, w.row0, stage_begin, lane);
   CpAsyncCommit();
   while (true) {
     Walk n = w;
     n.first += tiles_per_pass * kTileTokens;
-    const bool more = n.first < n.end || StartItem(p, touched, num_tiles, num_items, w.item + stride, n);
+    const bool more = n.first < n.end || StartItem<kGateUp>(p, touched, num_tiles, num_items, w.item + stride, n);
     NextUnit next;
     if (more) {
       next.e = n.e;

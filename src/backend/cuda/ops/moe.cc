@@ -170,6 +170,7 @@ Status MoeDown(const MoeDownArgs& a, cudaStream_t stream) {
   p.in_dim = static_cast<int>(inter.value());
   p.format = a.format;
   p.num_ctas = a.num_ctas;
+  p.batch_invariant = a.batch_invariant;
   PG_CUDA_RETURN_IF_ERROR(kernels::LaunchMoeDown(p, stream));
   return Status::Ok();
 }

@@ -87,6 +87,7 @@ struct MoeDownArgs {
   MoeExpertMatrix w2;         // down [E, D, I]
   Tensor y;                   // [N * K, D] f32 out; rows of dropped assignments are not written
   int num_ctas = 0;
+  bool batch_invariant = false;  // as MoeGateUpArgs (batch 1 splits down's inputs too)
 };
 
 // y[a] = h[a] . w2[e] (fp32).

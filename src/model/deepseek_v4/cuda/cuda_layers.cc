@@ -366,6 +366,7 @@ Status CudaModel::Impl::EnqueueMoe(int64_t i, int64_t rows) {
     dn.format = g.format;
     dn.w2 = {lw.experts.w2.view, lw.experts.w2_scale.view};
     dn.y = y;
+    dn.batch_invariant = limits.batch_invariant;
     return pc::MoeDown(dn, s);
   }));
 
