@@ -6,8 +6,11 @@
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <initializer_list>
 #include <memory>
 #include <numeric>
+#include <random>
+#include <utility>
 
 #include "backend/cpu/cpu_ops.h"
 #include "backend/cpu/thread_pool.h"
@@ -394,6 +397,21 @@ class MoeKernelsTest : public GpuTest {
     Sync();
     CheckStages(c, in, d);
   }
+
+  // MXFP4 cases (N, E, D, I) with K = 2 on each grid size (0: one full wave), the clamp on
+  // every other case, a hot expert where N = 20.
+  void RunMxfp4Cases(std::initializer_list<std::array<int64_t, 4>> shapes, std::initializer_list<int> grids,
+                     uint32_t seed) {
+    for (const auto& [n, e, d, i] : shapes)
+      for (int num_ctas : grids) {
+        MoeCase c{n, e, 2, d, i};
+        c.format = MoeWeightFormat::kMxfp4;
+        c.limit = seed % 2 == 0 ? 0.0f : 3.0f;
+        c.hot_expert = n == 20;
+        c.num_ctas = num_ctas;
+        Run(c, seed++);
+      }
+  }
 };
 
 TEST_F(MoeKernelsTest, SmallShapeSweep) {
@@ -429,15 +447,7 @@ TEST_F(MoeKernelsTest, Mxfp4TensorCoreTiling) {
   // partial 8-assignment tile), 128-input steps with a partial last step (in_dim 160, 416:
   // only some lanes' 32-input blocks exist), 9-step rows, and a one-CTA grid whose warps loop
   // over every work item.
-  uint32_t seed = 600;
-  for (auto [n, e, d, i] : {std::array<int64_t, 4>{64, 4, 256, 160}, {5, 2, 1152, 416}, {41, 3, 128, 32}})
-    for (int num_ctas : {0, 1}) {
-      MoeCase c{n, e, 2, d, i};
-      c.format = MoeWeightFormat::kMxfp4;
-      c.limit = seed % 2 == 0 ? 0.0f : 3.0f;
-      c.num_ctas = num_ctas;
-      Run(c, seed++);
-    }
+  RunMxfp4Cases({{64, 4, 256, 160}, {5, 2, 1152, 416}, {41, 3, 128, 32}}, {0, 1}, 600);
 }
 
 TEST_F(MoeKernelsTest, Mxfp4SplitK) {
@@ -448,36 +458,92 @@ TEST_F(MoeKernelsTest, Mxfp4SplitK) {
   // touched expert (N = 1, K = 2) and untouched experts, a hot expert with several one-tile
   // passes (N = 20), and grids of all, 1 and 2 CTAs (which change the split chosen, including
   // none).
-  uint32_t seed = 650;
-  for (auto [n, e, d, i] : {std::array<int64_t, 4>{1, 8, 1120, 64}, {1, 8, 64, 1120}, {1, 64, 416, 1120},
-                            {3, 8, 160, 1120}, {20, 8, 1120, 160}})
-    for (int num_ctas : {0, 1, 2}) {
-      MoeCase c{n, e, 2, d, i};
-      c.format = MoeWeightFormat::kMxfp4;
-      c.limit = seed % 2 == 0 ? 0.0f : 3.0f;
-      c.hot_expert = n == 20;
-      c.num_ctas = num_ctas;
-      Run(c, seed++);
-    }
+  RunMxfp4Cases({{1, 8, 1120, 64}, {1, 8, 64, 1120}, {1, 64, 416, 1120}, {3, 8, 160, 1120}, {20, 8, 1120, 160}},
+                {0, 1, 2}, 650);
 }
 
 TEST_F(MoeKernelsTest, Mxfp4WholeStages) {
-  // The MXFP4 tensor-core kernel's whole-stage form (gate-up in_dim a multiple of 256, down a
-  // multiple of 512: rows stream 2 or 4 steps at a time with their scales): one and several
-  // stages per item, warps walking several items and passes (a one- or two-CTA grid, a hot
-  // expert), the next item's first stage prefetched across the boundary, and the split path
-  // (N = 1: few items) whose ranks take whole stages.
-  uint32_t seed = 680;
-  for (auto [n, e, d, i] : {std::array<int64_t, 4>{64, 4, 512, 1024}, {20, 8, 768, 512}, {1, 8, 1024, 2048},
-                            {2, 16, 256, 512}})
-    for (int num_ctas : {0, 1, 2}) {
-      MoeCase c{n, e, 2, d, i};
-      c.format = MoeWeightFormat::kMxfp4;
-      c.limit = seed % 2 == 0 ? 0.0f : 3.0f;
-      c.hot_expert = n == 20;
-      c.num_ctas = num_ctas;
-      Run(c, seed++);
-    }
+  // The MXFP4 tensor-core kernel's whole-stage form (in_dim a multiple of 256: rows stream two
+  // steps at a time with their scales): one and several stages per item, warps walking
+  // several items and passes (a one- or two-CTA grid, a hot expert), the next item's first
+  // stage prefetched across the boundary, and the split path (N = 1: few items) whose ranks
+  // take whole stages, for gate-up and down.
+  RunMxfp4Cases({{64, 4, 512, 1024}, {20, 8, 768, 512}, {1, 8, 1024, 2048}, {2, 16, 256, 512}}, {0, 1, 2},
+                680);
+}
+
+TEST_F(MoeKernelsTest, Mxfp4BatchInvariantModeKeepsEachAssignmentsBits) {
+  // --enable-deterministic-inference: one token's h and y rows must not depend on what else
+  // is in the batch. Alone, the token touches 6 of 16 experts, few enough items for the
+  // MXFP4 kernel to split their inputs over warps (a different order of every sum); in a
+  // batch of 40 every expert is touched and nothing splits. With batch_invariant neither
+  // splits, so the bits must match. V4-Flash widths (whole stages); no CPU reference (the
+  // other tests hold the values to it).
+  constexpr int64_t e = 16, k = 6, d = 4096, i = 2048, n = 40, row = 7;
+  uint64_t state = 4242;
+  auto bytes = [&](size_t count, int base, int spread) {
+    std::vector<uint8_t> v(count);
+    for (uint8_t& b : v) b = static_cast<uint8_t>(base + static_cast<int>(NextRandom(state) % static_cast<uint32_t>(spread)));
+    return v;
+  };
+  const auto w1 = Upload(bytes(e * i * d / 2, 0, 256)), w3 = Upload(bytes(e * i * d / 2, 0, 256));
+  const auto w2 = Upload(bytes(e * d * i / 2, 0, 256));
+  const auto s1 = Upload(bytes(e * i * d / 32, 117, 5)), s3 = Upload(bytes(e * i * d / 32, 117, 5));
+  const auto s2 = Upload(bytes(e * d * i / 32, 119, 5));
+  std::mt19937 rng(7);
+  const std::vector<float> x = RoundedBF16(RandomNormal(rng, static_cast<size_t>(n * d)));
+  std::vector<int32_t> ids(static_cast<size_t>(n * k));
+  std::vector<int32_t> experts(e);
+  std::iota(experts.begin(), experts.end(), 0);
+  for (int64_t t = 0; t < n; ++t) {
+    std::shuffle(experts.begin(), experts.end(), rng);
+    std::copy_n(experts.begin(), k, ids.begin() + t * k);
+  }
+
+  auto expect_ok = [](const Status& status) { EXPECT_TRUE(status.ok()) << status.ToString(); };
+  // h and y rows of token `token`'s assignments after running the batch x[rows] with ids[rows].
+  auto run = [&](int64_t first, int64_t count, int64_t token) {
+    const int64_t nk = count * k;
+    const auto dx = Upload(ToBF16(std::span<const float>(x).subspan(static_cast<size_t>(first * d),
+                                                                    static_cast<size_t>(count * d))));
+    const auto dids = Upload(std::vector<int32_t>(ids.begin() + first * k, ids.begin() + (first + count) * k));
+    const auto offsets = Poisoned(static_cast<size_t>(e + 1) * 4), sorted = Poisoned(static_cast<size_t>(nk) * 4);
+    const auto h = Poisoned(static_cast<size_t>(nk * i) * 2), y = Poisoned(static_cast<size_t>(nk * d) * 4);
+    cuda::MoeAlignArgs align;
+    align.topk_ids = View(dids, DType::kI32, {count, k});
+    align.expert_offsets = View(offsets, DType::kI32, {e + 1});
+    align.sorted_assignments = View(sorted, DType::kI32, {nk});
+    expect_ok(cuda::MoeAlign(align, stream_.get()));
+    cuda::MoeGateUpArgs gate_up;
+    gate_up.x = View(dx, DType::kBF16, {count, d});
+    gate_up.sorted_assignments = align.sorted_assignments;
+    gate_up.expert_offsets = align.expert_offsets;
+    gate_up.format = MoeWeightFormat::kMxfp4;
+    gate_up.w1 = {View(w1, DType::kU8, {e, i, d / 2}), View(s1, DType::kU8, {e, i, d / 32})};
+    gate_up.w3 = {View(w3, DType::kU8, {e, i, d / 2}), View(s3, DType::kU8, {e, i, d / 32})};
+    gate_up.h = View(h, DType::kBF16, {nk, i});
+    gate_up.swiglu_limit = 10.0f;
+    gate_up.batch_invariant = true;
+    expect_ok(cuda::MoeGateUp(gate_up, stream_.get()));
+    cuda::MoeDownArgs down;
+    down.h = gate_up.h;
+    down.sorted_assignments = align.sorted_assignments;
+    down.expert_offsets = align.expert_offsets;
+    down.format = MoeWeightFormat::kMxfp4;
+    down.w2 = {View(w2, DType::kU8, {e, d, i / 2}), View(s2, DType::kU8, {e, d, i / 32})};
+    down.y = View(y, DType::kF32, {nk, d});
+    down.batch_invariant = true;
+    expect_ok(cuda::MoeDown(down, stream_.get()));
+    Sync();
+    const std::vector<uint16_t> h_all = Download<uint16_t>(h, static_cast<size_t>(nk * i));
+    const std::vector<uint32_t> y_all = Download<uint32_t>(y, static_cast<size_t>(nk * d));
+    return std::pair(std::vector<uint16_t>(h_all.begin() + token * k * i, h_all.begin() + (token + 1) * k * i),
+                     std::vector<uint32_t>(y_all.begin() + token * k * d, y_all.begin() + (token + 1) * k * d));
+  };
+  const auto [h_alone, y_alone] = run(row, 1, 0);
+  const auto [h_batched, y_batched] = run(0, n, row);
+  EXPECT_TRUE(h_alone == h_batched) << "h of the token alone and in the batch differ";
+  EXPECT_TRUE(y_alone == y_batched) << "y of the token alone and in the batch differ";
 }
 
 TEST_F(MoeKernelsTest, FlashShapes) {
