@@ -3,6 +3,7 @@
 #include <cuda_bf16.h>
 
 #include "kernels/common/dependent_launch.cuh"
+#include "kernels/common/streaming_load.cuh"
 #include "kernels/common/warp.cuh"
 
 namespace peregrine::kernels {
@@ -20,15 +21,6 @@ static_assert(kWarpSize * kLaneK == kBf16GemvStepK);
 constexpr int kUnroll = 4;
 template <int kN>
 constexpr int kCtasPerSm = kN <= 2 ? 4 : 2;
-
-// Weights are read once per call: past L1 straight to registers.
-__device__ __forceinline__ uint4 LoadWeights(const __nv_bfloat16* p) {
-  uint4 v;
-  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p));
-  return v;
-}
 
 // The 8 bf16 of a 16-byte vector as floats (a bf16 is the top half of its float).
 __device__ __forceinline__ void Unpack(const uint4 v, float (&f)[8]) {
@@ -85,7 +77,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm<kN>) Bf16GemvKernel(const
 #pragma unroll
     for (int i = 0; i < kU; ++i) {
       const int col = (first + i * per_row) * kBf16GemvStepK + lane_k;
-      w_next[i] = item < num_items && col < p.k ? LoadWeights(w_row + col) : make_uint4(0u, 0u, 0u, 0u);
+      w_next[i] = item < num_items && col < p.k ? LoadStreaming16(w_row + col) : make_uint4(0u, 0u, 0u, 0u);
     }
   };
   // Weights only before the wait: nothing an earlier kernel writes.

@@ -4,6 +4,7 @@
 
 #include "kernels/common/mma.cuh"
 #include "kernels/common/split_k_tile.cuh"
+#include "kernels/common/streaming_load.cuh"
 
 namespace peregrine::kernels {
 
@@ -14,15 +15,6 @@ using split_k::kTiles;
 using split_k::kWarps;
 constexpr int kUnitK = kBf16LinearUnitK;
 static_assert(kBf16LinearRowsPerCta == split_k::kRowsPerCta, "the shared tile epilogue's rows");
-
-// 16 weight bytes, read once per token tile: bypass L1 (x keeps it).
-__device__ __forceinline__ uint4 LoadStreaming(const void* p) {
-  uint4 v;
-  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p));
-  return v;
-}
 
 // Word i (0..7) of a lane's 32 bytes held as two 16-byte loads.
 __device__ __forceinline__ uint32_t Word(const uint4 (&v)[2], int i) {
@@ -85,7 +77,7 @@ __global__ void __launch_bounds__(kThreads, kNTiles <= 2 ? 2 : 1) Bf16LinearKern
       for (int h = 0; h < 2; ++h)
 #pragma unroll
         for (int q = 0; q < 2; ++q)
-          wv[r][h][q] = lane_ok && row_ok[r][h] ? LoadStreaming(w_rows[r][h] + k0 + 8 * q) : make_uint4(0, 0, 0, 0);
+          wv[r][h][q] = lane_ok && row_ok[r][h] ? LoadStreaming16(w_rows[r][h] + k0 + 8 * q) : make_uint4(0, 0, 0, 0);
 #pragma unroll
     for (int nt = 0; nt < kNTiles; ++nt)
 #pragma unroll

@@ -4,6 +4,7 @@
 
 #include "kernels/common/mma.cuh"
 #include "kernels/common/split_k_tile.cuh"
+#include "kernels/common/streaming_load.cuh"
 
 namespace peregrine::kernels {
 
@@ -17,15 +18,6 @@ constexpr int kChunkK = 64;                            // K a row's 4 lanes cove
 constexpr int kChunksPerUnit = kUnitK / kChunkK;
 static_assert(kW8A16RowsPerCta == split_k::kRowsPerCta, "the shared tile epilogue's rows");
 static_assert(kW8A16MinK == kChunkK, "a partial unit is one 64-wide chunk");
-
-// 16 weight bytes, read once: bypass L1 (x keeps it).
-__device__ __forceinline__ uint4 LoadStreaming(const uint8_t* p) {
-  uint4 v;
-  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p));
-  return v;
-}
 
 __device__ __forceinline__ uint32_t Word(const uint4& v, int i) {
   return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
@@ -109,7 +101,7 @@ __global__ void __launch_bounds__(kThreads, 2) Fp8W8A16Kernel(const Fp8W8A16Para
       for (int r = 0; r < kTiles; ++r)
 #pragma unroll
         for (int h = 0; h < 2; ++h)
-          wv[c][r][h] = chunk_ok && row_ok[r][h] ? LoadStreaming(w_rows[r][h] + k0 + c * kChunkK)
+          wv[c][r][h] = chunk_ok && row_ok[r][h] ? LoadStreaming16(w_rows[r][h] + k0 + c * kChunkK)
                                                  : make_uint4(0, 0, 0, 0);
 #pragma unroll
       for (int nt = 0; nt < kNTiles; ++nt) {

@@ -5,10 +5,11 @@
 
 #include <cmath>
 
+#include "kernels/common/dependent_launch.cuh"
+#include "kernels/common/streaming_load.cuh"
 #include "kernels/common/warp.cuh"
 #include "kernels/moe_grouped_gemm_mma.cuh"
 #include "kernels/moe_router.cuh"
-#include "kernels/common/dependent_launch.cuh"
 
 namespace peregrine::kernels {
 
@@ -24,15 +25,6 @@ constexpr int kUnrollBF16 = 4;  // 8 inputs per chunk
 // on the H200 at batch 1-128 (bench/moe/NOTES.md).
 constexpr int kUnrollBF16Down = 4;
 constexpr int kUnrollMxfp4 = 4;  // 32 inputs (one scale block) per chunk
-
-// Weights are read once: bypass L1 so the activations, which every warp re-reads, stay there.
-__device__ __forceinline__ uint4 LoadStreaming(const uint4* p) {
-  uint4 v;
-  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p));
-  return v;
-}
 
 __device__ __forceinline__ void UnpackBF16x8(const uint4& v, float (&f)[8]) {
   const uint32_t w[4] = {v.x, v.y, v.z, v.w};
@@ -79,8 +71,8 @@ __device__ __forceinline__ void RowDotBF16(const MoeExpertGemmParams& p, int64_t
     for (int u = 0; u < kUnroll; ++u) {
       const int c = c0 + u * kWarpSize;
       if (c < chunks) {
-        va[u] = LoadStreaming(wa + c);
-        if constexpr (kGateUp) vb[u] = LoadStreaming(wb + c);
+        va[u] = LoadStreaming16(wa + c);
+        if constexpr (kGateUp) vb[u] = LoadStreaming16(wb + c);
       }
     }
 #pragma unroll
@@ -124,10 +116,10 @@ __device__ __forceinline__ void RowDotMxfp4(const MoeExpertGemmParams& p, int64_
     for (int u = 0; u < kUnrollMxfp4; ++u) {
       const int c = c0 + u * kWarpSize;
       if (c < chunks) {
-        va[u] = LoadStreaming(wa + c);
+        va[u] = LoadStreaming16(wa + c);
         scale_a[u] = __ldg(sa + c);
         if constexpr (kGateUp) {
-          vb[u] = LoadStreaming(wb + c);
+          vb[u] = LoadStreaming16(wb + c);
           scale_b[u] = __ldg(sb + c);
         }
       }
