@@ -27,6 +27,10 @@
 #                                   profile of this tree and of $PEREGRINE_OLD at V4-Flash shapes, interleaved
 #                                   PROFILE_ROUNDS times (default 2); PROFILE_ARGS adds flags to both;
 #                                   PROFILE_BINS="name=path ..." profiles other binaries instead
+#   bash tools/gpu_run.sh moe-ab    the MoE kernels of several peregrine_moe_bench binaries (MOE_BINS="name=path
+#                                   ...") run alternately MOE_ROUNDS times (default 2) with MOE_ARGS, then a
+#                                   table of each op's times per binary (tools/moe_ab_table.py); TESTS
+#                                   runs test binaries first
 #   bash tools/gpu_run.sh kv-serve  the KV system at V4-Flash shapes: 64-stream throughput against
 #                                   $PEREGRINE_OLD, prefix-cache TTFT (256 requests, 8K shared prefix)
 #                                   and greedy agreement, --max-model-len 1048576 (report vs the
@@ -390,6 +394,26 @@ if [ "$PHASE" = "profile-ab" ]; then
       grep -E "^batch|per layer" "$OUT/profile_${which}_$rep.log" | sed 's/(the server plans.*//; s/, eager step.*//'
     done
   done
+  exit $status
+fi
+
+if [ "$PHASE" = "moe-ab" ]; then
+  # Kernel A/B: peregrine_moe_bench binaries run alternately (MOE_BINS="name=path ...",
+  # MOE_ROUNDS rounds, MOE_ARGS passed to each), then each op's median time per binary.
+  for t in ${TESTS:-}; do run_test "$t" 240; done
+  for rep in $(seq 1 "${MOE_ROUNDS:-2}"); do
+    for entry in ${MOE_BINS:-new=$BIN/peregrine_moe_bench}; do
+      which="${entry%%=*}"
+      bin="${entry#*=}"
+      [ -x "$bin" ] || { echo "== moe bench $which: no binary"; status=1; continue; }
+      echo "== moe bench $which (run $rep)"
+      # shellcheck disable=SC2086
+      timeout 200 "$bin" ${MOE_ARGS:-} --out "$OUT/moe_$which.jsonl" >"$OUT/moe_${which}_$rep.log" 2>&1 || status=1
+    done
+  done
+  files=()
+  for entry in ${MOE_BINS:-new=$BIN/peregrine_moe_bench}; do files+=("$OUT/moe_${entry%%=*}.jsonl"); done
+  "$PY" "$ROOT/tools/moe_ab_table.py" "${files[@]}" || status=1
   exit $status
 fi
 
