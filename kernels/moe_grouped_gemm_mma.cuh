@@ -220,9 +220,9 @@ __device__ __forceinline__ int ChunkSwizzle(int row) {
   return kWholeStages ? (row & 1) << 2 : 0;
 }
 
-// Copies stage `stage` (steps [stage * kStageSteps, +kStageSteps)) of the rows [row0, row0 +
-// 16) of expert e into ring position `r` of the warp's slot: lane-consecutive 16-byte chunks of
-// one row, so each instruction reads whole runs of a few rows. Chunks past in_dim are
+// Copies stage `stage` (steps [stage * kStageSteps, +kStageSteps)) of both halves of the item
+// at row0 of expert e into ring position `r` of the warp's slot: lane-consecutive 16-byte
+// chunks of one row, so each instruction reads whole runs of a few rows. Chunks past in_dim are
 // zero-filled without a read. Addresses are one per-lane base per matrix plus immediates, to
 // keep registers for the decode.
 template <bool kGateUp, bool kWholeStages>
