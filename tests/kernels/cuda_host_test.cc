@@ -1,15 +1,17 @@
 // Host-side pieces of the CUDA backend, tested without a GPU: the caching allocator's
-// bookkeeping over a fake raw allocator, the sparse attention planner's invariants, and the
-// launchers' tensor checker.
+// bookkeeping over a fake raw allocator, the sparse attention planner's invariants, the
+// launchers' tensor checker, and the MoE launchers' refusals.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <map>
 #include <random>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "backend/cuda/allocator.h"
+#include "backend/cuda/ops/moe.h"
 #include "backend/cuda/ops/sparse_attention_plan.h"
 #include "backend/cuda/ops/tensor_check.h"
 #include "kernels/hyper_connection.cuh"
@@ -252,6 +254,79 @@ TEST(TensorCheckerTest, BindsNamedDimensionsAndNamesTheCulprit) {
   const Tensor misaligned = Tensor::Contiguous(storage.data() + 1, DType::kF32, {3, 8, 64}, Device::kCuda);
   EXPECT_FALSE(check.Check("q", misaligned, DType::kF32, {&b, &h, &d}).ok());
   EXPECT_TRUE(check.CheckOptional("absent", Tensor{}, DType::kF32, {&b}).ok());
+}
+
+// Bad arguments are refused before anything reaches the device (fake addresses, no stream).
+TEST(MoeLauncherChecks, RejectNamingTheTensor) {
+  auto fake = [](uintptr_t address, DType dtype, Shape shape) {
+    return Tensor::Contiguous(reinterpret_cast<void*>(address), dtype, shape, Device::kCuda);
+  };
+  const auto expect_invalid = [](const Status& s, const std::string& name) {
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
+    EXPECT_NE(s.ToString().find(name), std::string::npos) << s.ToString() << " should name " << name;
+  };
+  const int64_t n = 3, e = 8, k = 2, d = 64, i = 32;
+
+  MoeRouteArgs route;
+  route.logits = fake(0x10000, DType::kF32, {n, e});
+  route.bias = fake(0x20000, DType::kF32, {e + 1});
+  route.topk_ids = fake(0x30000, DType::kI32, {n, k});
+  route.topk_weights = fake(0x40000, DType::kF32, {n, k});
+  expect_invalid(MoeRoute(route, nullptr), "bias");
+  route.bias = fake(0x20000, DType::kF32, {e});
+  route.topk_weights = fake(0x40000, DType::kBF16, {n, k});
+  expect_invalid(MoeRoute(route, nullptr), "topk_weights");
+  route.topk_weights = fake(0x40000, DType::kF32, {n, k});
+  route.tid2eid = fake(0x50000, DType::kI32, {97, k});  // both modes at once
+  EXPECT_EQ(MoeRoute(route, nullptr).code(), StatusCode::kInvalidArgument);
+
+  MoeAlignArgs align;
+  align.topk_ids = fake(0x10000, DType::kI32, {n, k});
+  align.expert_offsets = fake(0x20000, DType::kI32, {e + 1});
+  align.sorted_assignments = fake(0x30000, DType::kI32, {n * k + 1});
+  expect_invalid(MoeAlign(align, nullptr), "sorted_assignments");
+
+  MoeGateUpArgs gate_up;
+  gate_up.x = fake(0x10000, DType::kBF16, {n, d});
+  gate_up.sorted_assignments = fake(0x20000, DType::kI32, {n * k});
+  gate_up.expert_offsets = fake(0x30000, DType::kI32, {e + 1});
+  gate_up.w1.weight = fake(0x40000, DType::kBF16, {e, i, d});
+  gate_up.w3.weight = fake(0x50000, DType::kBF16, {e, i + 32, d});
+  gate_up.h = fake(0x60000, DType::kBF16, {n * k, i});
+  expect_invalid(MoeGateUp(gate_up, nullptr), "w3");
+  gate_up.w3.weight = fake(0x50000, DType::kBF16, {e, i, d});
+  gate_up.h = fake(0x60000, DType::kF32, {n * k, i});
+  expect_invalid(MoeGateUp(gate_up, nullptr), "h");
+  gate_up.h = fake(0x60000, DType::kBF16, {n * k, i});
+  gate_up.format = MoeWeightFormat::kMxfp4;  // bf16-shaped weights for the MXFP4 format
+  expect_invalid(MoeGateUp(gate_up, nullptr), "w1");
+  gate_up.w1.weight = fake(0x40000, DType::kU8, {e, i, d / 2});
+  gate_up.w1.scale = fake(0x70000, DType::kU8, {e, i, d / 16});
+  expect_invalid(MoeGateUp(gate_up, nullptr), "w1.scale");
+  gate_up.x = fake(0x10000, DType::kBF16, {n, 48});  // D not a multiple of 32
+  EXPECT_EQ(MoeGateUp(gate_up, nullptr).code(), StatusCode::kInvalidArgument);
+
+  MoeDownArgs down;
+  down.h = fake(0x10000, DType::kBF16, {n * k, i});
+  down.sorted_assignments = fake(0x20000, DType::kI32, {n * k});
+  down.expert_offsets = fake(0x30000, DType::kI32, {e + 1});
+  down.w2.weight = fake(0x40000, DType::kBF16, {e, d, i});
+  down.y = fake(0x50000, DType::kBF16, {n * k, d});
+  expect_invalid(MoeDown(down, nullptr), "y");
+  down.y = fake(0x50000, DType::kF32, {n * k, d});
+  down.expert_offsets = fake(0x30000, DType::kI32, {e + 2});
+  expect_invalid(MoeDown(down, nullptr), "expert_offsets");
+
+  MoeCombineArgs combine;
+  combine.y = fake(0x10000, DType::kF32, {n * k, d});
+  combine.topk_ids = fake(0x20000, DType::kI32, {n, k});
+  combine.topk_weights = fake(0x30000, DType::kF32, {n, k});
+  combine.shared = fake(0x40000, DType::kBF16, {n, d + 8});
+  combine.out = fake(0x50000, DType::kBF16, {n, d});
+  expect_invalid(MoeCombine(combine, nullptr), "shared");
+  combine.shared = Tensor{};
+  combine.out = fake(0x50008, DType::kBF16, {n, d});  // misaligned
+  expect_invalid(MoeCombine(combine, nullptr), "out");
 }
 
 }  // namespace
