@@ -73,6 +73,13 @@ Reference Compute(const std::vector<float>& x, const std::vector<float>& w, int6
   return ::testing::AssertionSuccess();
 }
 
+// cuda::Linear of x and w into y32 (f32) and into y16 (bf16): the two calls every shape checks.
+Status LinearBothOutputs(cuda::Blas& blas, const Tensor& x, const Tensor& w, const Tensor& y32, const Tensor& y16,
+                         cudaStream_t stream) {
+  PG_RETURN_IF_ERROR(cuda::Linear(blas, {x, w, y32}, stream));
+  return cuda::Linear(blas, {x, w, y16}, stream);
+}
+
 ::testing::AssertionResult SameBits(const std::vector<float>& a, const std::vector<float>& b, int64_t m) {
   if (a.size() != b.size()) return ::testing::AssertionFailure() << "sizes differ";
   for (size_t i = 0; i < a.size(); ++i)
@@ -115,12 +122,9 @@ TEST_F(Bf16LinearTest, MatchesReferenceAndEveryRowIsBatchInvariant) {
       SCOPED_TRACE("N=" + std::to_string(n) + " M=" + std::to_string(c.m) + " K=" + std::to_string(c.k));
       const size_t count = static_cast<size_t>(n * c.m);
       cuda::DeviceBuffer y32 = Poisoned(count * 4), y16 = Poisoned(count * 2);
-      PG_ASSERT_OK(cuda::Linear(blas_, {View(x_d, DType::kBF16, {n, c.k}), View(w_d, DType::kBF16, {c.m, c.k}),
-                                        View(y32, DType::kF32, {n, c.m})},
-                                stream_.get()));
-      PG_ASSERT_OK(cuda::Linear(blas_, {View(x_d, DType::kBF16, {n, c.k}), View(w_d, DType::kBF16, {c.m, c.k}),
-                                        View(y16, DType::kBF16, {n, c.m})},
-                                stream_.get()));
+      PG_ASSERT_OK(LinearBothOutputs(blas_, View(x_d, DType::kBF16, {n, c.k}), View(w_d, DType::kBF16, {c.m, c.k}),
+                                     View(y32, DType::kF32, {n, c.m}), View(y16, DType::kBF16, {n, c.m}),
+                                     stream_.get()));
       Sync();
       const std::vector<float> got32 = Download<float>(y32, count), got16 = DownloadBF16(y16, count);
       ASSERT_TRUE(BothOutputsMatch(got32, got16, ref, c.k));
@@ -271,12 +275,9 @@ TEST_F(Bf16GemvTest, MatchesReferenceAndLinearDispatchesToIt) {
       SCOPED_TRACE("N=" + std::to_string(n) + " M=" + std::to_string(c.m) + " K=" + std::to_string(c.k));
       const size_t count = static_cast<size_t>(n * c.m);
       cuda::DeviceBuffer y32 = Poisoned(count * 4), y16 = Poisoned(count * 2), direct = Poisoned(count * 4);
-      PG_ASSERT_OK(cuda::Linear(blas_, {View(x_d, DType::kBF16, {n, c.k}), View(w_d, DType::kBF16, {c.m, c.k}),
-                                        View(y32, DType::kF32, {n, c.m})},
-                                stream_.get()));
-      PG_ASSERT_OK(cuda::Linear(blas_, {View(x_d, DType::kBF16, {n, c.k}), View(w_d, DType::kBF16, {c.m, c.k}),
-                                        View(y16, DType::kBF16, {n, c.m})},
-                                stream_.get()));
+      PG_ASSERT_OK(LinearBothOutputs(blas_, View(x_d, DType::kBF16, {n, c.k}), View(w_d, DType::kBF16, {c.m, c.k}),
+                                     View(y32, DType::kF32, {n, c.m}), View(y16, DType::kBF16, {n, c.m}),
+                                     stream_.get()));
       cuda::StridedLinearArgs s;
       s.x = x_d.data();
       s.x_stride = c.k;
