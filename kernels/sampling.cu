@@ -17,15 +17,6 @@ namespace {
 
 using namespace sampling_detail;  // NOLINT: the kernel's own building blocks
 
-// ---- clusters (sm_90): a full-vocabulary walk spreads its chains over the CTAs of one row ------
-
-// The 1024-blocks whose chains rank `rank` of `cluster` CTAs sums: [*begin, *end).
-__device__ __forceinline__ void ChainRange(int num_blocks, int cluster, int rank, int* begin, int* end) {
-  const int per = (num_blocks + cluster - 1) / cluster;
-  *begin = min(num_blocks, rank * per);
-  *end = min(num_blocks, *begin + per);
-}
-
 // ---- the paths ------------------------------------------------------------------------------
 
 // FixedOrderSum chains of the 1024-blocks [block_begin, block_end) into s.chain.
@@ -128,36 +119,12 @@ __device__ int32_t WalkBlockParallel(const float* w, double c0, double target, S
   return found;
 }
 
-// The row maximum (RowMax's value: a maximum does not depend on the order, NaN is skipped
-// either way) taken by the kCluster CTAs of a cluster, each over its range of 1024-blocks (the
-// chains' ranges); every CTA then reads every partial through distributed shared memory.
-// Contains one cluster barrier; s.cluster_max must stay untouched until the next one.
-template <int kCluster>
-__device__ float ClusterRowMax(const float* x, int n, Shared& s) {
-  int begin, end;
-  ChainRange((n + kWalkBlock - 1) / kWalkBlock, kCluster, ClusterRank(), &begin, &end);
-  const int lo = min(n, begin * kWalkBlock), hi = min(n, end * kWalkBlock);
-  const float mine = RowMax(x + lo, hi - lo, s);
-  if (threadIdx.x == 0) s.cluster_max = mine;
-  ClusterSync();  // 1b: every partial maximum is published
-  float m = kNegInf;
-#pragma unroll
-  for (int rank = 0; rank < kCluster; ++rank) {
-    const float v = *ClusterPeer(&s.cluster_max, rank);
-    m = v > m ? v : m;
-  }
-  return m;
-}
-
 // The ranks other than 0 of a cluster on a full-vocabulary-walk row: their share of the maximum
 // and of the chains, between the barriers WalkFullVocab<kCluster> on rank 0 matches one for one.
 template <int kCluster>
-__device__ void WalkFullVocabPeer(const float* x, int n, float inv_t, Shared& s) {
-  ClusterSync();  // 1: rank 0 has applied the edits
-  const float max_logit = ClusterRowMax<kCluster>(x, n, s);
-  int begin, end;
-  ChainRange((n + kWalkBlock - 1) / kWalkBlock, kCluster, ClusterRank(), &begin, &end);
-  SumChains(x, n, max_logit, inv_t, begin, end, s);
+__device__ void WalkFullVocabPeer(const float* x, int n, float inv_t, RowPart<kCluster>& part, Shared& s) {
+  const float max_logit = ClusterRowMax(x, part, s);
+  SumChains(x, n, max_logit, inv_t, part.block_begin, part.block_end, s);
   ClusterSync();  // 2: every chain is summed
   ClusterSync();  // 3: rank 0 has copied them; this CTA's shared memory may go
 }
@@ -168,27 +135,24 @@ __device__ void WalkFullVocabPeer(const float* x, int n, float inv_t, Shared& s)
 // are summed by the kCluster CTAs of the row's cluster (each a range of blocks, the same sums)
 // and copied here through distributed shared memory.
 template <int kCluster>
-__device__ int32_t WalkFullVocab(const float* x, int n, float inv_t, double u, Shared& s) {
+__device__ int32_t WalkFullVocab(const float* x, int n, float inv_t, double u, RowPart<kCluster>& part, Shared& s) {
   const int num_blocks = (n + kWalkBlock - 1) / kWalkBlock;
-  float max_logit;
+  const float max_logit = ClusterRowMax(x, part, s);
+  Stamp(s, kSamplingPhase1Cycles);
+  SumChains(x, n, max_logit, inv_t, part.block_begin, part.block_end, s);
   if constexpr (kCluster > 1) {
-    ClusterSync();  // 1: the edits are visible to the cluster
-    max_logit = ClusterRowMax<kCluster>(x, n, s);
-    int begin, end;
-    ChainRange(num_blocks, kCluster, 0, &begin, &end);
-    SumChains(x, n, max_logit, inv_t, begin, end, s);
-    ClusterSync();  // 2
+    ClusterSync();  // 2: every chain is summed
     for (int rank = 1; rank < kCluster; ++rank) {
+      int begin, end;
       ChainRange(num_blocks, kCluster, rank, &begin, &end);
       const double* peer = ClusterPeer(s.chain, rank);
       for (int c = 4 * begin + static_cast<int>(threadIdx.x); c < 4 * end; c += kThreads) s.chain[c] = peer[c];
     }
-    ClusterSync();  // 3
+    ClusterSync();  // 3: copied; the peers may go
   } else {
-    max_logit = RowMax(x, n, s);
-    SumChains(x, n, max_logit, inv_t, 0, num_blocks, s);
     __syncthreads();
   }
+  Stamp(s, kSamplingPhase2Cycles);
   // Block masses side by side (s.cand is unused on this path), so that the serial loops below
   // do one dependent add per block.
   static_assert(kSamplingMaxVocab / kWalkBlock * sizeof(double) <= sizeof(Shared::cand), "block masses in s.cand");
@@ -217,6 +181,7 @@ __device__ int32_t WalkFullVocab(const float* x, int n, float inv_t, double u, S
     s.bucket_mass[0] = cumulative;
     s.bucket_mass[1] = target;
   }
+  Stamp(s, kSamplingPhase3Cycles);
   __syncthreads();
   const int chosen = s.found;
   if (chosen >= 0) {
@@ -285,23 +250,30 @@ __device__ __forceinline__ uint32_t BucketLowExponent(uint32_t b) {
 // host's double sum is exact whatever its order, and equals (integer count of q) * q. The
 // device adds those integers (24-bit significand, shifted by one in the upper binade) with
 // 32-bit shared atomics and a carry word, one copy per warp (in s.cand, unused until the
-// gather), and converts once: the same doubles as the host, bit for bit. The last bucket
-// (weights below 2^-39) is summed in double in another order than the host's (NOTES.md).
-__device__ float NucleusFloor(const float* x, int n, float max_logit, float inv_t, float top_p, double* target_out,
-                              Shared& s) {
+// gather), each rank over its part, and rank 0 adds the ranks' totals and converts once: the
+// same doubles as the host, bit for bit. The last bucket (weights below 2^-39) is summed as
+// integers too, each weight truncated to a multiple of 2^-92: not the host's order or rounding
+// (NOTES.md), but the same value however the row is split. Every rank gets the floor.
+template <int kCluster>
+__device__ float NucleusFloor(const float* x, float max_logit, float inv_t, float top_p, double* target_out,
+                              RowPart<kCluster>& part, Shared& s) {
   static_assert(2 * kWarps * kNumBuckets * sizeof(uint32_t) <= sizeof(Shared::cand), "bucket counters in s.cand");
   uint32_t* const lo_all = reinterpret_cast<uint32_t*>(s.cand);      // [kWarps, kNumBuckets]
   uint32_t* const hi_all = lo_all + kWarps * kNumBuckets;            // [kWarps, kNumBuckets]
   for (int i = threadIdx.x; i < 2 * kWarps * kNumBuckets; i += kThreads) lo_all[i] = 0;
+  if (threadIdx.x == 0) {
+    s.tail_lo = 0;
+    s.tail_hi = 0;
+  }
   __syncthreads();
   uint32_t* const lo = lo_all + (threadIdx.x / 32) * kNumBuckets;
   uint32_t* const hi = hi_all + (threadIdx.x / 32) * kNumBuckets;
-  double tail = 0.0;
-  ForEach(x, n, [&](int, float v) {
+  unsigned long long tail = 0;  // < 2^53 per weight, at most 2^9 weights per thread
+  ForRange(x, part.lo, part.hi, [&](int, float v) {
     const float w = TemperatureWeight(v, max_logit, inv_t);
     const uint32_t b = BucketOf(w);
     if (b == kNumBuckets - 1) {
-      tail = Add(tail, static_cast<double>(w));
+      tail += __float2ull_rz(__fmul_rn(w, 0x1p92f));  // exact scaling, then truncation
       return;
     }
     const uint32_t bits = __float_as_uint(w);
@@ -309,50 +281,77 @@ __device__ float NucleusFloor(const float* x, int n, float max_logit, float inv_
     const uint32_t old = atomicAdd(&lo[b], units);
     if (old + units < old) atomicAdd(&hi[b], 1u);
   });
+  if (tail != 0) {
+    const unsigned long long old = atomicAdd(&s.tail_lo, tail);
+    if (old + tail < old) atomicAdd(&s.tail_hi, 1u);
+  }
   __syncthreads();
   for (int b = threadIdx.x; b < kNumBuckets - 1; b += kThreads) {
-    uint64_t units = 0;  // below 2^18 * 2^25 = 2^43: exact in double
+    uint64_t units = 0;  // below 2^18 * 2^25 = 2^43
     for (int w = 0; w < kWarps; ++w) {
       units += (static_cast<uint64_t>(hi_all[w * kNumBuckets + b]) << 32) | lo_all[w * kNumBuckets + b];
     }
-    // q = 2^(low exponent - 127 - 23), a normal double; the product is exact.
-    const double q = __longlong_as_double(
-        static_cast<int64_t>(static_cast<int>(BucketLowExponent(static_cast<uint32_t>(b))) - 150 + 1023) << 52);
-    s.bucket_mass[b] = __dmul_rn(static_cast<double>(units), q);
+    s.bucket_units[b] = units;
   }
-  tail = BlockReduce(tail, SumD{}, s);
-  if (threadIdx.x == 0) {
-    s.bucket_mass[kNumBuckets - 1] = tail;
-    double total = 0.0;
-    for (int b = 0; b < kNumBuckets; ++b) total = Add(total, s.bucket_mass[b]);
-    const double target = __dmul_rn(static_cast<double>(top_p), total);
-    const double stop = Add(target, __dmul_rn(kNucleusMargin, total));
-    int last_bucket = kNumBuckets - 1;
-    double cumulative = 0.0;
-    for (int b = 0; b + 1 < kNumBuckets; ++b) {
-      cumulative = Add(cumulative, s.bucket_mass[b]);
-      if (cumulative >= stop) {
-        last_bucket = b;
-        break;
-      }
+  if constexpr (kCluster > 1) ClusterSync();  // every rank's sums are complete
+  __syncthreads();
+  if (part.rank == 0) {
+    for (int b = threadIdx.x; b < kNumBuckets - 1; b += kThreads) {
+      uint64_t units = 0;
+#pragma unroll
+      for (int rank = 0; rank < kCluster; ++rank) units += kCluster > 1 ? ClusterPeer(s.bucket_units, rank)[b] : s.bucket_units[b];
+      // q = 2^(low exponent - 127 - 23), a normal double; the product is exact (units < 2^53).
+      const double q = __longlong_as_double(
+          static_cast<int64_t>(static_cast<int>(BucketLowExponent(static_cast<uint32_t>(b))) - 150 + 1023) << 52);
+      s.bucket_mass[b] = __dmul_rn(static_cast<double>(units), q);
     }
-    s.found = last_bucket;
-    s.bucket_mass[0] = target;
+    if (threadIdx.x == 0) {
+      unsigned long long tail_lo = 0;
+      uint32_t tail_hi = 0;
+#pragma unroll
+      for (int rank = 0; rank < kCluster; ++rank) {
+        const unsigned long long add = kCluster > 1 ? *ClusterPeer(&s.tail_lo, rank) : s.tail_lo;
+        tail_hi += (kCluster > 1 ? *ClusterPeer(&s.tail_hi, rank) : s.tail_hi) + (tail_lo + add < tail_lo ? 1u : 0u);
+        tail_lo += add;
+      }
+      s.bucket_mass[kNumBuckets - 1] =
+          __dmul_rn(__dadd_rn(__ull2double_rn(tail_lo), __dmul_rn(static_cast<double>(tail_hi), 0x1p64)), 0x1p-92);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      double total = 0.0;
+      for (int b = 0; b < kNumBuckets; ++b) total = Add(total, s.bucket_mass[b]);
+      const double target = __dmul_rn(static_cast<double>(top_p), total);
+      const double stop = Add(target, __dmul_rn(kNucleusMargin, total));
+      int last_bucket = kNumBuckets - 1;
+      double cumulative = 0.0;
+      for (int b = 0; b + 1 < kNumBuckets; ++b) {
+        cumulative = Add(cumulative, s.bucket_mass[b]);
+        if (cumulative >= stop) {
+          last_bucket = b;
+          break;
+        }
+      }
+      s.found = last_bucket;
+      s.bucket_mass[0] = target;
+    }
+    __syncthreads();
+    *target_out = s.bucket_mass[0];
   }
+  const int last_bucket = s.found;  // rank 0's; the others take rank 0's floor below
+  const float floor = last_bucket + 1 < kNumBuckets
+                          ? __uint_as_float(kOneBits - (static_cast<uint32_t>(last_bucket + 1) << kBucketShift))
+                          : 0.0f;
+  const float row_floor = __uint_as_float(static_cast<uint32_t>(ClusterCombine(part, __float_as_uint(floor), TakeFirst{}, s)));
   __syncthreads();
-  const int last_bucket = s.found;
-  *target_out = s.bucket_mass[0];
-  __syncthreads();
-  return last_bucket + 1 < kNumBuckets
-             ? __uint_as_float(kOneBits - (static_cast<uint32_t>(last_bucket + 1) << kBucketShift))
-             : 0.0f;
+  return row_floor;
 }
 
-// From s.cand[0, count) (MoreLikely keys, any order): top-p prefix (when target >= 0 or
+// From s.cand[0, count) (MoreLikely keys, any order unless `presorted`: most likely first): top-p prefix (when target >= 0 or
 // top_p < 1 with the sum taken here), min-p filter, ascending-id walk. WalkKept's contract.
 __device__ int32_t FinishKept(int count, float max_logit_or_nan, float inv_t, float top_p, double nucleus_target,
-                              float min_p, double u, bool sorted_prefix, Shared& s) {
-  SortDescending(s, count, false);
+                              float min_p, double u, bool sorted_prefix, bool presorted, Shared& s) {
+  if (!presorted) SortDescending(s, count, false);
   // Weights relative to the largest kept logit (top-k) or the row maximum (nucleus, min-p).
   const float max_logit = isnan(max_logit_or_nan) ? (count > 0 ? KeyLogit(s.cand[0]) : kNegInf) : max_logit_or_nan;
   for (int i = threadIdx.x; i < count; i += kThreads) s.cand_w[i] = TemperatureWeight(KeyLogit(s.cand[i]), max_logit, inv_t);
@@ -470,106 +469,128 @@ __global__ void __launch_bounds__(kThreads, 1) SamplingKernel(const SamplingKern
   float* x = p.logits + row * n;
   const SamplingRow r = p.rows[row];
   const int tid = threadIdx.x;
-  if constexpr (kCluster > 1) {
-    if (ClusterRank() != 0) {
-      if (IsFullWalk(r, n)) WalkFullVocabPeer<kCluster>(x, n, r.inv_temperature, s);
-      return;
+  RowPart<kCluster> part(n);
+  if (tid == 0) {
+    s.stamps = p.phase_stamps != nullptr && part.rank == 0 ? p.phase_stamps + row * kSamplingPhases : nullptr;
+    if (s.stamps != nullptr) {
+      for (int i = 0; i < kSamplingPhases; ++i) s.stamps[i] = 0;
+      s.stamps[kSamplingStartNs] = GlobalNs();
     }
   }
+  Stamp(s, kSamplingStartCycles);
 
   // 1. Raw logprobs, before any edit (raw_logprobs.cc; the normalizer to ~1e-7, not bit-exact).
+  // Rank 0 alone, over the whole row: the sums do not depend on the cluster.
   double log_normalizer = 0.0;
   const bool wants_logprobs = r.num_top_logprobs >= 0;
-  if (wants_logprobs) {
-    const float m = RowMax(x, n, s);
-    if (isinf(m)) {
-      log_normalizer = m;
-    } else {
-      double sum = 0.0;
-      ForEach(x, n, [&](int, float v) {
-        if (v > kNegInf) sum += static_cast<double>(expf(v - m));  // NaN fails the test
-      });
-      sum = BlockReduce(sum, SumD{}, s);
-      log_normalizer = static_cast<double>(m) + log(sum);
-    }
-    const int num_top = min(r.num_top_logprobs, min(n, kSamplingMaxTopLogprobs));
-    int got = 0;
-    if (num_top > 0) {
-      got = GatherTop(x, n, static_cast<uint32_t>(num_top), 64,
-                      [](int i, float v) { return MoreLikelyKey(Sanitized(v), i); }, s);
-      if (got > 0) SortDescending(s, got, false);
-    }
-    for (int i = tid; i < kSamplingMaxTopLogprobs; i += kThreads) {
-      const bool has = i < num_top && i < got;
-      p.top_tokens[row * kSamplingMaxTopLogprobs + i] = has ? KeyId(s.cand[i]) : -1;
-      p.top_logprobs[row * kSamplingMaxTopLogprobs + i] = has ? RawLogprob(KeyLogit(s.cand[i]), log_normalizer) : 0.0f;
-    }
-    __syncthreads();
-  } else {
-    for (int i = tid; i < kSamplingMaxTopLogprobs; i += kThreads) {
-      p.top_tokens[row * kSamplingMaxTopLogprobs + i] = -1;
-      p.top_logprobs[row * kSamplingMaxTopLogprobs + i] = 0.0f;
-    }
-  }
-
-  // 2. Edits in place (logits_processors.cc).
   const int edit_begin = p.edit_offsets[row], edit_end = p.edit_offsets[row + 1];
-  if (edit_end > edit_begin) ApplyEdits(x, n, p.edits, p.edit_raw, edit_begin, edit_end);
+  if (part.rank == 0) {
+    if (wants_logprobs) {
+      const float m = RowMax(x, n, s);
+      if (isinf(m)) {
+        log_normalizer = m;
+      } else {
+        double sum = 0.0;
+        ForEach(x, n, [&](int, float v) {
+          if (v > kNegInf) sum += static_cast<double>(expf(v - m));  // NaN fails the test
+        });
+        sum = BlockReduce(sum, SumD{}, s);
+        log_normalizer = static_cast<double>(m) + log(sum);
+      }
+      const int num_top = min(r.num_top_logprobs, min(n, kSamplingMaxTopLogprobs));
+      int got = 0;
+      if (num_top > 0) {
+        RowPart<1> whole(n);
+        got = GatherTop(x, static_cast<uint32_t>(num_top), 64,
+                        [](int i, float v) { return MoreLikelyKey(Sanitized(v), i); }, whole, s);
+        if (got > 0) SortDescending(s, got, false);
+      }
+      for (int i = tid; i < kSamplingMaxTopLogprobs; i += kThreads) {
+        const bool has = i < num_top && i < got;
+        p.top_tokens[row * kSamplingMaxTopLogprobs + i] = has ? KeyId(s.cand[i]) : -1;
+        p.top_logprobs[row * kSamplingMaxTopLogprobs + i] = has ? RawLogprob(KeyLogit(s.cand[i]), log_normalizer) : 0.0f;
+      }
+      __syncthreads();
+    } else {
+      for (int i = tid; i < kSamplingMaxTopLogprobs; i += kThreads) {
+        p.top_tokens[row * kSamplingMaxTopLogprobs + i] = -1;
+        p.top_logprobs[row * kSamplingMaxTopLogprobs + i] = 0.0f;
+      }
+    }
+    // 2. Edits in place (logits_processors.cc).
+    if (edit_end > edit_begin) ApplyEdits(x, n, p.edits, p.edit_raw, edit_begin, edit_end);
+  }
+  if constexpr (kCluster > 1) ClusterSync();  // the edits are visible to every rank
+  Stamp(s, kSamplingPreparedCycles);
 
-  // 3. The token.
+  // 3. The token. Every rank passes over its part; rank 0 finishes alone.
   int32_t token = 0;
   bool overflow = false;
-  if (!(r.temperature > 0.0f)) {
-    uint64_t best = 0;
-    ForEach(x, n, [&](int i, float v) {
-      const uint64_t k = MoreLikelyKey(Sanitized(v), i);
-      best = k > best ? k : best;
-    });
-    token = KeyId(BlockReduce(best, MaxU64{}, s));
+  const float inv_t = r.inv_temperature;
+  const bool has_top_k = r.top_k > 0 && r.top_k < n;
+  const bool has_top_p = r.top_p < 1.0f;
+  const float min_p = fminf(r.min_p, 1.0f);
+  int got = 0;
+  float m = 0.0f;
+  double target = -1.0;
+  if (IsFullWalk(r, n)) {
+    if (part.rank != 0) {
+      if constexpr (kCluster > 1) WalkFullVocabPeer(x, n, inv_t, part, s);
+      return;
+    }
+    token = WalkFullVocab(x, n, inv_t, r.u, part, s);
   } else {
-    const float inv_t = r.inv_temperature;
-    const bool has_top_k = r.top_k > 0 && r.top_k < n;
-    const bool has_top_p = r.top_p < 1.0f;
-    const float min_p = fminf(r.min_p, 1.0f);
-    if (has_top_k) {
+    if (!(r.temperature > 0.0f)) {
+      uint64_t best = 0;
+      ForRange(x, part.lo, part.hi, [&](int i, float v) {
+        const uint64_t k = MoreLikelyKey(Sanitized(v), i);
+        best = k > best ? k : best;
+      });
+      best = ClusterCombine(part, BlockReduce(best, MaxU64{}, s), MaxU64{}, s);
+      token = KeyId(best);
+      Stamp(s, kSamplingPhase1Cycles);
+    } else if (has_top_k) {
       // Valid logits (not NaN, not -inf) compared on the value alone: ties at the k-th kept.
-      const int got = GatherTop(x, n, static_cast<uint32_t>(r.top_k), 32,
-                                [](int i, float v) { return v >= -3.402823466e38f ? MoreLikelyKey(v, i) : uint64_t{0}; }, s);
-      if (got < 0) {
-        overflow = true;
-      } else {
-        SortDescending(s, got, false);
-        int count = got;
-        if (got > r.top_k) {
-          const uint32_t kth = static_cast<uint32_t>(s.cand[r.top_k - 1] >> 32);
-          if (tid == 0) {
-            int c = r.top_k;
-            while (c < got && static_cast<uint32_t>(s.cand[c] >> 32) >= kth) ++c;
-            s.count = static_cast<uint32_t>(c);
-          }
-          __syncthreads();
-          count = static_cast<int>(s.count);
-          __syncthreads();
-        }
-        token = FinishKept(count, __int_as_float(0x7fc00000), inv_t, r.top_p, -1.0, min_p, r.u, has_top_p, s);
-      }
-    } else if (has_top_p || min_p > 0.0f) {
-      const float m = RowMax(x, n, s);
-      int got;
-      double target = -1.0;
-      if (has_top_p) {
-        const float floor = NucleusFloor(x, n, m, inv_t, r.top_p, &target, s);
-        got = GatherAbove(x, n, m, inv_t, floor, false, s);
-      } else {
-        got = GatherAbove(x, n, m, inv_t, min_p, true, s);
-      }
-      if (got < 0) {
-        overflow = true;
-      } else {
-        token = FinishKept(got, m, inv_t, r.top_p, target, min_p, r.u, has_top_p, s);
-      }
+      got = GatherTop(x, static_cast<uint32_t>(r.top_k), 32,
+                      [](int i, float v) { return v >= -3.402823466e38f ? MoreLikelyKey(v, i) : uint64_t{0}; }, part, s);
+      Stamp(s, kSamplingPhase2Cycles);
     } else {
-      token = WalkFullVocab<kCluster>(x, n, inv_t, r.u, s);  // IsFullWalk(r, n)
+      m = ClusterRowMax(x, part, s);
+      Stamp(s, kSamplingPhase1Cycles);
+      if (has_top_p) {
+        const float floor = NucleusFloor(x, m, inv_t, r.top_p, &target, part, s);
+        Stamp(s, kSamplingPhase2Cycles);
+        got = GatherAbove(x, m, inv_t, floor, false, part, s);
+      } else {
+        got = GatherAbove(x, m, inv_t, min_p, true, part, s);
+        Stamp(s, kSamplingPhase2Cycles);
+      }
+      Stamp(s, kSamplingPhase3Cycles);
+    }
+    if constexpr (kCluster > 1) {
+      ClusterSync();  // no rank reads another's shared memory after this
+      if (part.rank != 0) return;
+    }
+    if (r.temperature > 0.0f && got < 0) {
+      overflow = true;
+    } else if (r.temperature > 0.0f && has_top_k) {
+      SortDescending(s, got, false);
+      int count = got;
+      if (got > r.top_k) {
+        const uint32_t kth = static_cast<uint32_t>(s.cand[r.top_k - 1] >> 32);
+        if (tid == 0) {
+          int c = r.top_k;
+          while (c < got && static_cast<uint32_t>(s.cand[c] >> 32) >= kth) ++c;
+          s.count = static_cast<uint32_t>(c);
+        }
+        __syncthreads();
+        count = static_cast<int>(s.count);
+        __syncthreads();
+      }
+      Stamp(s, kSamplingPhase3Cycles);
+      token = FinishKept(count, __int_as_float(0x7fc00000), inv_t, r.top_p, -1.0, min_p, r.u, has_top_p, true, s);
+    } else if (r.temperature > 0.0f) {
+      token = FinishKept(got, m, inv_t, r.top_p, target, min_p, r.u, has_top_p, false, s);
     }
   }
 
@@ -589,6 +610,13 @@ __global__ void __launch_bounds__(kThreads, 1) SamplingKernel(const SamplingKern
       lp = RawLogprob(raw, log_normalizer);
     }
     p.logprobs[row] = lp;
+    if (s.stamps != nullptr) {  // phases the path does not have repeat the last stamp
+      s.stamps[kSamplingEndCycles] = clock64();
+      for (int i = kSamplingPhase1Cycles; i < kSamplingEndCycles; ++i) {
+        if (s.stamps[i] == 0) s.stamps[i] = s.stamps[i - 1];
+      }
+      s.stamps[kSamplingEndNs] = GlobalNs();
+    }
   }
 }
 

@@ -54,8 +54,27 @@ struct SamplingKernelParams {
   int32_t* top_tokens = nullptr;           // [B, kSamplingMaxTopLogprobs] out; -1 past the row's count
   float* top_logprobs = nullptr;           // [B, kSamplingMaxTopLogprobs] out
   int32_t* status = nullptr;               // [B] out: SamplingStatus
+  int64_t* phase_stamps = nullptr;         // null, or [B, kSamplingPhases] out (benchmarks: where time goes)
   int64_t batch = 0;
   int32_t vocab = 0;
+};
+
+// Stamps per row in SamplingKernelParams::phase_stamps, taken by thread 0 of the row's first
+// CTA: the global timer (ns) at the start and the end, and the SM clock (cycles) at the
+// start, after the raw logprobs and the edits, after each of up to three phases of the
+// setting's path, and at the end. A path with fewer phases repeats the last stamp. The phases:
+// greedy: the argmax pass; top-k: threshold, gather, sort and ties; top-p: maximum, bucket
+// masses, gather; min-p: maximum, gather; full-vocabulary walk: maximum, chains, block masses.
+enum SamplingPhase : int {
+  kSamplingStartNs = 0,
+  kSamplingStartCycles,
+  kSamplingPreparedCycles,
+  kSamplingPhase1Cycles,
+  kSamplingPhase2Cycles,
+  kSamplingPhase3Cycles,
+  kSamplingEndCycles,
+  kSamplingEndNs,
+  kSamplingPhases,
 };
 
 // One block per row (on sm_90 a cluster of 4 or 2 per row when the batch is at most 32 or 66),

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "kernels/common/cluster.cuh"
 #include "kernels/sampling.cuh"
 
 namespace peregrine::kernels::sampling_detail {
@@ -28,8 +29,13 @@ struct Shared {
   uint64_t cand[kCap];     // candidate keys (see MoreLikelyKey / IdKey)
   float cand_w[kCap];      // weights of the candidates, by position after the MoreLikely sort
   uint32_t hist[kHistBins];  // radix histogram; reused as float[kWalkBlock] walk weights
+  uint32_t hist_total[kHistBins];  // the histogram summed over the row's cluster
   double chain[kMaxChains];  // FixedOrderSum chains of the full-vocabulary walk
   double bucket_mass[kNumBuckets];
+  uint64_t bucket_units[kNumBuckets];  // this CTA's bucket sums in units of each bucket's ulp
+  unsigned long long tail_lo;          // this CTA's last-bucket sum in units of 2^-92: lo + 2^64 hi
+  uint32_t tail_hi;
+  uint64_t xchg[2];                    // cluster collectives' slots (ClusterCombine)
   uint64_t red[kWarps];
   uint32_t scan[kWarps];
   uint32_t count;
@@ -37,7 +43,19 @@ struct Shared {
   uint32_t sel_above;
   int32_t found;
   float cluster_max;  // this CTA's part of the row maximum, read by its cluster (full-vocabulary walk)
+  int64_t* stamps;    // this row's SamplingPhase stamps, or null; thread 0 alone reads and writes it
 };
+
+// ---- phase stamps (benchmarks only; thread 0, when asked for) -------------------------------
+
+__device__ __forceinline__ int64_t GlobalNs() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return static_cast<int64_t>(t);
+}
+__device__ __forceinline__ void Stamp(Shared& s, int phase) {
+  if (threadIdx.x == 0 && s.stamps != nullptr) s.stamps[phase] = clock64();
+}
 
 // ---- exactly the host's arithmetic (src/sampling/exp.h, weights.h) -------------------------
 
@@ -138,7 +156,7 @@ __device__ __forceinline__ uint32_t BlockExclusiveScan(uint32_t v, Shared& s) {
 // streamed by one block of 16 warps, so the pass is bound by the loads in flight: each thread
 // issues kLoadBatch float4 loads before using any of them (64 KB per SM in flight). Each thread
 // still visits its elements in increasing index order, as a plain strided loop would.
-constexpr int kLoadBatch = 8;
+constexpr int kLoadBatch = 8;  // 4 and 16 measured no faster (NOTES.md, fourth version)
 template <typename Fn>
 __device__ __forceinline__ void ForEach(const float* x, int n, Fn fn) {
   if ((n & 3) == 0 && (reinterpret_cast<uintptr_t>(x) & 15) == 0) {
@@ -178,6 +196,106 @@ __device__ __forceinline__ void ForEach(const float* x, int n, Fn fn) {
   }
 }
 
+// ForEach over the elements [lo, hi) of the row x; fn gets the index in the row. lo is a multiple
+// of 4 (RowPart's ranges are whole 1024-blocks), so the float4 path applies as for the row.
+template <typename Fn>
+__device__ __forceinline__ void ForRange(const float* x, int lo, int hi, Fn fn) {
+  ForEach(x + lo, hi - lo, [&](int i, float v) { fn(lo + i, v); });
+}
+
+// ---- the row's cluster ----------------------------------------------------------------------
+//
+// With kCluster > 1 every pass over a row is split over the kCluster CTAs of its thread-block
+// cluster, each over a range of whole 1024-blocks, and combined only in ways that do not depend
+// on the split: maxima, integer counts and sums, and sets of candidates (sorted afterwards). So
+// every value is the one a single CTA computes, and the tokens do not depend on the cluster size
+// (nor therefore on the batch). Every CTA of the cluster calls the collectives below in the same
+// order: the branches between them are taken on cluster-wide values alone.
+
+// This CTA's part of the row: rank `rank` of kCluster takes 1024-blocks [begin, end).
+__device__ __forceinline__ void ChainRange(int num_blocks, int cluster, int rank, int* begin, int* end) {
+  const int per = (num_blocks + cluster - 1) / cluster;
+  *begin = min(num_blocks, rank * per);
+  *end = min(num_blocks, *begin + per);
+}
+template <int kCluster>
+struct RowPart {
+  int rank = 0;
+  int block_begin = 0, block_end = 0;  // 1024-blocks
+  int lo = 0, hi = 0;                  // elements
+  int turn = 0;                        // ClusterCombine's slot
+  __device__ explicit RowPart(int n) {
+    rank = kCluster > 1 ? ClusterRank() : 0;
+    ChainRange((n + kWalkBlock - 1) / kWalkBlock, kCluster, rank, &block_begin, &block_end);
+    lo = min(n, block_begin * kWalkBlock);
+    hi = min(n, block_end * kWalkBlock);
+  }
+};
+
+// Every rank's `mine` (thread 0's value counts) combined by op, on every rank, in rank order.
+// One cluster barrier. The slot alternates: it is written again only after the next
+// collective's barrier, which every reader of this one passes after reading.
+template <int kCluster, typename Op>
+__device__ uint64_t ClusterCombine(RowPart<kCluster>& part, uint64_t mine, Op op, Shared& s) {
+  if constexpr (kCluster == 1) {
+    return mine;
+  } else {
+    const int slot = part.turn;
+    part.turn ^= 1;
+    if (threadIdx.x == 0) s.xchg[slot] = mine;
+    ClusterSync();
+    uint64_t r = *ClusterPeer(&s.xchg[slot], 0);
+#pragma unroll
+    for (int rank = 1; rank < kCluster; ++rank) r = op(r, *ClusterPeer(&s.xchg[slot], rank));
+    return r;
+  }
+}
+struct TakeFirst {
+  __device__ uint64_t operator()(uint64_t a, uint64_t) const { return a; }
+};
+// Monotone in the float's value, -0 below +0 (a maximum of the raw bits, as a compare would
+// keep either zero; the weights do not depend on the zero's sign).
+__device__ __forceinline__ uint64_t MaxBits(float v) {
+  const uint32_t b = __float_as_uint(v);
+  return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+__device__ __forceinline__ float FromMaxBits(uint64_t o) {
+  const uint32_t b = static_cast<uint32_t>(o);
+  return __uint_as_float((b & 0x80000000u) ? (b & 0x7FFFFFFFu) : ~b);
+}
+
+// The candidates every rank gathered into its s.cand[0, s.count) appended to rank 0's, in rank
+// order. Returns the total (on every rank), or -1 when it exceeds kCap. Two cluster barriers:
+// the counts and candidates are final; rank 0 has copied them.
+template <int kCluster>
+__device__ int ClusterCollect(RowPart<kCluster>& part, Shared& s) {
+  if constexpr (kCluster == 1) {
+    const uint32_t mine = s.count;  // may exceed kCap (the gathers count past it)
+    __syncthreads();
+    return mine <= static_cast<uint32_t>(kCap) ? static_cast<int>(mine) : -1;
+  } else {
+    ClusterSync();
+    uint32_t counts[kCluster];
+    uint32_t total = 0;
+#pragma unroll
+    for (int rank = 0; rank < kCluster; ++rank) {
+      counts[rank] = *ClusterPeer(&s.count, rank);
+      total += min(counts[rank], static_cast<uint32_t>(kCap) + 1);
+    }
+    if (part.rank == 0 && total <= static_cast<uint32_t>(kCap)) {
+      uint32_t offset = counts[0];
+#pragma unroll
+      for (int rank = 1; rank < kCluster; ++rank) {
+        const uint64_t* peer = ClusterPeer(s.cand, rank);
+        for (uint32_t i = threadIdx.x; i < counts[rank]; i += kThreads) s.cand[offset + i] = peer[i];
+        offset += counts[rank];
+      }
+    }
+    ClusterSync();
+    return total <= static_cast<uint32_t>(kCap) ? static_cast<int>(total) : -1;
+  }
+}
+
 // Descending bitonic sort of s.cand[0, n) (padded with 0 to a power of two); with `weights`,
 // s.cand_w moves along.
 __device__ inline void SortDescending(Shared& s, int n, bool weights) {
@@ -210,10 +328,12 @@ __device__ inline void SortDescending(Shared& s, int n, bool weights) {
 
 // Gathers into s.cand every element whose key (0: excluded) is among the k largest, compared
 // on the top `bits` bits (ties at the k-th all kept), or every non-zero key when there are at
-// most k. Histogram passes narrow the threshold until the gathered set fits kCap.
-// Returns the number gathered, or -1 when even the exact threshold keeps more than kCap.
-template <typename KeyFn>
-__device__ int GatherTop(const float* x, int n, uint32_t k, int bits, KeyFn key, Shared& s) {
+// most k. Histogram passes narrow the threshold until the gathered set fits kCap. Each rank
+// passes over its part; the histograms are summed over the cluster, so every rank takes the
+// same threshold, and rank 0 collects the candidates. Returns the number gathered, or -1 when
+// even the exact threshold keeps more than kCap.
+template <int kCluster, typename KeyFn>
+__device__ int GatherTop(const float* x, uint32_t k, int bits, KeyFn key, RowPart<kCluster>& part, Shared& s) {
   uint64_t prefix = 0;   // the selected high bits so far
   int prefix_bits = 0;
   uint32_t above_total = 0;  // keys above the prefix's range (all gathered)
@@ -223,18 +343,29 @@ __device__ int GatherTop(const float* x, int n, uint32_t k, int bits, KeyFn key,
     const int d = min(kHistBits, bits - prefix_bits);
     for (int i = threadIdx.x; i < kHistBins; i += kThreads) s.hist[i] = 0;
     __syncthreads();
-    ForEach(x, n, [&](int i, float v) {
+    ForRange(x, part.lo, part.hi, [&](int i, float v) {
       const uint64_t kk = key(i, v);
       if (kk == 0) return;
       if (prefix_bits > 0 && (kk >> (64 - prefix_bits)) != prefix) return;
       atomicAdd(&s.hist[(kk >> (64 - prefix_bits - d)) & ((1u << d) - 1)], 1u);
     });
+    const uint32_t* hist = s.hist;
+    if constexpr (kCluster > 1) {
+      ClusterSync();  // every rank's histogram is complete
+      for (int i = threadIdx.x; i < kHistBins; i += kThreads) {
+        uint32_t sum = 0;
+#pragma unroll
+        for (int rank = 0; rank < kCluster; ++rank) sum += ClusterPeer(s.hist, rank)[i];
+        s.hist_total[i] = sum;
+      }
+      hist = s.hist_total;
+    }
     __syncthreads();
     // Thread t owns bins [4t, 4t + 4); suffix counts run from the top bin down.
     constexpr int kPer = kHistBins / kThreads;
     const int t = threadIdx.x;
     uint32_t local = 0;
-    for (int b = 0; b < kPer; ++b) local += s.hist[t * kPer + b];
+    for (int b = 0; b < kPer; ++b) local += hist[t * kPer + b];
     const uint32_t prior = BlockExclusiveScan(local, s);  // bins of lower threads
     const uint32_t total = BlockReduce(local, SumU{}, s);
     const uint32_t above_mine = total - prior - local;  // bins of higher threads
@@ -249,7 +380,7 @@ __device__ int GatherTop(const float* x, int n, uint32_t k, int bits, KeyFn key,
     __syncthreads();
     uint32_t above = above_mine;
     for (int b = kPer - 1; b >= 0; --b) {
-      const uint32_t h = s.hist[t * kPer + b];
+      const uint32_t h = hist[t * kPer + b];
       if (above < k && k <= above + h) {
         s.sel_bin = static_cast<uint32_t>(t * kPer + b);
         s.sel_above = above;
@@ -259,7 +390,7 @@ __device__ int GatherTop(const float* x, int n, uint32_t k, int bits, KeyFn key,
     }
     __syncthreads();
     const uint32_t bin = s.sel_bin, above_bin = s.sel_above;
-    const uint32_t in_bin = s.hist[bin];
+    const uint32_t in_bin = hist[bin];
     __syncthreads();
     const uint64_t new_prefix = (prefix << d) | bin;
     const int new_bits = prefix_bits + d;
@@ -273,33 +404,35 @@ __device__ int GatherTop(const float* x, int n, uint32_t k, int bits, KeyFn key,
     k -= above_bin;
     prefix = new_prefix;
     prefix_bits = new_bits;
+    if constexpr (kCluster > 1) ClusterSync();  // every rank has read this histogram
   }
+  Stamp(s, kSamplingPhase1Cycles);
   if (threadIdx.x == 0) s.count = 0;
   __syncthreads();
   const int drop = 64 - bits;
-  ForEach(x, n, [&](int i, float v) {
+  ForRange(x, part.lo, part.hi, [&](int i, float v) {
     const uint64_t kk = key(i, v);
     if (kk == 0 || (kk >> drop) < (threshold >> drop)) return;
     const uint32_t slot = atomicAdd(&s.count, 1u);
     if (slot < static_cast<uint32_t>(kCap)) s.cand[slot] = kk;
   });
   __syncthreads();
-  const int count = static_cast<int>(s.count);
-  __syncthreads();
-  return count <= kCap ? count : -1;
+  return ClusterCollect(part, s);
 }
 
 // Every element with TemperatureWeight > floor (>= when inclusive) into s.cand as MoreLikely
-// keys; -1 when more than kCap. The exponent pre-test only skips the exponential (truncation.cc).
-// Once the count is seen past kCap the row is an overflow whatever follows (the count only
-// grows), so the remaining candidates skip the exponential and the contended atomic.
-__device__ inline int GatherAbove(const float* x, int n, float max_logit, float inv_t, float floor, bool inclusive,
-                           Shared& s) {
+// keys, each rank over its part, collected on rank 0; -1 when more than kCap. The exponent
+// pre-test only skips the exponential (truncation.cc). Once a rank's count is seen past kCap
+// the row is an overflow whatever follows (counts only grow), so the remaining candidates skip
+// the exponential and the contended atomic.
+template <int kCluster>
+__device__ int GatherAbove(const float* x, float max_logit, float inv_t, float floor, bool inclusive,
+                           RowPart<kCluster>& part, Shared& s) {
   const float exponent_floor = floor > 0.0f ? logf(floor) - kExponentSlack : kNegInf;
   if (threadIdx.x == 0) s.count = 0;
   __syncthreads();
   const volatile uint32_t* const count_seen = &s.count;
-  ForEach(x, n, [&](int i, float v) {
+  ForRange(x, part.lo, part.hi, [&](int i, float v) {
     if (!(v >= max_logit || __fmul_rn(__fsub_rn(v, max_logit), inv_t) >= exponent_floor)) return;
     if (*count_seen > static_cast<uint32_t>(kCap)) return;
     const float w = TemperatureWeight(v, max_logit, inv_t);
@@ -308,9 +441,7 @@ __device__ inline int GatherAbove(const float* x, int n, float max_logit, float 
     if (slot < static_cast<uint32_t>(kCap)) s.cand[slot] = MoreLikelyKey(v, i);
   });
   __syncthreads();
-  const int count = static_cast<int>(s.count);
-  __syncthreads();
-  return count <= kCap ? count : -1;
+  return ClusterCollect(part, s);
 }
 
 // Largest logit, NaN skipped (MaxLogit).
@@ -318,6 +449,12 @@ __device__ inline float RowMax(const float* x, int n, Shared& s) {
   float m = kNegInf;
   ForEach(x, n, [&](int, float v) { m = v > m ? v : m; });
   return BlockReduce(m, MaxF{}, s);
+}
+// The same over the cluster: each rank its part, then the maximum of the parts.
+template <int kCluster>
+__device__ float ClusterRowMax(const float* x, RowPart<kCluster>& part, Shared& s) {
+  const float mine = RowMax(x + part.lo, part.hi - part.lo, s);
+  return FromMaxBits(ClusterCombine(part, MaxBits(mine), MaxU64{}, s));
 }
 
 }  // namespace peregrine::kernels::sampling_detail

@@ -5,7 +5,11 @@
 // same process: what the server does today, a device-to-host copy of the logits and
 // peregrine::Sample() on every row, timed on the host including the copy.
 //
-//   peregrine_sampling_bench [--out FILE.jsonl]
+// With --phases, one more stamped launch per shape reports where a row's time goes (medians over
+// the rows of the SM clock between the kernel's stamps, kernels/sampling.cuh SamplingPhase, in
+// us at each row's own clock rate as the global timer measured it) and the slowest row's time.
+//
+//   peregrine_sampling_bench [--out FILE.jsonl] [--phases]
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -74,14 +78,67 @@ std::vector<Setting> Settings() {
   return s;
 }
 
+// One stamped launch: per row, each phase's cycles at the row's clock rate (cycles between the
+// start and end stamps over the global time between them). Prints the medians over the rows and
+// returns them as JSON fields.
+std::string PhaseReport(cuda::SamplingArgs a, const cuda::DeviceBuffer& stamps, int64_t batch, cuda::DeviceBuffer& work,
+                        const cuda::DeviceBuffer& pristine, size_t bytes, cuda::Stream& stream) {
+  constexpr int kPhases = kernels::kSamplingPhases;
+  a.phase_stamps = Tensor::Contiguous(stamps.data(), DType::kI64, {batch, kPhases}, Device::kCuda);
+  MustCuda(cudaMemcpyAsync(work.data(), pristine.data(), bytes, cudaMemcpyDeviceToDevice, stream.get()), "restore");
+  Must(cuda::Sample(a, stream.get()), "sample (stamped)");
+  Must(stream.Synchronize(), "sync");
+  std::vector<int64_t> st(static_cast<size_t>(batch * kPhases));
+  MustCuda(cudaMemcpy(st.data(), stamps.data(), st.size() * 8, cudaMemcpyDeviceToHost), "stamps");
+  static constexpr const char* kNames[] = {"prepare", "phase1", "phase2", "phase3", "finish"};
+  std::vector<std::vector<double>> us(5);
+  std::vector<double> total;
+  for (int64_t b = 0; b < batch; ++b) {
+    const int64_t* r = st.data() + b * kPhases;
+    const double ns = static_cast<double>(r[kernels::kSamplingEndNs] - r[kernels::kSamplingStartNs]);
+    const double cycles = static_cast<double>(r[kernels::kSamplingEndCycles] - r[kernels::kSamplingStartCycles]);
+    if (!(cycles > 0.0)) continue;
+    const double us_per_cycle = ns / cycles * 1e-3;
+    for (int i = 0; i < 5; ++i) {
+      us[static_cast<size_t>(i)].push_back(
+          static_cast<double>(r[kernels::kSamplingStartCycles + i + 1] - r[kernels::kSamplingStartCycles + i]) * us_per_cycle);
+    }
+    total.push_back(ns * 1e-3);
+  }
+  if (total.empty()) return "";
+  std::string json = ",\"phases_us\":{";
+  std::printf("  phases (median over rows, us):");
+  for (int i = 0; i < 5; ++i) {
+    const double m = Median(us[static_cast<size_t>(i)]);
+    std::printf(" %s %.2f", kNames[i], m);
+    char field[64];
+    std::snprintf(field, sizeof(field), "%s\"%s\":%.3f", i > 0 ? "," : "", kNames[i], m);
+    json += field;
+  }
+  const double t = Median(total);
+  const double slowest = *std::max_element(total.begin(), total.end());
+  std::printf(" | row %.2f, slowest row %.2f\n", t, slowest);
+  char field[96];
+  std::snprintf(field, sizeof(field), ",\"row\":%.3f,\"slowest_row\":%.3f}", t, slowest);
+  return json + field;
+}
+
 }  // namespace
 }  // namespace peregrine
 
 int main(int argc, char** argv) {
   using namespace peregrine;
   const char* out_path = nullptr;
+  bool phases = false;
   for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--out") == 0 && i + 1 < argc) out_path = argv[++i];
+    if (std::strcmp(argv[i], "--out") == 0 && i + 1 < argc) {
+      out_path = argv[++i];
+    } else if (std::strcmp(argv[i], "--phases") == 0) {
+      phases = true;
+    } else {
+      std::fprintf(stderr, "usage: peregrine_sampling_bench [--out FILE.jsonl] [--phases]\n");
+      return 2;
+    }
   }
   FILE* out = out_path != nullptr ? std::fopen(out_path, "w") : nullptr;
   if (out_path != nullptr && out == nullptr) {
@@ -108,7 +165,7 @@ int main(int argc, char** argv) {
   MustCuda(cudaMemcpy(pristine.data(), logits.data(), logits.size() * 4, cudaMemcpyHostToDevice), "upload");
   cuda::DeviceBuffer rows = buffer(kMaxBatch * 32), offsets = buffer((kMaxBatch + 1) * 4), tokens = buffer(kMaxBatch * 4),
                      logprobs = buffer(kMaxBatch * 4), top_tokens = buffer(kMaxBatch * 80), top_logprobs = buffer(kMaxBatch * 80),
-                     status = buffer(kMaxBatch * 4);
+                     status = buffer(kMaxBatch * 4), stamps = buffer(kMaxBatch * kernels::kSamplingPhases * 8);
   std::vector<float> host_logits(logits.size());
 
   std::printf("%-12s %5s %10s %10s %8s %8s %12s %9s %s\n", "setting", "batch", "time_us", "MB_read", "TB/s", "roofline",
@@ -165,13 +222,15 @@ int main(int argc, char** argv) {
       const double tbs = static_cast<double>(bytes) / (us * 1e-6) / 1e12;
       std::printf("%-12s %5lld %10.2f %10.2f %8.3f %8.3f %12.1f %9.1f %lld\n", setting.name, static_cast<long long>(batch), us,
                   static_cast<double>(bytes) / 1e6, tbs, tbs / kRooflineTBs, host, host / us, static_cast<long long>(overflow));
+      std::string phase_json;
+      if (phases) phase_json = PhaseReport(a, stamps, batch, work, pristine, bytes, stream);
       if (out != nullptr) {
         std::fprintf(out,
                      "{\"op\":\"sampling\",\"setting\":\"%s\",\"batch\":%lld,\"vocab\":%lld,\"time_us\":%.3f,"
                      "\"bytes\":%zu,\"tb_s\":%.4f,\"roofline_fraction\":%.4f,\"peer\":\"host Sample incl. d2h copy\","
-                     "\"peer_us\":%.2f,\"speedup\":%.2f,\"overflow_rows\":%lld}\n",
+                     "\"peer_us\":%.2f,\"speedup\":%.2f,\"overflow_rows\":%lld%s}\n",
                      setting.name, static_cast<long long>(batch), static_cast<long long>(kVocab), us, bytes, tbs,
-                     tbs / kRooflineTBs, host, host / us, static_cast<long long>(overflow));
+                     tbs / kRooflineTBs, host, host / us, static_cast<long long>(overflow), phase_json.c_str());
       }
     }
   }

@@ -4,6 +4,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <initializer_list>
 #include <limits>
@@ -261,9 +262,9 @@ TEST_F(SamplingTest, MatchesHostAwkwardVocab) {
 
 TEST_F(SamplingTest, MatchesHostFullVocab) { Sweep(129280, 2, 2); }
 
-// Batches of 21 and 42 rows: on sm_90 the launcher gives each row a cluster of 4 and of 2 CTAs
-// (the full-vocabulary walk's chains summed across them); the sweeps above (84+ rows) take
-// one CTA per row.
+// Batches of 21 and 42 rows: on sm_90 the launcher gives each row a cluster of 4 and of 2 CTAs,
+// each passing over its range of 1024-blocks; the sweeps above (84+ rows) take one CTA per
+// row. 4099 and 1000 leave some ranks an empty range (5 blocks over 4 CTAs, 1 over 2).
 TEST_F(SamplingTest, MatchesHostSmallBatches) {
   Sweep(129280, 1, 2, {Shape::kPeaked});
   if (HasFatalFailure()) return;
@@ -271,7 +272,82 @@ TEST_F(SamplingTest, MatchesHostSmallBatches) {
   if (HasFatalFailure()) return;
   Sweep(20001, 1, 2, {Shape::kTies});
   if (HasFatalFailure()) return;
+  Sweep(4099, 1, 2, {Shape::kPeaked});
+  if (HasFatalFailure()) return;
+  Sweep(1000, 1, 2, {Shape::kTies, Shape::kSpecial});
+  if (HasFatalFailure()) return;
   Sweep(3, 1, 2, {Shape::kSpecial});
+}
+
+// The same rows alone in a cluster of 4 CTAs each (8 rows), of 2 (48 rows) and in one CTA
+// (100 rows): every output bit for bit the same, so a request's tokens and logprobs do not
+// depend on its batch. The rows include top-p over weights mostly below 2^-39, whose last
+// bucket the device sums in its own (split-independent) way, not the host's.
+TEST_F(SamplingTest, SameOutputsAtEveryClusterSize) {
+  constexpr int64_t kVocab = 20001;
+  const std::vector<Case> cases = ParamSets(kVocab);
+  constexpr size_t kRows = 8;
+  auto logits_of = [&](size_t i) {
+    std::mt19937 rng(static_cast<uint32_t>(500 + i));
+    if (i % 4 != 3) return MakeLogits(i % 2 == 0 ? Shape::kPeaked : Shape::kTies, kVocab, rng);
+    std::uniform_real_distribution<float> deep(-60.0f, -31.0f);
+    std::vector<float> x(static_cast<size_t>(kVocab));
+    for (float& v : x) v = deep(rng);
+    x[17] = 0.0f;
+    x[4000] = -1.0f;
+    return x;
+  };
+  auto params_of = [&](size_t i) {
+    SamplingParams p = cases[(3 * i) % cases.size()].params;
+    if (i % 4 == 3) {
+      p = SamplingParams{};
+      p.top_p = 0.9999f;
+      p.logprobs = 5;
+    }
+    p.seed = 90 + i;
+    return p;
+  };
+  struct Outputs {
+    std::vector<int32_t> tokens, top_tokens, status;
+    std::vector<float> logprobs, top_logprobs;
+  };
+  std::vector<Outputs> runs;
+  for (size_t batch_rows : {size_t{8}, size_t{48}, size_t{100}}) {
+    std::vector<Row> rows;
+    DeviceSamplingBatch batch;
+    for (size_t i = 0; i < batch_rows; ++i) {
+      Row r;
+      r.params = params_of(i % kRows);
+      r.logits = logits_of(i % kRows);
+      r.device_state = std::make_unique<SequenceSamplingState>(r.params, std::span<const int32_t>());
+      AppendDeviceRow(r.params, *r.device_state, kVocab, batch);
+      rows.push_back(std::move(r));
+    }
+    DeviceSide d;
+    Prepare(rows, batch, kVocab, d);
+    PG_ASSERT_OK(cuda::Sample(d.args, stream_.get()));
+    Sync();
+    Outputs o;
+    o.tokens = Download<int32_t>(d.tokens, kRows);
+    o.status = Download<int32_t>(d.status, kRows);
+    o.logprobs = Download<float>(d.logprobs, kRows);
+    o.top_tokens = Download<int32_t>(d.top_tokens, kRows * kTop);
+    o.top_logprobs = Download<float>(d.top_logprobs, kRows * kTop);
+    runs.push_back(std::move(o));
+  }
+  for (size_t run = 1; run < runs.size(); ++run) {
+    SCOPED_TRACE("run " + std::to_string(run) + " vs the 8-row batch");
+    EXPECT_EQ(runs[run].tokens, runs[0].tokens);
+    EXPECT_EQ(runs[run].status, runs[0].status);
+    EXPECT_EQ(runs[run].top_tokens, runs[0].top_tokens);
+    for (size_t i = 0; i < kRows; ++i) {
+      EXPECT_EQ(std::bit_cast<uint32_t>(runs[run].logprobs[i]), std::bit_cast<uint32_t>(runs[0].logprobs[i])) << "row " << i;
+    }
+    for (size_t i = 0; i < kRows * kTop; ++i) {
+      EXPECT_EQ(std::bit_cast<uint32_t>(runs[run].top_logprobs[i]), std::bit_cast<uint32_t>(runs[0].top_logprobs[i]))
+          << "top entry " << i;
+    }
+  }
 }
 
 // The full-vocabulary walk with chosen draws against the host's WalkFullVocab: flat rows

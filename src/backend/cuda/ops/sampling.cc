@@ -49,6 +49,8 @@ Status Sample(const SamplingArgs& a, cudaStream_t stream) {
   PG_RETURN_IF_ERROR(check.Check("top_tokens", a.top_tokens, DType::kI32, {&batch, &top}));
   PG_RETURN_IF_ERROR(check.Check("top_logprobs", a.top_logprobs, DType::kF32, {&batch, &top}));
   PG_RETURN_IF_ERROR(check.Check("status", a.status, DType::kI32, {&batch}));
+  Dim phases("P", kernels::kSamplingPhases);
+  PG_RETURN_IF_ERROR(check.CheckOptional("phase_stamps", a.phase_stamps, DType::kI64, {&batch, &phases}));
   PG_RETURN_IF_ERROR(check.Require(vocab.value() >= 1 && vocab.value() <= kernels::kSamplingMaxVocab,
                                    "V must be in [1, 2^18]"));
   PG_RETURN_IF_ERROR(check.Require(edits.value() < (int64_t{1} << 31), "E must be below 2^31"));
@@ -64,6 +66,7 @@ Status Sample(const SamplingArgs& a, cudaStream_t stream) {
   p.top_tokens = a.top_tokens.as<int32_t>();
   p.top_logprobs = a.top_logprobs.as<float>();
   p.status = a.status.as<int32_t>();
+  p.phase_stamps = a.phase_stamps.as<int64_t>();
   p.batch = batch.value();
   p.vocab = static_cast<int32_t>(vocab.value());
   PG_CUDA_RETURN_IF_ERROR(kernels::LaunchSampling(p, stream));

@@ -21,6 +21,7 @@ struct SamplingArgs {
   Tensor top_tokens;    // [B, 20] i32 out (-1 past the row's count)
   Tensor top_logprobs;  // [B, 20] f32 out
   Tensor status;        // [B] i32 out: 0 sampled, 1 overflow (sample that row with SampleOverflowRow)
+  Tensor phase_stamps;  // optional [B, kernels::kSamplingPhases] i64 out: where the time goes (benchmarks)
 };
 
 // One block per row, no host synchronisation, capture-safe (the grid depends on B alone and
