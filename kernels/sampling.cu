@@ -1,6 +1,7 @@
-// The sampling kernel: one block per row. Every floating-point step the host sampler takes is
-// spelled with round-to-nearest intrinsics (no contraction into FMA), so weights, sums and the
-// chosen token are bit-identical to src/sampling. See bench/sampling_gpu/NOTES.md.
+// The sampling kernel: one block (or cluster) per row. Every floating-point step the host
+// sampler takes is spelled with round-to-nearest intrinsics (no contraction into FMA), so
+// weights, sums and the chosen token are bit-identical to src/sampling. See
+// bench/sampling_gpu/NOTES.md.
 #include "kernels/sampling.cuh"
 
 #include <climits>

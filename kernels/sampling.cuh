@@ -77,8 +77,9 @@ enum SamplingPhase : int {
   kSamplingPhases,
 };
 
-// One block per row (on sm_90 a cluster of 4 or 2 per row when the batch is at most 32 or 66),
-// fixed grid: capture-safe, no host synchronisation.
+// One block per row, on sm_90 a cluster of 4 or 2 per row when the batch is at most 32 or 66
+// (every pass over the row split over the cluster's CTAs, combined so that no value depends on
+// the split); fixed grid: capture-safe, no host synchronisation.
 cudaError_t LaunchSampling(const SamplingKernelParams& p, cudaStream_t stream);
 
 }  // namespace peregrine::kernels
