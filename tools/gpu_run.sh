@@ -31,6 +31,9 @@
 #                                   ...") run alternately MOE_ROUNDS times (default 2) with MOE_ARGS, then a
 #                                   table of each op's times per binary (tools/moe_ab_table.py); TESTS
 #                                   runs test binaries first
+#   bash tools/gpu_run.sh sampling-ab the test binaries in TESTS, then several peregrine_sampling_bench
+#                                   binaries (SAMPLING_BINS="name=path ...") alternately SAMPLING_ROUNDS
+#                                   times (default 2) with --phases, and each shape's time per run
 #   bash tools/gpu_run.sh kv-serve  the KV system at V4-Flash shapes: 64-stream throughput against
 #                                   $PEREGRINE_OLD, prefix-cache TTFT (256 requests, 8K shared prefix)
 #                                   and greedy agreement, --max-model-len 1048576 (report vs the
@@ -414,6 +417,31 @@ if [ "$PHASE" = "moe-ab" ]; then
   files=()
   for entry in ${MOE_BINS:-new=$BIN/peregrine_moe_bench}; do files+=("$OUT/moe_${entry%%=*}.jsonl"); done
   "$PY" "$ROOT/tools/moe_ab_table.py" "${files[@]}" || status=1
+  exit $status
+fi
+
+if [ "$PHASE" = "sampling-ab" ]; then
+  # Sampling kernel A/B: the given test binaries (TESTS), then peregrine_sampling_bench binaries
+  # (SAMPLING_BINS="name=path ...") run alternately SAMPLING_ROUNDS times (default 2) with
+  # --phases, then each shape's event time per binary and round.
+  for t in ${TESTS:-}; do run_test "$t" 240; done
+  for rep in $(seq 1 "${SAMPLING_ROUNDS:-2}"); do
+    for entry in ${SAMPLING_BINS:-new=$BIN/peregrine_sampling_bench}; do
+      which="${entry%%=*}"
+      bin="${entry#*=}"
+      [ -x "$bin" ] || { echo "== sampling bench $which: no binary"; status=1; continue; }
+      echo "== sampling bench $which (run $rep)"
+      timeout 200 "$bin" --phases --out "$OUT/sampling_${which}_$rep.jsonl" >"$OUT/sampling_${which}_$rep.log" 2>&1 || status=1
+    done
+  done
+  for f in "$OUT"/sampling_*.jsonl; do
+    [ -f "$f" ] || continue
+    echo "== $(basename "$f" .jsonl)"
+    "$PY" -c 'import json, sys
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    print("  %-12s B=%-4d %8.2f us" % (r["setting"], r["batch"], r["time_us"]))' "$f" || status=1
+  done
   exit $status
 fi
 
