@@ -134,6 +134,21 @@ run_test() {  # name, timeout seconds
   [ $rc -ne 0 ] && status=1
 }
 
+# alternate ROUNDS "name=path ..." LABEL FN: FN NAME PATH ROUND for every binary, the binaries
+# taking turns, ROUNDS rounds (A/B runs: drift in clocks or temperature hits every binary alike).
+alternate() {
+  local rounds="$1" bins="$2" label="$3" fn="$4" rep entry which bin
+  for rep in $(seq 1 "$rounds"); do
+    for entry in $bins; do
+      which="${entry%%=*}"
+      bin="${entry#*=}"
+      [ -x "$bin" ] || { echo "== $label $which: no binary"; status=1; continue; }
+      echo "== $label $which (run $rep)"
+      "$fn" "$which" "$bin" "$rep" || status=1
+    done
+  done
+}
+
 # Every gpu-labelled test binary (the build lists them from ctest's labels).
 gpu_tests() {
   if [ -f "$BIN/gpu_tests.txt" ]; then cat "$BIN/gpu_tests.txt"; else echo "no $BIN/gpu_tests.txt" >&2; fi
@@ -404,16 +419,9 @@ if [ "$PHASE" = "moe-ab" ]; then
   # Kernel A/B: peregrine_moe_bench binaries run alternately (MOE_BINS="name=path ...",
   # MOE_ROUNDS rounds, MOE_ARGS passed to each), then each op's median time per binary.
   for t in ${TESTS:-}; do run_test "$t" 240; done
-  for rep in $(seq 1 "${MOE_ROUNDS:-2}"); do
-    for entry in ${MOE_BINS:-new=$BIN/peregrine_moe_bench}; do
-      which="${entry%%=*}"
-      bin="${entry#*=}"
-      [ -x "$bin" ] || { echo "== moe bench $which: no binary"; status=1; continue; }
-      echo "== moe bench $which (run $rep)"
-      # shellcheck disable=SC2086
-      timeout 200 "$bin" ${MOE_ARGS:-} --out "$OUT/moe_$which.jsonl" >"$OUT/moe_${which}_$rep.log" 2>&1 || status=1
-    done
-  done
+  # shellcheck disable=SC2086
+  moe_run() { timeout 200 "$2" ${MOE_ARGS:-} --out "$OUT/moe_$1.jsonl" >"$OUT/moe_${1}_$3.log" 2>&1; }
+  alternate "${MOE_ROUNDS:-2}" "${MOE_BINS:-new=$BIN/peregrine_moe_bench}" "moe bench" moe_run
   files=()
   for entry in ${MOE_BINS:-new=$BIN/peregrine_moe_bench}; do files+=("$OUT/moe_${entry%%=*}.jsonl"); done
   "$PY" "$ROOT/tools/moe_ab_table.py" "${files[@]}" || status=1
@@ -425,15 +433,8 @@ if [ "$PHASE" = "sampling-ab" ]; then
   # (SAMPLING_BINS="name=path ...") run alternately SAMPLING_ROUNDS times (default 2) with
   # --phases, then each shape's event time per binary and round.
   for t in ${TESTS:-}; do run_test "$t" 240; done
-  for rep in $(seq 1 "${SAMPLING_ROUNDS:-2}"); do
-    for entry in ${SAMPLING_BINS:-new=$BIN/peregrine_sampling_bench}; do
-      which="${entry%%=*}"
-      bin="${entry#*=}"
-      [ -x "$bin" ] || { echo "== sampling bench $which: no binary"; status=1; continue; }
-      echo "== sampling bench $which (run $rep)"
-      timeout 200 "$bin" --phases --out "$OUT/sampling_${which}_$rep.jsonl" >"$OUT/sampling_${which}_$rep.log" 2>&1 || status=1
-    done
-  done
+  sampling_run() { timeout 200 "$2" --phases --out "$OUT/sampling_${1}_$3.jsonl" >"$OUT/sampling_${1}_$3.log" 2>&1; }
+  alternate "${SAMPLING_ROUNDS:-2}" "${SAMPLING_BINS:-new=$BIN/peregrine_sampling_bench}" "sampling bench" sampling_run
   for f in "$OUT"/sampling_*.jsonl; do
     [ -f "$f" ] || continue
     echo "== $(basename "$f" .jsonl)"
