@@ -15,9 +15,13 @@
 #include "backend/cuda/ops/sparse_attention_plan.h"
 #include "backend/cuda/ops/tensor_check.h"
 #include "kernels/hyper_connection.cuh"
+#include "launcher_check_util.h"
 
 namespace peregrine::cuda {
 namespace {
+
+using peregrine::testing::ExpectInvalidNaming;
+using peregrine::testing::FakeDeviceTensor;
 
 // Hands out fake addresses; can be told to fail.
 class FakeRawAllocator final : public RawAllocator {
@@ -258,75 +262,68 @@ TEST(TensorCheckerTest, BindsNamedDimensionsAndNamesTheCulprit) {
 
 // Bad arguments are refused before anything reaches the device (fake addresses, no stream).
 TEST(MoeLauncherChecks, RejectNamingTheTensor) {
-  auto fake = [](uintptr_t address, DType dtype, Shape shape) {
-    return Tensor::Contiguous(reinterpret_cast<void*>(address), dtype, shape, Device::kCuda);
-  };
-  const auto expect_invalid = [](const Status& s, const std::string& name) {
-    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
-    EXPECT_NE(s.ToString().find(name), std::string::npos) << s.ToString() << " should name " << name;
-  };
   const int64_t n = 3, e = 8, k = 2, d = 64, i = 32;
 
   MoeRouteArgs route;
-  route.logits = fake(0x10000, DType::kF32, {n, e});
-  route.bias = fake(0x20000, DType::kF32, {e + 1});
-  route.topk_ids = fake(0x30000, DType::kI32, {n, k});
-  route.topk_weights = fake(0x40000, DType::kF32, {n, k});
-  expect_invalid(MoeRoute(route, nullptr), "bias");
-  route.bias = fake(0x20000, DType::kF32, {e});
-  route.topk_weights = fake(0x40000, DType::kBF16, {n, k});
-  expect_invalid(MoeRoute(route, nullptr), "topk_weights");
-  route.topk_weights = fake(0x40000, DType::kF32, {n, k});
-  route.tid2eid = fake(0x50000, DType::kI32, {97, k});  // both modes at once
+  route.logits = FakeDeviceTensor(0x10000, DType::kF32, {n, e});
+  route.bias = FakeDeviceTensor(0x20000, DType::kF32, {e + 1});
+  route.topk_ids = FakeDeviceTensor(0x30000, DType::kI32, {n, k});
+  route.topk_weights = FakeDeviceTensor(0x40000, DType::kF32, {n, k});
+  ExpectInvalidNaming(MoeRoute(route, nullptr), "bias");
+  route.bias = FakeDeviceTensor(0x20000, DType::kF32, {e});
+  route.topk_weights = FakeDeviceTensor(0x40000, DType::kBF16, {n, k});
+  ExpectInvalidNaming(MoeRoute(route, nullptr), "topk_weights");
+  route.topk_weights = FakeDeviceTensor(0x40000, DType::kF32, {n, k});
+  route.tid2eid = FakeDeviceTensor(0x50000, DType::kI32, {97, k});  // both modes at once
   EXPECT_EQ(MoeRoute(route, nullptr).code(), StatusCode::kInvalidArgument);
 
   MoeAlignArgs align;
-  align.topk_ids = fake(0x10000, DType::kI32, {n, k});
-  align.expert_offsets = fake(0x20000, DType::kI32, {e + 1});
-  align.sorted_assignments = fake(0x30000, DType::kI32, {n * k + 1});
-  expect_invalid(MoeAlign(align, nullptr), "sorted_assignments");
+  align.topk_ids = FakeDeviceTensor(0x10000, DType::kI32, {n, k});
+  align.expert_offsets = FakeDeviceTensor(0x20000, DType::kI32, {e + 1});
+  align.sorted_assignments = FakeDeviceTensor(0x30000, DType::kI32, {n * k + 1});
+  ExpectInvalidNaming(MoeAlign(align, nullptr), "sorted_assignments");
 
   MoeGateUpArgs gate_up;
-  gate_up.x = fake(0x10000, DType::kBF16, {n, d});
-  gate_up.sorted_assignments = fake(0x20000, DType::kI32, {n * k});
-  gate_up.expert_offsets = fake(0x30000, DType::kI32, {e + 1});
-  gate_up.w1.weight = fake(0x40000, DType::kBF16, {e, i, d});
-  gate_up.w3.weight = fake(0x50000, DType::kBF16, {e, i + 32, d});
-  gate_up.h = fake(0x60000, DType::kBF16, {n * k, i});
-  expect_invalid(MoeGateUp(gate_up, nullptr), "w3");
-  gate_up.w3.weight = fake(0x50000, DType::kBF16, {e, i, d});
-  gate_up.h = fake(0x60000, DType::kF32, {n * k, i});
-  expect_invalid(MoeGateUp(gate_up, nullptr), "h");
-  gate_up.h = fake(0x60000, DType::kBF16, {n * k, i});
+  gate_up.x = FakeDeviceTensor(0x10000, DType::kBF16, {n, d});
+  gate_up.sorted_assignments = FakeDeviceTensor(0x20000, DType::kI32, {n * k});
+  gate_up.expert_offsets = FakeDeviceTensor(0x30000, DType::kI32, {e + 1});
+  gate_up.w1.weight = FakeDeviceTensor(0x40000, DType::kBF16, {e, i, d});
+  gate_up.w3.weight = FakeDeviceTensor(0x50000, DType::kBF16, {e, i + 32, d});
+  gate_up.h = FakeDeviceTensor(0x60000, DType::kBF16, {n * k, i});
+  ExpectInvalidNaming(MoeGateUp(gate_up, nullptr), "w3");
+  gate_up.w3.weight = FakeDeviceTensor(0x50000, DType::kBF16, {e, i, d});
+  gate_up.h = FakeDeviceTensor(0x60000, DType::kF32, {n * k, i});
+  ExpectInvalidNaming(MoeGateUp(gate_up, nullptr), "h");
+  gate_up.h = FakeDeviceTensor(0x60000, DType::kBF16, {n * k, i});
   gate_up.format = MoeWeightFormat::kMxfp4;  // bf16-shaped weights for the MXFP4 format
-  expect_invalid(MoeGateUp(gate_up, nullptr), "w1");
-  gate_up.w1.weight = fake(0x40000, DType::kU8, {e, i, d / 2});
-  gate_up.w1.scale = fake(0x70000, DType::kU8, {e, i, d / 16});
-  expect_invalid(MoeGateUp(gate_up, nullptr), "w1.scale");
-  gate_up.x = fake(0x10000, DType::kBF16, {n, 48});  // D not a multiple of 32
+  ExpectInvalidNaming(MoeGateUp(gate_up, nullptr), "w1");
+  gate_up.w1.weight = FakeDeviceTensor(0x40000, DType::kU8, {e, i, d / 2});
+  gate_up.w1.scale = FakeDeviceTensor(0x70000, DType::kU8, {e, i, d / 16});
+  ExpectInvalidNaming(MoeGateUp(gate_up, nullptr), "w1.scale");
+  gate_up.x = FakeDeviceTensor(0x10000, DType::kBF16, {n, 48});  // D not a multiple of 32
   EXPECT_EQ(MoeGateUp(gate_up, nullptr).code(), StatusCode::kInvalidArgument);
 
   MoeDownArgs down;
-  down.h = fake(0x10000, DType::kBF16, {n * k, i});
-  down.sorted_assignments = fake(0x20000, DType::kI32, {n * k});
-  down.expert_offsets = fake(0x30000, DType::kI32, {e + 1});
-  down.w2.weight = fake(0x40000, DType::kBF16, {e, d, i});
-  down.y = fake(0x50000, DType::kBF16, {n * k, d});
-  expect_invalid(MoeDown(down, nullptr), "y");
-  down.y = fake(0x50000, DType::kF32, {n * k, d});
-  down.expert_offsets = fake(0x30000, DType::kI32, {e + 2});
-  expect_invalid(MoeDown(down, nullptr), "expert_offsets");
+  down.h = FakeDeviceTensor(0x10000, DType::kBF16, {n * k, i});
+  down.sorted_assignments = FakeDeviceTensor(0x20000, DType::kI32, {n * k});
+  down.expert_offsets = FakeDeviceTensor(0x30000, DType::kI32, {e + 1});
+  down.w2.weight = FakeDeviceTensor(0x40000, DType::kBF16, {e, d, i});
+  down.y = FakeDeviceTensor(0x50000, DType::kBF16, {n * k, d});
+  ExpectInvalidNaming(MoeDown(down, nullptr), "y");
+  down.y = FakeDeviceTensor(0x50000, DType::kF32, {n * k, d});
+  down.expert_offsets = FakeDeviceTensor(0x30000, DType::kI32, {e + 2});
+  ExpectInvalidNaming(MoeDown(down, nullptr), "expert_offsets");
 
   MoeCombineArgs combine;
-  combine.y = fake(0x10000, DType::kF32, {n * k, d});
-  combine.topk_ids = fake(0x20000, DType::kI32, {n, k});
-  combine.topk_weights = fake(0x30000, DType::kF32, {n, k});
-  combine.shared = fake(0x40000, DType::kBF16, {n, d + 8});
-  combine.out = fake(0x50000, DType::kBF16, {n, d});
-  expect_invalid(MoeCombine(combine, nullptr), "shared");
+  combine.y = FakeDeviceTensor(0x10000, DType::kF32, {n * k, d});
+  combine.topk_ids = FakeDeviceTensor(0x20000, DType::kI32, {n, k});
+  combine.topk_weights = FakeDeviceTensor(0x30000, DType::kF32, {n, k});
+  combine.shared = FakeDeviceTensor(0x40000, DType::kBF16, {n, d + 8});
+  combine.out = FakeDeviceTensor(0x50000, DType::kBF16, {n, d});
+  ExpectInvalidNaming(MoeCombine(combine, nullptr), "shared");
   combine.shared = Tensor{};
-  combine.out = fake(0x50008, DType::kBF16, {n, d});  // misaligned
-  expect_invalid(MoeCombine(combine, nullptr), "out");
+  combine.out = FakeDeviceTensor(0x50008, DType::kBF16, {n, d});  // misaligned
+  ExpectInvalidNaming(MoeCombine(combine, nullptr), "out");
 }
 
 }  // namespace

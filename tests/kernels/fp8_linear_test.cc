@@ -15,6 +15,7 @@
 #include "backend/cuda/stream.h"
 #include "gpu_test_util.h"
 #include "kernels/quantize_fp8.cuh"
+#include "launcher_check_util.h"
 
 namespace peregrine::testing {
 namespace {
@@ -266,63 +267,57 @@ TEST_F(Fp8LinearTest, CapturedMatchesEager) {
 }
 
 TEST(Fp8LinearChecks, RejectNamingTheTensor) {
-  auto fake = [](uintptr_t address, DType dtype, Shape shape) {
-    return Tensor::Contiguous(reinterpret_cast<void*>(address), dtype, shape, Device::kCuda);
-  };
-  const auto expect_invalid = [](const Status& s, const std::string& name) {
-    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
-    EXPECT_NE(s.ToString().find(name), std::string::npos) << s.ToString() << " should name " << name;
-  };
   const int64_t n = 3, k = 256, m = 384;
   const auto good = [&] {
     cuda::Fp8LinearArgs a;
-    a.x = fake(0x10000, DType::kBF16, {n, k});
-    a.w = fake(0x20000, DType::kF8E4M3, {m, k});
-    a.w_scale = fake(0x30000, DType::kF32, {m / kGroup, k / kGroup});
-    a.y = fake(0x40000, DType::kBF16, {n, m});
-    a.workspace = fake(0x50000, DType::kU8, {static_cast<int64_t>(cuda::Fp8LinearWorkspaceBytes(n, k, m))});
+    a.x = FakeDeviceTensor(0x10000, DType::kBF16, {n, k});
+    a.w = FakeDeviceTensor(0x20000, DType::kF8E4M3, {m, k});
+    a.w_scale = FakeDeviceTensor(0x30000, DType::kF32, {m / kGroup, k / kGroup});
+    a.y = FakeDeviceTensor(0x40000, DType::kBF16, {n, m});
+    a.workspace = FakeDeviceTensor(0x50000, DType::kU8, {static_cast<int64_t>(cuda::Fp8LinearWorkspaceBytes(n, k, m))});
     return a;
   };
   cuda::Blas blas;  // never reached: every call below fails its checks first
   cuda::Fp8LinearArgs a = good();
-  a.x = fake(0x10000, DType::kBF16, {n, k + 1});
-  expect_invalid(cuda::Fp8Linear(blas, a, nullptr), "w:");
+  a.x = FakeDeviceTensor(0x10000, DType::kBF16, {n, k + 1});
+  ExpectInvalidNaming(cuda::Fp8Linear(blas, a, nullptr), "w:");
   a = good();
-  a.x = fake(0x10000, DType::kBF16, {n, 200});
-  a.w = fake(0x20000, DType::kF8E4M3, {m, 200});
-  expect_invalid(cuda::Fp8Linear(blas, a, nullptr), "K=200");
+  a.x = FakeDeviceTensor(0x10000, DType::kBF16, {n, 200});
+  a.w = FakeDeviceTensor(0x20000, DType::kF8E4M3, {m, 200});
+  ExpectInvalidNaming(cuda::Fp8Linear(blas, a, nullptr), "K=200");
   a = good();
-  a.w = fake(0x20000, DType::kF8E4M3, {200, k});
-  expect_invalid(cuda::Fp8Linear(blas, a, nullptr), "w: M=200");
+  a.w = FakeDeviceTensor(0x20000, DType::kF8E4M3, {200, k});
+  ExpectInvalidNaming(cuda::Fp8Linear(blas, a, nullptr), "w: M=200");
   a = good();
-  a.w = fake(0x20000, DType::kU8, {m, k});
-  expect_invalid(cuda::Fp8Linear(blas, a, nullptr), "w:");
+  a.w = FakeDeviceTensor(0x20000, DType::kU8, {m, k});
+  ExpectInvalidNaming(cuda::Fp8Linear(blas, a, nullptr), "w:");
   a = good();
-  a.w_scale = fake(0x30000, DType::kF32, {m / kGroup, k / kGroup + 1});
-  expect_invalid(cuda::Fp8Linear(blas, a, nullptr), "w_scale:");
+  a.w_scale = FakeDeviceTensor(0x30000, DType::kF32, {m / kGroup, k / kGroup + 1});
+  ExpectInvalidNaming(cuda::Fp8Linear(blas, a, nullptr), "w_scale:");
   a = good();
-  a.y = fake(0x40000, DType::kBF16, {n, m + 128});
-  expect_invalid(cuda::Fp8Linear(blas, a, nullptr), "y:");
+  a.y = FakeDeviceTensor(0x40000, DType::kBF16, {n, m + 128});
+  ExpectInvalidNaming(cuda::Fp8Linear(blas, a, nullptr), "y:");
   a = good();
-  a.workspace = fake(0x50000, DType::kU8, {64});
-  expect_invalid(cuda::Fp8Linear(blas, a, nullptr), "workspace:");
+  a.workspace = FakeDeviceTensor(0x50000, DType::kU8, {64});
+  ExpectInvalidNaming(cuda::Fp8Linear(blas, a, nullptr), "workspace:");
   a = good();
-  a.workspace = fake(0x50010, DType::kU8, {static_cast<int64_t>(cuda::Fp8LinearWorkspaceBytes(n, k, m))});
-  expect_invalid(cuda::Fp8Linear(blas, a, nullptr), "workspace:");
+  a.workspace = FakeDeviceTensor(0x50010, DType::kU8, {static_cast<int64_t>(cuda::Fp8LinearWorkspaceBytes(n, k, m))});
+  ExpectInvalidNaming(cuda::Fp8Linear(blas, a, nullptr), "workspace:");
   // Zero tokens is a valid no-op.
   a = good();
-  a.x = fake(0x10000, DType::kBF16, {0, k});
-  a.y = fake(0x40000, DType::kBF16, {0, m});
+  a.x = FakeDeviceTensor(0x10000, DType::kBF16, {0, k});
+  a.y = FakeDeviceTensor(0x40000, DType::kBF16, {0, m});
   EXPECT_TRUE(cuda::Fp8Linear(blas, a, nullptr).ok());
 
-  cuda::QuantizeFp8Args q{fake(0x10000, DType::kBF16, {n, k}), fake(0x20000, DType::kF8E4M3, {n, k}),
-                          fake(0x30000, DType::kF32, {n, k / kGroup + 1})};
-  expect_invalid(cuda::QuantizeFp8(q, nullptr), "scale:");
-  q.scale = fake(0x30000, DType::kF32, {n, k / kGroup});
-  q.x_q = fake(0x20000, DType::kBF16, {n, k});
-  expect_invalid(cuda::QuantizeFp8(q, nullptr), "x_q:");
-  q.x = fake(0x10000, DType::kBF16, {n, 100});
-  expect_invalid(cuda::QuantizeFp8(q, nullptr), "x: K=100");
+  cuda::QuantizeFp8Args q{FakeDeviceTensor(0x10000, DType::kBF16, {n, k}),
+                          FakeDeviceTensor(0x20000, DType::kF8E4M3, {n, k}),
+                          FakeDeviceTensor(0x30000, DType::kF32, {n, k / kGroup + 1})};
+  ExpectInvalidNaming(cuda::QuantizeFp8(q, nullptr), "scale:");
+  q.scale = FakeDeviceTensor(0x30000, DType::kF32, {n, k / kGroup});
+  q.x_q = FakeDeviceTensor(0x20000, DType::kBF16, {n, k});
+  ExpectInvalidNaming(cuda::QuantizeFp8(q, nullptr), "x_q:");
+  q.x = FakeDeviceTensor(0x10000, DType::kBF16, {n, 100});
+  ExpectInvalidNaming(cuda::QuantizeFp8(q, nullptr), "x: K=100");
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include "backend/cuda/ops/fp8_w8a16.h"
 #include "backend/cuda/stream.h"
 #include "gpu_test_util.h"
+#include "launcher_check_util.h"
 #include "model/dequant.h"
 
 namespace peregrine::testing {
@@ -324,64 +325,60 @@ TEST_F(Fp8W8A16Test, CapturedMatchesEager) {
 }
 
 TEST(Fp8W8A16Checks, RejectNamingTheTensor) {
-  auto fake = [](uintptr_t address, DType dtype, Shape shape) {
-    return Tensor::Contiguous(reinterpret_cast<void*>(address), dtype, shape, Device::kCuda);
-  };
-  const auto expect_invalid = [](const Status& s, const std::string& name) {
-    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
-    EXPECT_NE(s.ToString().find(name), std::string::npos) << s.ToString() << " should name " << name;
-  };
   const int64_t n = 3, k = 320, m = 200;
   const auto good = [&] {
-    return cuda::Fp8W8A16Args{fake(0x10000, DType::kBF16, {n, k}), fake(0x20000, DType::kF8E4M3, {m, k}),
-                              fake(0x30000, DType::kF32, {2, 3}), fake(0x40000, DType::kF32, {n, m})};
+    return cuda::Fp8W8A16Args{FakeDeviceTensor(0x10000, DType::kBF16, {n, k}),
+                              FakeDeviceTensor(0x20000, DType::kF8E4M3, {m, k}),
+                              FakeDeviceTensor(0x30000, DType::kF32, {2, 3}),
+                              FakeDeviceTensor(0x40000, DType::kF32, {n, m})};
   };
   cuda::Fp8W8A16Args a = good();
-  a.x = fake(0x10000, DType::kBF16, {n, k + 1});
-  expect_invalid(cuda::Fp8W8A16Linear(a, nullptr), "w:");
+  a.x = FakeDeviceTensor(0x10000, DType::kBF16, {n, k + 1});
+  ExpectInvalidNaming(cuda::Fp8W8A16Linear(a, nullptr), "w:");
   a = good();
-  a.x = fake(0x10000, DType::kBF16, {n, 100});
-  a.w = fake(0x20000, DType::kF8E4M3, {m, 100});
-  expect_invalid(cuda::Fp8W8A16Linear(a, nullptr), "K=100");
+  a.x = FakeDeviceTensor(0x10000, DType::kBF16, {n, 100});
+  a.w = FakeDeviceTensor(0x20000, DType::kF8E4M3, {m, 100});
+  ExpectInvalidNaming(cuda::Fp8W8A16Linear(a, nullptr), "K=100");
   a = good();
-  a.w = fake(0x20000, DType::kU8, {m, k});
-  expect_invalid(cuda::Fp8W8A16Linear(a, nullptr), "w:");
+  a.w = FakeDeviceTensor(0x20000, DType::kU8, {m, k});
+  ExpectInvalidNaming(cuda::Fp8W8A16Linear(a, nullptr), "w:");
   a = good();
-  a.w = fake(0x20008, DType::kF8E4M3, {m, k});
-  expect_invalid(cuda::Fp8W8A16Linear(a, nullptr), "w:");
+  a.w = FakeDeviceTensor(0x20008, DType::kF8E4M3, {m, k});
+  ExpectInvalidNaming(cuda::Fp8W8A16Linear(a, nullptr), "w:");
   a = good();
-  a.w_scale = fake(0x30000, DType::kF32, {2, 2});
-  expect_invalid(cuda::Fp8W8A16Linear(a, nullptr), "w_scale:");
+  a.w_scale = FakeDeviceTensor(0x30000, DType::kF32, {2, 2});
+  ExpectInvalidNaming(cuda::Fp8W8A16Linear(a, nullptr), "w_scale:");
   a = good();
-  a.y = fake(0x40000, DType::kF16, {n, m});
-  expect_invalid(cuda::Fp8W8A16Linear(a, nullptr), "y must be");
+  a.y = FakeDeviceTensor(0x40000, DType::kF16, {n, m});
+  ExpectInvalidNaming(cuda::Fp8W8A16Linear(a, nullptr), "y must be");
   a = good();
-  a.y = fake(0x40000, DType::kF32, {n + 1, m});
-  expect_invalid(cuda::Fp8W8A16Linear(a, nullptr), "y:");
+  a.y = FakeDeviceTensor(0x40000, DType::kF32, {n + 1, m});
+  ExpectInvalidNaming(cuda::Fp8W8A16Linear(a, nullptr), "y:");
   // Zero tokens is a valid no-op.
   a = good();
-  a.x = fake(0x10000, DType::kBF16, {0, k});
-  a.y = fake(0x40000, DType::kF32, {0, m});
+  a.x = FakeDeviceTensor(0x10000, DType::kBF16, {0, k});
+  a.y = FakeDeviceTensor(0x40000, DType::kF32, {0, m});
   EXPECT_TRUE(cuda::Fp8W8A16Linear(a, nullptr).ok());
 
   // The dispatch needs its workspace only for the cuBLASLt path.
   cuda::Blas blas;  // never reached
   cuda::Fp8ProjectionArgs p;
-  p.x = fake(0x10000, DType::kBF16, {100, 256});
-  p.w = fake(0x20000, DType::kF8E4M3, {384, 256});
-  p.w_scale = fake(0x30000, DType::kF32, {3, 2});
-  p.y = fake(0x40000, DType::kBF16, {100, 384});
-  p.workspace = fake(0x50000, DType::kU8, {64});
-  expect_invalid(cuda::Fp8Projection(blas, p, nullptr), "workspace:");
-  p.x = fake(0x10000, DType::kBF16, {100, 255});
-  expect_invalid(cuda::Fp8Projection(blas, p, nullptr), "w:");
+  p.x = FakeDeviceTensor(0x10000, DType::kBF16, {100, 256});
+  p.w = FakeDeviceTensor(0x20000, DType::kF8E4M3, {384, 256});
+  p.w_scale = FakeDeviceTensor(0x30000, DType::kF32, {3, 2});
+  p.y = FakeDeviceTensor(0x40000, DType::kBF16, {100, 384});
+  p.workspace = FakeDeviceTensor(0x50000, DType::kU8, {64});
+  ExpectInvalidNaming(cuda::Fp8Projection(blas, p, nullptr), "workspace:");
+  p.x = FakeDeviceTensor(0x10000, DType::kBF16, {100, 255});
+  ExpectInvalidNaming(cuda::Fp8Projection(blas, p, nullptr), "w:");
 
-  cuda::QuantizeFp8BlocksArgs q{fake(0x10000, DType::kBF16, {m, k}), fake(0x20000, DType::kF8E4M3, {m, k}),
-                                fake(0x30000, DType::kF32, {2, 2})};
-  expect_invalid(cuda::QuantizeFp8Blocks(q, nullptr), "scale:");
-  q.scale = fake(0x30000, DType::kF32, {2, 3});
-  q.q = fake(0x20000, DType::kF8E4M3, {m, k - 1});
-  expect_invalid(cuda::QuantizeFp8Blocks(q, nullptr), "q:");
+  cuda::QuantizeFp8BlocksArgs q{FakeDeviceTensor(0x10000, DType::kBF16, {m, k}),
+                                FakeDeviceTensor(0x20000, DType::kF8E4M3, {m, k}),
+                                FakeDeviceTensor(0x30000, DType::kF32, {2, 2})};
+  ExpectInvalidNaming(cuda::QuantizeFp8Blocks(q, nullptr), "scale:");
+  q.scale = FakeDeviceTensor(0x30000, DType::kF32, {2, 3});
+  q.q = FakeDeviceTensor(0x20000, DType::kF8E4M3, {m, k - 1});
+  ExpectInvalidNaming(cuda::QuantizeFp8Blocks(q, nullptr), "q:");
 }
 
 }  // namespace
