@@ -4,12 +4,14 @@
 #
 # Build (PEREGRINE_STATIC links everything but the CUDA libraries statically):
 #   cmake -S . -B build-h200 -G Ninja -DCMAKE_BUILD_TYPE=Release -DPEREGRINE_STATIC=ON \
-#         -DCMAKE_CUDA_ARCHITECTURES=90a -DCMAKE_POSITION_INDEPENDENT_CODE=ON
+#         -DCMAKE_CUDA_ARCHITECTURES=90a -DCMAKE_POSITION_INDEPENDENT_CODE=ON \
+#         -DPEREGRINE_EMBED_DEMO_MODEL=OFF
 #   cmake --build build-h200 -j 2 --target gpu_all
 # This fills build-h200/gpu-bin/ (test binaries, benchmarks, the peregrine binary). To move
-# them, one tar of gpu-bin and peregrine compressed with `xz --lzma2=preset=9,dict=256MiB`: the
+# them, one tar of peregrine and gpu-bin compressed with `xz --lzma2=preset=9,dict=512MiB`: the
 # static binaries share most of their bytes, and a dictionary that spans them keeps the
-# archive near 25 MB (plain xz -9: 34 MB).
+# archive near 24 MB. The demo model is left out of the binary (it would add ~9 MB of poorly
+# compressing weights); the servers here load it from the repository's models/ instead.
 #
 # Run (repo root on the GPU machine, build-h200/gpu-bin carried along):
 #   bash tools/gpu_run.sh tests     kernel + model tests, compute-sanitizer, kernel benchmarks (attention
@@ -213,7 +215,11 @@ abort_check() {
 start_server() {
   local name="$1" port="$2" bin="$3"
   shift 3
-  "$bin" serve --device cuda --port "$port" "$@" >"$OUT/serve_$name.log" 2>&1 &
+  # The demo model from the repository unless the arguments name a model (the binary may not
+  # embed it: PEREGRINE_EMBED_DEMO_MODEL=OFF).
+  local model=(--model-path "$ROOT/models/deepseek-v4-demo")
+  [[ " $* " == *" --model-path "* ]] && model=()
+  "$bin" serve --device cuda --port "$port" "${model[@]}" "$@" >"$OUT/serve_$name.log" 2>&1 &
   SERVER=$!
   for i in $(seq 1 180); do
     curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break
@@ -608,7 +614,7 @@ if [ "$PHASE" = "final" ]; then
     --out "$OUT/profile.jsonl" >"$OUT/profile_mxfp4.log" 2>&1 || status=1
   grep -E "^model|^batch|per layer" "$OUT/profile_mxfp4.log"
   echo "== serve the demo model on the GPU + bench"
-  "$PEREGRINE" serve --device cuda --port 8124 >"$OUT/serve_demo.log" 2>&1 &
+  "$PEREGRINE" serve --device cuda --port 8124 --model-path "$ROOT/models/deepseek-v4-demo" >"$OUT/serve_demo.log" 2>&1 &
   SERVER=$!
   for i in $(seq 1 60); do
     curl -sf http://127.0.0.1:8124/health >/dev/null 2>&1 && break
