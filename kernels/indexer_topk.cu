@@ -108,14 +108,20 @@ __device__ bool RadixPass(TopKShared& s, const Digit digit, Visit&& visit) {
   const int bits = s.bits;
   const uint64_t prefix_top = TopBits(s.prefix, bits);
   const uint64_t mask = static_cast<uint64_t>(num_bins - 1);
-  // Peaked score distributions put most of a warp's elements in a few bins: lanes that share
-  // a bin add once, through their lowest lane, instead of serialising on one address.
+  // One shared atomic per element, except where the whole warp falls in one bin (ties, flat
+  // rows): then its first lane adds for all. A general match (__match_any_sync) per element
+  // costs more than the contention it saves on the few crowded bins (NOTES: top-k).
   visit([&](uint64_t key, int) {
     const bool match = TopBits(key, bits) == prefix_top;
     const unsigned bin = match ? static_cast<unsigned>((key >> digit.shift) & mask) : 0xffffffffu;
-    const unsigned peers = __match_any_sync(__activemask(), bin);
-    if (match && static_cast<int>(threadIdx.x % 32) == __ffs(static_cast<int>(peers)) - 1)
-      atomicAdd(&s.hist[bin], __popc(peers));
+    const unsigned active = __activemask();
+    const int leader = __ffs(static_cast<int>(active)) - 1;
+    const unsigned first = __shfl_sync(active, bin, leader);
+    if (__all_sync(active, bin == first)) {
+      if (match && static_cast<int>(threadIdx.x % 32) == leader) atomicAdd(&s.hist[bin], __popc(active));
+    } else if (match) {
+      atomicAdd(&s.hist[bin], 1);
+    }
   });
   __syncthreads();
 
