@@ -348,6 +348,82 @@ __device__ float NucleusFloor(const float* x, float max_logit, float inv_t, floa
   return row_floor;
 }
 
+// Thread 0's walks add in the host's order, one dependent double add after another. The loads
+// of kWalkBatch entries are issued before their adds, so a walk runs at the add's latency
+// rather than a shared load's plus the add's (a nucleus of 2,049 tokens took ~470 us a row
+// with a load in every step: NOTES, "Serial walks").
+constexpr int kWalkBatch = 8;
+
+// The sum of w[0, count) in order.
+__device__ __forceinline__ double SerialSum(const float* w, int count) {
+  double total = 0.0;
+  for (int base = 0; base < count; base += kWalkBatch) {
+    float v[kWalkBatch];
+#pragma unroll
+    for (int j = 0; j < kWalkBatch; ++j) v[j] = base + j < count ? w[base + j] : 0.0f;
+#pragma unroll
+    for (int j = 0; j < kWalkBatch; ++j) total = Add(total, static_cast<double>(v[j]));  // + 0.0: no change
+  }
+  return total;
+}
+
+// The length of the shortest prefix of w[0, count) whose sum in order reaches target (count
+// when none does).
+__device__ __forceinline__ int SerialPrefix(const float* w, int count, double target) {
+  double cumulative = 0.0;
+  int kept = count;
+  for (int base = 0; base < count && kept == count; base += kWalkBatch) {
+    float v[kWalkBatch];
+#pragma unroll
+    for (int j = 0; j < kWalkBatch; ++j) v[j] = base + j < count ? w[base + j] : 0.0f;
+#pragma unroll
+    for (int j = 0; j < kWalkBatch; ++j) {
+      cumulative = Add(cumulative, static_cast<double>(v[j]));
+      if (kept == count && base + j < count && cumulative >= target) kept = base + j + 1;
+    }
+  }
+  return kept;
+}
+
+// A kept entry's key for the ascending-id walk: inverted id above, its weight's bits below
+// (ids are unique, so the weight does not affect the order; 0 marks a dropped entry).
+__device__ __forceinline__ uint64_t IdWeightKey(int32_t id, float w) {
+  return (static_cast<uint64_t>(~static_cast<uint32_t>(id)) << 32) | __float_as_uint(w);
+}
+
+// The host's walk over keys[0, m) (IdWeightKey, ascending id): the first token whose cumulative
+// weight passes u times the total, skipping weights <= 0; the last positive one if none does.
+__device__ __forceinline__ int32_t SerialWalk(const uint64_t* keys, int m, double u) {
+  auto weight = [](uint64_t key) { return __uint_as_float(static_cast<uint32_t>(key)); };
+  double total = 0.0;
+  for (int base = 0; base < m; base += kWalkBatch) {
+    uint64_t k[kWalkBatch];
+#pragma unroll
+    for (int j = 0; j < kWalkBatch; ++j) k[j] = base + j < m ? keys[base + j] : 0;  // weight 0.0f
+#pragma unroll
+    for (int j = 0; j < kWalkBatch; ++j) total = Add(total, static_cast<double>(weight(k[j])));
+  }
+  const double target = __dmul_rn(u, total);
+  double cumulative = 0.0;
+  int32_t last_positive = 0;
+  int32_t result = -1;
+  for (int base = 0; base < m && result < 0; base += kWalkBatch) {
+    uint64_t k[kWalkBatch];
+#pragma unroll
+    for (int j = 0; j < kWalkBatch; ++j) k[j] = base + j < m ? keys[base + j] : 0;
+#pragma unroll
+    for (int j = 0; j < kWalkBatch; ++j) {
+      const float w = weight(k[j]);
+      if (result < 0 && base + j < m && !(w <= 0.0f)) {
+        cumulative = Add(cumulative, static_cast<double>(w));
+        last_positive = static_cast<int32_t>(~static_cast<uint32_t>(k[j] >> 32));
+        if (cumulative > target) result = last_positive;
+      }
+    }
+  }
+  return result >= 0 ? result : last_positive;
+}
+
 // From s.cand[0, count) (MoreLikely keys, any order unless `presorted`: most likely first): top-p prefix (when target >= 0 or
 // top_p < 1 with the sum taken here), min-p filter, ascending-id walk. WalkKept's contract.
 __device__ int32_t FinishKept(int count, float max_logit_or_nan, float inv_t, float top_p, double nucleus_target,
@@ -361,52 +437,24 @@ __device__ int32_t FinishKept(int count, float max_logit_or_nan, float inv_t, fl
     int kept = count;
     if (sorted_prefix) {
       double target = nucleus_target;
-      if (target < 0.0) {  // top-k then top-p: the total of the kept, most likely first
-        double total = 0.0;
-        for (int i = 0; i < count; ++i) total = Add(total, static_cast<double>(s.cand_w[i]));
-        target = __dmul_rn(static_cast<double>(top_p), total);
-      }
-      double cumulative = 0.0;
-      for (int i = 0; i < count; ++i) {
-        cumulative = Add(cumulative, static_cast<double>(s.cand_w[i]));
-        if (cumulative >= target) {
-          kept = i + 1;
-          break;
-        }
-      }
+      if (target < 0.0) target = __dmul_rn(static_cast<double>(top_p), SerialSum(s.cand_w, count));  // top-k then top-p
+      kept = SerialPrefix(s.cand_w, count, target);
     }
     s.count = static_cast<uint32_t>(kept);
   }
   __syncthreads();
   const int kept = static_cast<int>(s.count);
   // Ascending id order; min-p drops entries (key 0 sorts last).
+  uint32_t kept_here = 0;
   for (int i = threadIdx.x; i < count; i += kThreads) {
-    const bool keep = i < kept && !(s.cand_w[i] < min_p);
-    s.cand[i] = keep ? (static_cast<uint64_t>(~static_cast<uint32_t>(KeyId(s.cand[i]))) << 32) | static_cast<uint32_t>(i)
-                     : 0;
+    const float w = s.cand_w[i];
+    const bool keep = i < kept && !(w < min_p);
+    s.cand[i] = keep ? IdWeightKey(KeyId(s.cand[i]), w) : 0;
+    kept_here += keep ? 1u : 0u;
   }
-  __syncthreads();
-  SortDescending(s, count, false);
-  if (threadIdx.x == 0) {
-    double total = 0.0;
-    int m = 0;
-    for (; m < count && s.cand[m] != 0; ++m) total = Add(total, static_cast<double>(s.cand_w[static_cast<uint32_t>(s.cand[m])]));
-    const double target = __dmul_rn(u, total);
-    double cumulative = 0.0;
-    int32_t last_positive = 0;
-    int32_t result = -1;
-    for (int i = 0; i < m; ++i) {
-      const float w = s.cand_w[static_cast<uint32_t>(s.cand[i])];
-      if (w <= 0.0f) continue;
-      cumulative = Add(cumulative, static_cast<double>(w));
-      last_positive = static_cast<int32_t>(~static_cast<uint32_t>(s.cand[i] >> 32));
-      if (cumulative > target) {
-        result = last_positive;
-        break;
-      }
-    }
-    s.found = result >= 0 ? result : last_positive;
-  }
+  const int m = static_cast<int>(BlockReduce(kept_here, SumU{}, s));  // its barriers order the writes above
+  SortDescending(s, kept, false);  // entries from `kept` on are all dropped (key 0)
+  if (threadIdx.x == 0) s.found = SerialWalk(s.cand, m, u);
   __syncthreads();
   const int32_t token = s.found;
   __syncthreads();

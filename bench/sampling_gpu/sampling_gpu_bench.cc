@@ -80,7 +80,7 @@ std::vector<Setting> Settings() {
 
 // One stamped launch: per row, each phase's cycles at the row's clock rate (cycles between the
 // start and end stamps over the global time between them). Prints the medians over the rows and
-// returns them as JSON fields.
+// the slowest row's own phases, and returns them as JSON fields.
 std::string PhaseReport(cuda::SamplingArgs a, const cuda::DeviceBuffer& stamps, int64_t batch, cuda::DeviceBuffer& work,
                         const cuda::DeviceBuffer& pristine, size_t bytes, cuda::Stream& stream) {
   constexpr int kPhases = kernels::kSamplingPhases;
@@ -116,10 +116,21 @@ std::string PhaseReport(cuda::SamplingArgs a, const cuda::DeviceBuffer& stamps, 
     json += field;
   }
   const double t = Median(total);
-  const double slowest = *std::max_element(total.begin(), total.end());
-  std::printf(" | row %.2f, slowest row %.2f\n", t, slowest);
+  const size_t worst = static_cast<size_t>(std::max_element(total.begin(), total.end()) - total.begin());
+  const double slowest = total[worst];
+  std::printf(" | row %.2f, slowest row %.2f (", t, slowest);
+  // The slowest row's own phases (a row with a large nucleus or many ties shows here).
+  json += ",\"slowest_row_phases\":{";
+  for (int i = 0; i < 5; ++i) {
+    const double v = us[static_cast<size_t>(i)][worst];
+    std::printf("%s%s %.2f", i > 0 ? " " : "", kNames[i], v);
+    char field[64];
+    std::snprintf(field, sizeof(field), "%s\"%s\":%.3f", i > 0 ? "," : "", kNames[i], v);
+    json += field;
+  }
+  std::printf(")\n");
   char field[96];
-  std::snprintf(field, sizeof(field), ",\"row\":%.3f,\"slowest_row\":%.3f}", t, slowest);
+  std::snprintf(field, sizeof(field), "},\"row\":%.3f,\"slowest_row\":%.3f}", t, slowest);
   return json + field;
 }
 
