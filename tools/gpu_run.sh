@@ -22,7 +22,7 @@
 #   bash tools/gpu_run.sh final     FP8 test, profile with host times, the demo model served on the GPU
 #   bash tools/gpu_run.sh kernels   attention + MoE kernel tests, parity, MoE/attention benchmarks, profile
 #   bash tools/gpu_run.sh all-tests every gpu-labelled test (gpu-bin/gpu_tests.txt, from ctest's labels),
-#                                   then the MoE and sampling benchmarks
+#                                   then the MoE and sampling benchmarks (BENCHES="" for none)
 #   bash tools/gpu_run.sh kv-tests  every gpu-labelled test, then peregrine profile of this tree and of
 #                                   the pre-change binary ($PEREGRINE_OLD), interleaved twice
 #   bash tools/gpu_run.sh profile-ab every gpu-labelled test (TESTS narrows it, TESTS=" " none), then peregrine
@@ -158,7 +158,7 @@ gpu_tests() {
 
 if [ "$PHASE" = "all-tests" ]; then
   for t in $(gpu_tests); do run_test "$t" 240; done
-  for bench in peregrine_moe_bench peregrine_sampling_bench; do
+  for bench in ${BENCHES-peregrine_moe_bench peregrine_sampling_bench}; do
     if [ -x "$BIN/$bench" ]; then
       echo "== $bench"
       timeout 120 "$BIN/$bench" --out "$OUT/$bench.jsonl" >"$OUT/$bench.log" 2>&1
