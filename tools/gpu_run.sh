@@ -88,6 +88,7 @@ BIN="${PEREGRINE_GPU_BIN:-$ROOT/build-h200/gpu-bin}"
 OUT="${OUT:-$ROOT/gpu-out}"
 PHASE="${1:-tests}"
 PEREGRINE="${PEREGRINE_BIN:-$BIN/../peregrine}"
+DEMO_MODEL="$ROOT/models/deepseek-v4-demo"  # the binary may not embed it (PEREGRINE_EMBED_DEMO_MODEL=OFF)
 mkdir -p "$OUT"
 PY="${PYTHON:-python3}"
 export PYTHONUNBUFFERED=1
@@ -215,9 +216,8 @@ abort_check() {
 start_server() {
   local name="$1" port="$2" bin="$3"
   shift 3
-  # The demo model from the repository unless the arguments name a model (the binary may not
-  # embed it: PEREGRINE_EMBED_DEMO_MODEL=OFF).
-  local model=(--model-path "$ROOT/models/deepseek-v4-demo")
+  # The demo model from the repository unless the arguments name a model.
+  local model=(--model-path "$DEMO_MODEL")
   [[ " $* " == *" --model-path "* ]] && model=()
   "$bin" serve --device cuda --port "$port" "${model[@]}" "$@" >"$OUT/serve_$name.log" 2>&1 &
   SERVER=$!
@@ -358,7 +358,7 @@ if [ "$PHASE" = "structured" ]; then
     serve_bench "flash_schema_$round" 8126 "16 64" "$BENCH_ARGS --extra-body $SCHEMA" -- $FLASH4 --max-num-seqs 64 --max-model-len 4096
   done
   # The trained demo model on the GPU: greedy text, a JSON schema and a forced tool call.
-  start_server demo_trained 8127 "$PEREGRINE" --model-path "$ROOT/models/deepseek-v4-demo" --max-model-len 4096
+  start_server demo_trained 8127 "$PEREGRINE" --max-model-len 4096
   api="http://127.0.0.1:8127/v1"
   curl -s "$api/completions" -H 'Content-Type: application/json' \
     -d '{"prompt":"def fibonacci(n):\n","max_tokens":48,"temperature":0}' >"$OUT/demo_cuda_completion.json"
@@ -614,7 +614,7 @@ if [ "$PHASE" = "final" ]; then
     --out "$OUT/profile.jsonl" >"$OUT/profile_mxfp4.log" 2>&1 || status=1
   grep -E "^model|^batch|per layer" "$OUT/profile_mxfp4.log"
   echo "== serve the demo model on the GPU + bench"
-  "$PEREGRINE" serve --device cuda --port 8124 --model-path "$ROOT/models/deepseek-v4-demo" >"$OUT/serve_demo.log" 2>&1 &
+  "$PEREGRINE" serve --device cuda --port 8124 --model-path "$DEMO_MODEL" >"$OUT/serve_demo.log" 2>&1 &
   SERVER=$!
   for i in $(seq 1 60); do
     curl -sf http://127.0.0.1:8124/health >/dev/null 2>&1 && break

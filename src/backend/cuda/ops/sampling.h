@@ -25,8 +25,9 @@ struct SamplingArgs {
 };
 
 // One block (on sm_90 a cluster at small batches) per row, no host synchronisation,
-// capture-safe (the grid depends on B alone and every per-row value is read on the device). InvalidArgument (naming the tensor) for bad
-// shapes, dtypes, devices or alignment, V outside [1, 2^18]; Internal when the launch fails.
+// capture-safe (the grid depends on B alone and every per-row value is read on the device).
+// InvalidArgument (naming the tensor) for bad shapes, dtypes, devices or alignment, V outside
+// [1, 2^18]; Internal when the launch fails.
 // Asynchronous on `stream`; the offsets' contents are trusted (the host builds them).
 Status Sample(const SamplingArgs& args, cudaStream_t stream);
 
