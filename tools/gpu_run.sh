@@ -33,6 +33,11 @@
 #                                   ...") run alternately MOE_ROUNDS times (default 2) with MOE_ARGS, then a
 #                                   table of each op's times per binary (tools/moe_ab_table.py); TESTS
 #                                   runs test binaries first
+#   bash tools/gpu_run.sh ncu       Nsight Compute (clocks not locked) over one benchmark run: NCU_CMD (default
+#                                   peregrine_moe_bench --format mxfp4 --batch 1), the first NCU_COUNT (4)
+#                                   launches of the kernels matching the regex NCU_KERNELS (the MoE GEMMs),
+#                                   NCU_SECTIONS (speed of light, scheduler, warp states, memory, occupancy,
+#                                   launch, instructions); the report in ncu.txt
 #   bash tools/gpu_run.sh sampling-ab the test binaries in TESTS, then several peregrine_sampling_bench
 #                                   binaries (SAMPLING_BINS="name=path ...") alternately SAMPLING_ROUNDS
 #                                   times (default 2) with --phases, and each shape's time per run
@@ -816,6 +821,26 @@ if [ "$PHASE" = "load" ]; then
       | tee "$OUT/load_official_write.log"
   fi
   load_once load_official "$OFFICIAL" official mxfp4 fp8
+  exit $status
+fi
+
+if [ "$PHASE" = "ncu" ]; then
+  # Nsight Compute over one run of a benchmark: the first NCU_COUNT launches of the kernels
+  # matching NCU_KERNELS, the sections in NCU_SECTIONS, as text.
+  NCU="$(command -v ncu || true)"
+  for candidate in /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu; do
+    [ -z "$NCU" ] && [ -x "$candidate" ] && NCU="$candidate"
+  done
+  [ -n "$NCU" ] || { echo "no ncu on this machine"; exit 1; }
+  args=()
+  for section in ${NCU_SECTIONS:-SpeedOfLight SchedulerStats WarpStateStats MemoryWorkloadAnalysis Occupancy \
+    LaunchStats InstructionStats}; do args+=(--section "$section"); done
+  # shellcheck disable=SC2086
+  timeout 400 "$NCU" --clock-control none -k "regex:${NCU_KERNELS:-MoeMxfp4MmaKernel|MoeExpertGemmKernel}" \
+    -c "${NCU_COUNT:-4}" "${args[@]}" ${NCU_CMD:-$BIN/peregrine_moe_bench --format mxfp4 --batch 1} \
+    >"$OUT/ncu.txt" 2>&1 || status=1
+  grep -E "^  [A-Za-z_].*\(|Duration|DRAM Throughput|Compute \(SM\) Throughput|No Eligible|Achieved Occupancy" \
+    "$OUT/ncu.txt" | head -80
   exit $status
 fi
 
