@@ -18,6 +18,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <iterator>
 #include <memory>
 #include <random>
 #include <string>
@@ -91,7 +92,8 @@ std::string PhaseReport(cuda::SamplingArgs a, const cuda::DeviceBuffer& stamps, 
   std::vector<int64_t> st(static_cast<size_t>(batch * kPhases));
   MustCuda(cudaMemcpy(st.data(), stamps.data(), st.size() * 8, cudaMemcpyDeviceToHost), "stamps");
   static constexpr const char* kNames[] = {"prepare", "phase1", "phase2", "phase3", "finish"};
-  std::vector<std::vector<double>> us(5);
+  constexpr int kNamed = static_cast<int>(std::size(kNames));
+  std::vector<std::vector<double>> us(kNamed);
   std::vector<double> total;
   for (int64_t b = 0; b < batch; ++b) {
     const int64_t* r = st.data() + b * kPhases;
@@ -99,35 +101,34 @@ std::string PhaseReport(cuda::SamplingArgs a, const cuda::DeviceBuffer& stamps, 
     const double cycles = static_cast<double>(r[kernels::kSamplingEndCycles] - r[kernels::kSamplingStartCycles]);
     if (!(cycles > 0.0)) continue;
     const double us_per_cycle = ns / cycles * 1e-3;
-    for (int i = 0; i < 5; ++i) {
+    for (int i = 0; i < kNamed; ++i) {
       us[static_cast<size_t>(i)].push_back(
           static_cast<double>(r[kernels::kSamplingStartCycles + i + 1] - r[kernels::kSamplingStartCycles + i]) * us_per_cycle);
     }
     total.push_back(ns * 1e-3);
   }
   if (total.empty()) return "";
+  // phases_us holds the medians, then the slowest row's own phases, row and slowest_row.
   std::string json = ",\"phases_us\":{";
+  // Prints each phase's value (`first_separator` before the first) and appends them as fields.
+  auto phases = [&](const char* first_separator, auto value_of) {
+    for (int i = 0; i < kNamed; ++i) {
+      const double v = value_of(static_cast<size_t>(i));
+      std::printf("%s%s %.2f", i > 0 ? " " : first_separator, kNames[i], v);
+      char field[64];
+      std::snprintf(field, sizeof(field), "%s\"%s\":%.3f", i > 0 ? "," : "", kNames[i], v);
+      json += field;
+    }
+  };
   std::printf("  phases (median over rows, us):");
-  for (int i = 0; i < 5; ++i) {
-    const double m = Median(us[static_cast<size_t>(i)]);
-    std::printf(" %s %.2f", kNames[i], m);
-    char field[64];
-    std::snprintf(field, sizeof(field), "%s\"%s\":%.3f", i > 0 ? "," : "", kNames[i], m);
-    json += field;
-  }
+  phases(" ", [&](size_t i) { return Median(us[i]); });
   const double t = Median(total);
+  // The slowest row's own phases (a row with a large nucleus or many ties shows here).
   const size_t worst = static_cast<size_t>(std::max_element(total.begin(), total.end()) - total.begin());
   const double slowest = total[worst];
   std::printf(" | row %.2f, slowest row %.2f (", t, slowest);
-  // The slowest row's own phases (a row with a large nucleus or many ties shows here).
   json += ",\"slowest_row_phases\":{";
-  for (int i = 0; i < 5; ++i) {
-    const double v = us[static_cast<size_t>(i)][worst];
-    std::printf("%s%s %.2f", i > 0 ? " " : "", kNames[i], v);
-    char field[64];
-    std::snprintf(field, sizeof(field), "%s\"%s\":%.3f", i > 0 ? "," : "", kNames[i], v);
-    json += field;
-  }
+  phases("", [&](size_t i) { return us[i][worst]; });
   std::printf(")\n");
   char field[96];
   std::snprintf(field, sizeof(field), "},\"row\":%.3f,\"slowest_row\":%.3f}", t, slowest);
