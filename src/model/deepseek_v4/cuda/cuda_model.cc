@@ -263,6 +263,11 @@ Status CudaModel::Impl::EnqueueHead(int64_t rows, int64_t logit_rows, bool draft
 
 Result<cudaStream_t> CudaModel::Impl::Fork(int64_t rows) {
   if (profiler != nullptr || rows > kBranchMaxRows) return stream;
+  // Only while capturing: a graph replays its branches for free, while an eager step would pay
+  // the host's event calls at every fork and join.
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  PG_CUDA_RETURN_IF_ERROR(cudaStreamIsCapturing(stream, &capture));
+  if (capture != cudaStreamCaptureStatusActive) return stream;
   PG_RETURN_IF_ERROR(Order(stream, branch_stream.get(), fork_event));
   return branch_stream.get();
 }

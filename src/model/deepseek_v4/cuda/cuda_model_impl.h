@@ -204,7 +204,7 @@ struct CudaModel::Impl {
   cudaStream_t stream = nullptr;
   OpProfiler* profiler = nullptr;
 
-  // Decode-sized steps (at most kBranchMaxRows rows, not profiled op by op) run a layer's
+  // Decode-sized steps captured into graphs (at most kBranchMaxRows rows) run a layer's
   // independent parts on `branch_stream` beside `stream`: the KV row, the compressors and the
   // indexer beside the query projections; the shared expert beside the router and the routed
   // experts. Events fork the branch from `stream` and join it back, so inside a capture the
