@@ -2,6 +2,7 @@
 // reference (model.cc, attention.cc, moe.cc), for `rows` tokens of a step.
 #include <cmath>
 
+#include "backend/cuda/cuda_status.h"
 #include "backend/cuda/ops/compressor_step.h"
 #include "backend/cuda/ops/copy_rows.h"
 #include "backend/cuda/ops/fp8_projection.h"
@@ -112,7 +113,7 @@ Status CudaModel::Impl::EnqueueAttention(int64_t i, int64_t rows, int64_t chunks
   const int64_t ih = c.index_n_heads;
   const int64_t id = c.index_head_dim;
   const float eps = static_cast<float>(c.rms_norm_eps);
-  const cudaStream_t s = stream;
+  cudaStream_t s = stream;  // where the helpers below enqueue: `stream` or the branch
   const DeviceTensor& cos = sliding ? main_cos : compress_cos;
   const DeviceTensor& sin = sliding ? main_sin : compress_sin;
   const Tensor x = View(ws.x, DType::kBF16, {rows, d});
@@ -122,10 +123,10 @@ Status CudaModel::Impl::EnqueueAttention(int64_t i, int64_t rows, int64_t chunks
   const Tensor new_kv = Tensor::Contiguous(static_cast<char*>(st.window.data) + scratch_row * hd * 2, DType::kBF16,
                                            {rows, hd}, Device::kCuda);
   auto linear = [&](const Tensor& in, const Tensor& wt, const Tensor& out) {
-    return Op(OpKind::kProjection, [&] { return pc::Linear(blas, {in, wt, out}, s); });
+    return Op(OpKind::kProjection, [&] { return pc::Linear(BlasOn(s), {in, wt, out}, s); });
   };
   auto project = [&](const Tensor& in, const DeviceProjection& p, const Tensor& out) {
-    return Op(OpKind::kProjection, [&] { return ProjectWith(blas, weights.fp8_workspace.view, in, p, out, s); });
+    return Op(OpKind::kProjection, [&] { return ProjectWith(BlasOn(s), weights.fp8_workspace.view, in, p, out, s); });
   };
   auto norm = [&](const Tensor& in, const Tensor& weight, const Tensor& out) {
     return Op(OpKind::kNorm, [&] { return pc::RmsNorm({in, weight, out, eps}, s); });
@@ -143,17 +144,18 @@ Status CudaModel::Impl::EnqueueAttention(int64_t i, int64_t rows, int64_t chunks
     });
   };
 
-  // q: low-rank, normed, per-head normed, rotated. kv: one shared row, normed and rotated,
-  // written straight into the step's rows of the window buffer.
+  // q: low-rank, normed, per-head normed, rotated (on `stream`). kv: one shared row, normed
+  // and rotated, written straight into the step's rows of the window buffer; then the
+  // compressors and the indexer (on the branch when the step forks; the indexer's query
+  // waits for q's low-rank part).
+  PG_ASSIGN_OR_RETURN(const cudaStream_t branch, Fork(rows));
+  BranchScope join(*this, branch);
   const Tensor qr = View(ws.qr, DType::kF32, {rows, c.q_lora_rank});
   const Tensor qr_n = View(ws.qr_n, DType::kBF16, {rows, c.q_lora_rank});
   PG_RETURN_IF_ERROR(project(x, lw.wq_a, qr));
   PG_RETURN_IF_ERROR(norm(qr, lw.q_norm.view, qr_n));
-  const Tensor q = View(ws.q, DType::kF32, {rows, h * hd});
-  PG_RETURN_IF_ERROR(project(qr_n, lw.wq_b, q));
-  const Tensor q_n = View(ws.q_n, DType::kBF16, {rows, h, hd});
-  PG_RETURN_IF_ERROR(norm(View(ws.q, DType::kF32, {rows * h, hd}), Tensor{}, View(ws.q_n, DType::kBF16, {rows * h, hd})));
-  PG_RETURN_IF_ERROR(rope(View(ws.q_n, DType::kBF16, {rows * h, hd}), false));
+  if (branch != stream) PG_RETURN_IF_ERROR(ready_event.Record(stream));
+  s = branch;
   const Tensor kv = View(ws.kv, DType::kF32, {rows, hd});
   PG_RETURN_IF_ERROR(project(x, lw.wkv, kv));
   PG_RETURN_IF_ERROR(norm(kv, lw.kv_norm.view, new_kv));
@@ -218,6 +220,7 @@ Status CudaModel::Impl::EnqueueAttention(int64_t i, int64_t rows, int64_t chunks
                                 ws.igate, st.tail_index_kv, st.tail_index_gate,
                                 save == nullptr ? nullptr : &save->index_kv,
                                 save == nullptr ? nullptr : &save->index_gate));
+    if (branch != stream) PG_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(branch, ready_event.get(), 0));
     const Tensor iq = View(ws.iq, DType::kBF16, {rows, ih * id});
     PG_RETURN_IF_ERROR(project(qr_n, lw.index_wq_b, iq));
     PG_RETURN_IF_ERROR(rope(View(ws.iq, DType::kBF16, {rows * ih, id}), false));
@@ -251,6 +254,14 @@ Status CudaModel::Impl::EnqueueAttention(int64_t i, int64_t rows, int64_t chunks
       }));
     }
   }
+
+  s = stream;
+  const Tensor q = View(ws.q, DType::kF32, {rows, h * hd});
+  PG_RETURN_IF_ERROR(project(qr_n, lw.wq_b, q));
+  const Tensor q_n = View(ws.q_n, DType::kBF16, {rows, h, hd});
+  PG_RETURN_IF_ERROR(norm(View(ws.q, DType::kF32, {rows * h, hd}), Tensor{}, View(ws.q_n, DType::kBF16, {rows * h, hd})));
+  PG_RETURN_IF_ERROR(rope(View(ws.q_n, DType::kBF16, {rows * h, hd}), false));
+  PG_RETURN_IF_ERROR(join.Join());
 
   // Sparse attention over the window rows plus the selected (CSA) or all (HCA) entries.
   PG_RETURN_IF_ERROR(Op(OpKind::kAttention, [&] {
@@ -312,11 +323,28 @@ Status CudaModel::Impl::EnqueueMoe(int64_t i, int64_t rows) {
   const int64_t e = weights.experts;  // this rank's experts (all of them unless EP)
   const int64_t k = c.num_experts_per_tok;
   const int64_t inter = lw.experts.w1.view.shape[1];  // this rank's part of each expert
-  const int64_t shared = lw.shared_w2.w.view.shape[1];
   const float limit = static_cast<float>(c.swiglu_limit);
   const cudaStream_t s = stream;
   const Tensor x = View(ws.x, DType::kBF16, {rows, d});
   const bool hash = refs.moe == MoeType::kHash;
+
+  // The shared expert (on the branch when the step forks), beside the router and the routed
+  // experts; the combine waits for both.
+  PG_ASSIGN_OR_RETURN(const cudaStream_t branch, Fork(rows));
+  BranchScope join(*this, branch);
+  const int64_t shared = lw.shared_w2.w.view.shape[1];
+  const Tensor sgu = View(ws.shared_gate_up, DType::kBF16, {rows, 2 * shared});
+  const Tensor sh = View(ws.shared_h, DType::kBF16, {rows, shared});
+  const Tensor sy = View(ws.shared_y, DType::kBF16, {rows, d});
+  PG_RETURN_IF_ERROR(Op(OpKind::kSharedExpert, [&]() -> Status {
+    PG_RETURN_IF_ERROR(ProjectWith(BlasOn(branch), weights.fp8_workspace.view, x, lw.shared_w13, sgu, branch));
+    pc::SwigluArgs a;
+    a.gate_up = sgu;
+    a.h = sh;
+    a.limit = limit;
+    PG_RETURN_IF_ERROR(pc::SwigluClamp(a, branch));
+    return ProjectWith(BlasOn(branch), weights.fp8_workspace.view, sh, lw.shared_w2, sy, branch);
+  }));
   const bool mxfp4 = lw.experts.format == ExpertFormat::kMXFP4;
 
   PG_RETURN_IF_ERROR(Op(OpKind::kRouter, [&]() -> Status {
@@ -370,18 +398,7 @@ Status CudaModel::Impl::EnqueueMoe(int64_t i, int64_t rows) {
     return pc::MoeDown(dn, s);
   }));
 
-  const Tensor sgu = View(ws.shared_gate_up, DType::kBF16, {rows, 2 * shared});
-  const Tensor sh = View(ws.shared_h, DType::kBF16, {rows, shared});
-  const Tensor sy = View(ws.shared_y, DType::kBF16, {rows, d});
-  PG_RETURN_IF_ERROR(Op(OpKind::kSharedExpert, [&]() -> Status {
-    PG_RETURN_IF_ERROR(ProjectWith(blas, weights.fp8_workspace.view, x, lw.shared_w13, sgu, s));
-    pc::SwigluArgs a;
-    a.gate_up = sgu;
-    a.h = sh;
-    a.limit = limit;
-    PG_RETURN_IF_ERROR(pc::SwigluClamp(a, s));
-    return ProjectWith(blas, weights.fp8_workspace.view, sh, lw.shared_w2, sy, s);
-  }));
+  PG_RETURN_IF_ERROR(join.Join());
 
   PG_RETURN_IF_ERROR(Op(OpKind::kMoeExperts, [&] {
     pc::MoeCombineArgs a;

@@ -261,6 +261,24 @@ Status CudaModel::Impl::EnqueueHead(int64_t rows, int64_t logit_rows, bool draft
   });
 }
 
+Result<cudaStream_t> CudaModel::Impl::Fork(int64_t rows) {
+  if (profiler != nullptr || rows > kBranchMaxRows) return stream;
+  // Only while capturing: a graph replays its branches for free, while an eager step would pay
+  // the host's event calls at every fork and join.
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  PG_CUDA_RETURN_IF_ERROR(cudaStreamIsCapturing(stream, &capture));
+  if (capture != cudaStreamCaptureStatusActive) return stream;
+  PG_RETURN_IF_ERROR(Order(stream, branch_stream.get(), fork_event));
+  return branch_stream.get();
+}
+
+Status CudaModel::Impl::Order(cudaStream_t from, cudaStream_t to, pc::Event& event) {
+  if (from == to) return Status::Ok();
+  PG_RETURN_IF_ERROR(event.Record(from));
+  PG_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(to, event.get(), 0));
+  return Status::Ok();
+}
+
 Status CudaModel::Impl::SumOverRanks(void* data, int64_t count) {
   if (parallel.size <= 1) return Status::Ok();
   return Op(OpKind::kCollective, [&] { return parallel.comm->AllReduceSum(data, count, DType::kBF16); });
@@ -308,6 +326,12 @@ Result<std::unique_ptr<CudaModel>> CudaModel::Create(const ModelConfig& config, 
   w.shard = ShardSpec{parallel.rank, parallel.size, parallel.expert_parallel};
   PG_ASSIGN_OR_RETURN(impl->blas, pc::Blas::Create(allocator));
   impl->blas.set_batch_invariant(limits.batch_invariant);
+  PG_ASSIGN_OR_RETURN(impl->branch_stream, pc::Stream::Create());
+  PG_ASSIGN_OR_RETURN(impl->branch_blas, pc::Blas::Create(allocator, size_t{4} << 20));
+  impl->branch_blas.set_batch_invariant(limits.batch_invariant);
+  PG_ASSIGN_OR_RETURN(impl->fork_event, pc::Event::Create(false));
+  PG_ASSIGN_OR_RETURN(impl->ready_event, pc::Event::Create(false));
+  PG_ASSIGN_OR_RETURN(impl->join_event, pc::Event::Create(false));
   PG_ASSIGN_OR_RETURN(impl->weights, LoadDeviceWeights(impl->config, checkpoint, w, allocator, stream));
   if (limits.max_draft_steps > 0) {
     if (parallel.size > 1) return InvalidArgument("CUDA model: the MTP drafter runs on one GPU only");

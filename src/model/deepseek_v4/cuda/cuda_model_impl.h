@@ -14,6 +14,7 @@
 
 #include "backend/cuda/allocator.h"
 #include "backend/cuda/blas.h"
+#include "backend/cuda/stream.h"
 #include "kernels/sparse_attention.cuh"
 #include "model/deepseek_v4/cuda/cuda_model.h"
 #include "model/deepseek_v4/step_plan.h"
@@ -202,6 +203,45 @@ struct CudaModel::Impl {
   const StepMeta* meta = nullptr;
   cudaStream_t stream = nullptr;
   OpProfiler* profiler = nullptr;
+
+  // Decode-sized steps captured into graphs (at most kBranchMaxRows rows) run a layer's
+  // independent parts on `branch_stream` beside `stream`: the KV row, the compressors and the
+  // indexer beside the query projections; the shared expert beside the router and the routed
+  // experts. Events fork the branch from `stream` and join it back, so inside a capture the
+  // two become parallel branches of the graph. At these sizes the projections are custom
+  // kernels (FP8 ones never touch the FP8 workspace below 65 rows); one that falls back to
+  // cuBLAS on the branch (odd shapes) uses the branch's own handle.
+  static constexpr int64_t kBranchMaxRows = 4;
+  pc::Stream branch_stream;
+  pc::Blas branch_blas;
+  pc::Event fork_event, ready_event, join_event;
+  pc::Blas& BlasOn(cudaStream_t s) { return s == branch_stream.get() ? branch_blas : blas; }
+  // The stream a branch forked from `stream` now runs on: branch_stream, or `stream` itself
+  // when the step does not fork.
+  Result<cudaStream_t> Fork(int64_t rows);
+  // Work enqueued on `to` from now on waits for what `from` holds so far (nothing to do when
+  // they are one stream).
+  Status Order(cudaStream_t from, cudaStream_t to, pc::Event& event);
+  // Joins a forked branch back into `stream` when it leaves scope, error paths included (a
+  // capture must not end with the branch unjoined); Join() joins earlier and says how it went.
+  class BranchScope {
+   public:
+    BranchScope(Impl& m, cudaStream_t branch) : m_(m), branch_(branch) {}
+    BranchScope(const BranchScope&) = delete;
+    BranchScope& operator=(const BranchScope&) = delete;
+    ~BranchScope() {
+      if (!joined_) (void)m_.Order(branch_, m_.stream, m_.join_event);
+    }
+    Status Join() {
+      joined_ = true;
+      return m_.Order(branch_, m_.stream, m_.join_event);
+    }
+
+   private:
+    Impl& m_;
+    cudaStream_t branch_;
+    bool joined_ = false;
+  };
 
   // Setup (cuda_model.cc).
   Status Allocate(cudaStream_t load_stream);
