@@ -354,13 +354,14 @@ __device__ float NucleusFloor(const float* x, float max_logit, float inv_t, floa
 // with a load in every step: NOTES, "Serial walks").
 constexpr int kWalkBatch = 8;
 
-// The sum of w[0, count) in order.
-__device__ __forceinline__ double SerialSum(const float* w, int count) {
+// The sum of load(0), ..., load(count - 1) in order, kWalkBatch loads ahead of the adds.
+template <typename Load>
+__device__ __forceinline__ double SerialSum(int count, Load load) {
   double total = 0.0;
   for (int base = 0; base < count; base += kWalkBatch) {
     float v[kWalkBatch];
 #pragma unroll
-    for (int j = 0; j < kWalkBatch; ++j) v[j] = base + j < count ? w[base + j] : 0.0f;
+    for (int j = 0; j < kWalkBatch; ++j) v[j] = base + j < count ? load(base + j) : 0.0f;
 #pragma unroll
     for (int j = 0; j < kWalkBatch; ++j) total = Add(total, static_cast<double>(v[j]));  // + 0.0: no change
   }
@@ -395,14 +396,7 @@ __device__ __forceinline__ uint64_t IdWeightKey(int32_t id, float w) {
 // weight passes u times the total, skipping weights <= 0; the last positive one if none does.
 __device__ __forceinline__ int32_t SerialWalk(const uint64_t* keys, int m, double u) {
   auto weight = [](uint64_t key) { return __uint_as_float(static_cast<uint32_t>(key)); };
-  double total = 0.0;
-  for (int base = 0; base < m; base += kWalkBatch) {
-    uint64_t k[kWalkBatch];
-#pragma unroll
-    for (int j = 0; j < kWalkBatch; ++j) k[j] = base + j < m ? keys[base + j] : 0;  // weight 0.0f
-#pragma unroll
-    for (int j = 0; j < kWalkBatch; ++j) total = Add(total, static_cast<double>(weight(k[j])));
-  }
+  const double total = SerialSum(m, [&](int i) { return weight(keys[i]); });
   const double target = __dmul_rn(u, total);
   double cumulative = 0.0;
   int32_t last_positive = 0;
@@ -437,7 +431,9 @@ __device__ int32_t FinishKept(int count, float max_logit_or_nan, float inv_t, fl
     int kept = count;
     if (sorted_prefix) {
       double target = nucleus_target;
-      if (target < 0.0) target = __dmul_rn(static_cast<double>(top_p), SerialSum(s.cand_w, count));  // top-k then top-p
+      if (target < 0.0) {  // top-k then top-p
+        target = __dmul_rn(static_cast<double>(top_p), SerialSum(count, [&](int i) { return s.cand_w[i]; }));
+      }
       kept = SerialPrefix(s.cand_w, count, target);
     }
     s.count = static_cast<uint32_t>(kept);
