@@ -252,6 +252,7 @@ template <bool kGateUp>
 cudaError_t UseMxfp4Mma(const MoeExpertGemmParams& p, bool& use) {
   use = false;
   if (p.format != MoeWeightFormat::kMxfp4 || p.out_dim % moe_mma::kItemRows<kGateUp> != 0) return cudaSuccess;
+  if (p.mxfp4_kernel == MoeMxfp4Kernel::kCudaCore) return cudaSuccess;
   // The kernel's item arithmetic is 32-bit.
   constexpr int64_t kMaxItems = int64_t{1} << 30;
   if (static_cast<int64_t>(p.out_dim / moe_mma::kRows) * kMoeMaxExperts >= kMaxItems ||

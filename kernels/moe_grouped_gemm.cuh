@@ -28,6 +28,15 @@ enum class MoeWeightFormat : uint8_t {
 
 inline constexpr int kMoeTokenGroup = 4;  // assignments sharing one pass over a weight row
 
+// Which kernel serves MXFP4 weights. kAuto takes the tensor-core kernel where the device has
+// one (H100/H200) and the CUDA-core kernel elsewhere; kCudaCore forces the CUDA-core kernel
+// (tests, the benchmark's peer). The CUDA-core kernel was measured slower at every batch,
+// 1 included, on an H100 (bench/moe/NOTES.md). bf16 weights always take the CUDA-core kernel.
+enum class MoeMxfp4Kernel : uint8_t {
+  kAuto,
+  kCudaCore,
+};
+
 struct MoeExpertGemmParams {
   const void* x;                      // [rows, in_dim] bf16: tokens (gate-up) or assignments (down)
   int input_row_divisor = 1;          // assignment a reads row a / divisor (K for gate-up, 1 for down)
@@ -45,6 +54,7 @@ struct MoeExpertGemmParams {
   MoeWeightFormat format = MoeWeightFormat::kBF16;
   int num_ctas = 0;                   // persistent grid size; 0: one full wave of the device
   bool batch_invariant = false;       // never split an item's inputs over warps
+  MoeMxfp4Kernel mxfp4_kernel = MoeMxfp4Kernel::kAuto;
 };
 
 // out[a, i] = SiLU(min(g, limit)) * clamp(u, -limit, limit), g = x[a/K] . w1[e, i],

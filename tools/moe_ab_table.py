@@ -40,14 +40,14 @@ def main(paths):
     names = [name_of(p) for p in paths]
     tables = [load(p) for p in paths]
     keys = list(tables[0].keys())
-    header = "%-14s %-6s %5s" % ("op", "dtype", "batch")
+    header = "%-14s %-18s %5s" % ("op", "dtype", "batch")
     for n in names:
         header += " %22s" % (n + " us (TB/s)")
     for n in names[1:]:
         header += " %10s" % (n + " x")
     print(header)
     for key in keys:
-        line = "%-14s %-6s %5d" % key
+        line = "%-14s %-18s %5d" % key
         medians = []
         for table in tables:
             runs = table.get(key)

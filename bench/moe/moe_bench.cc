@@ -3,12 +3,15 @@
 // top-6 routing. Times each op and the pair with CUDA events (median of 25 runs after warm-up,
 // L2 flushed before every run) and a peer in the same process: one cublasGemmEx per touched
 // expert and matrix, looped on the host (bf16 weights for both dtypes: the peer's MXFP4 path
-// would add a dequantisation pass on top). Prints and writes JSON lines.
+// would add a dequantisation pass on top). MXFP4 also runs the CUDA-core kernel forced (dtype
+// "mxfp4_cuda_core"), the launcher's own choice being "mxfp4". Prints and writes JSON lines.
 //
-//   peregrine_moe_bench [--out FILE.jsonl] [--batch N ...] [--format bf16|mxfp4] [--bandwidth TB/s]
+//   peregrine_moe_bench [--out FILE.jsonl] [--batch N ...] [--format bf16|mxfp4]
+//                       [--mxfp4-kernel auto|cuda_core] [--bandwidth TB/s]
 //
-// --batch (repeatable) and --format narrow the sweep, e.g. to one kernel for a profiler;
-// --bandwidth is the roofline in the JSON's roofline_fraction (default 4.3: an H200).
+// --batch (repeatable), --format and --mxfp4-kernel (repeatable) narrow the sweep, e.g. to one
+// kernel for a profiler; --bandwidth is the roofline in the JSON's roofline_fraction (default
+// 4.3: an H200).
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
@@ -29,6 +32,7 @@
 namespace peregrine {
 namespace {
 
+using cuda::MoeMxfp4Kernel;
 using cuda::MoeWeightFormat;
 
 constexpr int64_t kExperts = 256, kTopK = 6, kDim = 4096, kInter = 2048, kMaxBatch = 128;
@@ -65,6 +69,7 @@ int Main(int argc, char** argv) {
   std::string out_path;
   std::vector<int64_t> batches;
   std::vector<MoeWeightFormat> formats;
+  std::vector<MoeMxfp4Kernel> mxfp4_kernels;
   double roofline_tbs = kDefaultRooflineTBs;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
@@ -85,6 +90,16 @@ int Main(int argc, char** argv) {
         return 2;
       }
       formats.push_back(f == "bf16" ? MoeWeightFormat::kBF16 : MoeWeightFormat::kMxfp4);
+    } else if (arg == "--mxfp4-kernel" && has_value) {
+      const std::string kernel = argv[++i];
+      if (kernel == "auto") {
+        mxfp4_kernels.push_back(MoeMxfp4Kernel::kAuto);
+      } else if (kernel == "cuda_core") {
+        mxfp4_kernels.push_back(MoeMxfp4Kernel::kCudaCore);
+      } else {
+        std::fprintf(stderr, "--mxfp4-kernel is auto or cuda_core\n");
+        return 1;
+      }
     } else if (arg == "--bandwidth" && has_value) {
       roofline_tbs = std::atof(argv[++i]);
       if (!(roofline_tbs > 0.0)) {
@@ -92,13 +107,17 @@ int Main(int argc, char** argv) {
         return 2;
       }
     } else {
-      std::fprintf(stderr, "usage: %s [--out FILE.jsonl] [--batch N ...] [--format bf16|mxfp4] [--bandwidth TB/s]\n",
+      std::fprintf(stderr,
+                   "usage: %s [--out FILE.jsonl] [--batch N ...] [--format bf16|mxfp4] "
+                   "[--mxfp4-kernel auto|cuda_core] [--bandwidth TB/s]\n",
                    argv[0]);
       return 2;
     }
   }
   if (batches.empty()) batches = {1, 16, 64, 128};
   if (formats.empty()) formats = {MoeWeightFormat::kBF16, MoeWeightFormat::kMxfp4};
+  if (mxfp4_kernels.empty())
+    mxfp4_kernels = {MoeMxfp4Kernel::kAuto, MoeMxfp4Kernel::kCudaCore};
   FILE* out = out_path.empty() ? nullptr : std::fopen(out_path.c_str(), "a");
   if (!out_path.empty() && out == nullptr) {
     std::fprintf(stderr, "cannot open %s\n", out_path.c_str());
@@ -179,7 +198,22 @@ int Main(int argc, char** argv) {
     const double peer_gate_up = timer.Median([&] { peer(true); });
     const double peer_down = timer.Median([&] { peer(false); });
 
+    struct Variant {
+      MoeWeightFormat format;
+      MoeMxfp4Kernel kernel;
+      const char* dtype;
+    };
+    std::vector<Variant> variants;
     for (MoeWeightFormat format : formats) {
+      if (format == MoeWeightFormat::kBF16) {
+        variants.push_back({format, MoeMxfp4Kernel::kAuto, "bf16"});
+        continue;
+      }
+      for (MoeMxfp4Kernel kernel : mxfp4_kernels)
+        variants.push_back({format, kernel, kernel == MoeMxfp4Kernel::kAuto ? "mxfp4" : "mxfp4_cuda_core"});
+    }
+    for (const Variant& variant : variants) {
+      const MoeWeightFormat format = variant.format;
       const bool fp4 = format == MoeWeightFormat::kMxfp4;
       auto matrix_view = [&](const cuda::DeviceBuffer& bf16, const cuda::DeviceBuffer& packed,
                              const cuda::DeviceBuffer& scale, int64_t rows, int64_t cols) {
@@ -201,6 +235,7 @@ int Main(int argc, char** argv) {
       gate_up.w3 = matrix_view(w3, q3, s3, kInter, kDim);
       gate_up.h = view(h, DType::kBF16, {nk, kInter});
       gate_up.swiglu_limit = 10.0f;
+      gate_up.mxfp4_kernel = variant.kernel;
       cuda::MoeDownArgs down;
       down.h = gate_up.h;
       down.sorted_assignments = align.sorted_assignments;
@@ -208,6 +243,7 @@ int Main(int argc, char** argv) {
       down.format = format;
       down.w2 = matrix_view(w2, q2, s2, kDim, kInter);
       down.y = view(y, DType::kF32, {nk, kDim});
+      down.mxfp4_kernel = variant.kernel;
 
       // Bytes from the shapes: the touched experts' weights (+ scales) and the activations.
       const double per_weight = fp4 ? 0.5 + 1.0 / 32 : 2.0;
@@ -215,7 +251,7 @@ int Main(int argc, char** argv) {
       const double gu_bytes = touched * 2 * expert_matrix + batch * kDim * 2.0 + nk * kInter * 2.0;
       const double down_bytes = touched * expert_matrix + nk * kInter * 2.0 + nk * kDim * 4.0;
       const double gu_flops = 2.0 * 2 * nk * kInter * kDim, down_flops = 2.0 * nk * kDim * kInter;
-      const char* dtype = fp4 ? "mxfp4" : "bf16";
+      const char* dtype = variant.dtype;
 
       Row r{"gate_up", dtype, batch, touched, gu_bytes, gu_flops};
       r.us = 1e3 * timer.Median([&] { Must(cuda::MoeGateUp(gate_up, stream.get()), "gate_up"); });

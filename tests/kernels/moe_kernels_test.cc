@@ -23,6 +23,7 @@
 namespace peregrine::testing {
 namespace {
 
+using cuda::MoeMxfp4Kernel;
 using cuda::MoeWeightFormat;
 
 // ---------------------------------------------------------------- CPU references
@@ -147,6 +148,7 @@ struct MoeCase {
   bool hot_expert = false;  // one expert chosen by every token
   bool shared = true;
   int num_ctas = 0;         // gate-up / down persistent grid; 0: one full wave
+  MoeMxfp4Kernel kernel = MoeMxfp4Kernel::kAuto;
 };
 
 std::string Name(const MoeCase& c) {
@@ -154,7 +156,8 @@ std::string Name(const MoeCase& c) {
          " D=" + std::to_string(c.d) + " I=" + std::to_string(c.i) + (c.hash ? " hash" : " learned") +
          (c.format == MoeWeightFormat::kBF16 ? " bf16" : " mxfp4") + " limit=" + std::to_string(c.limit) +
          (c.ties ? " ties" : "") + (c.hot_expert ? " hot-expert" : "") + (c.shared ? " shared" : "") +
-         (c.num_ctas > 0 ? " ctas=" + std::to_string(c.num_ctas) : "");
+         (c.num_ctas > 0 ? " ctas=" + std::to_string(c.num_ctas) : "") +
+         (c.kernel == MoeMxfp4Kernel::kCudaCore ? " cuda-core" : "");
 }
 
 // Host inputs of one case.
@@ -306,6 +309,7 @@ class MoeKernelsTest : public GpuTest {
     gate_up.h = View(d.h, DType::kBF16, {nk, c.i});
     gate_up.swiglu_limit = c.limit;
     gate_up.num_ctas = c.num_ctas;
+    gate_up.mxfp4_kernel = c.kernel;
     PG_RETURN_IF_ERROR(cuda::MoeGateUp(gate_up, stream_.get()));
 
     cuda::MoeDownArgs down;
@@ -316,6 +320,7 @@ class MoeKernelsTest : public GpuTest {
     down.w2 = MatrixView(local, w.w2, w.w2s, c.d, c.i);
     down.y = View(d.y, DType::kF32, {nk, c.d});
     down.num_ctas = c.num_ctas;
+    down.mxfp4_kernel = c.kernel;
     PG_RETURN_IF_ERROR(cuda::MoeDown(down, stream_.get()));
 
     cuda::MoeCombineArgs combine;
@@ -399,13 +404,14 @@ class MoeKernelsTest : public GpuTest {
   }
 
   // MXFP4 cases (N, E, D, I) with K = 2 on each grid size (0: one full wave), the clamp on
-  // every other case, a hot expert where N = 20.
+  // every other case, a hot expert where N = 20, on the given kernel.
   void RunMxfp4Cases(std::initializer_list<std::array<int64_t, 4>> shapes, std::initializer_list<int> grids,
-                     uint32_t seed) {
+                     uint32_t seed, MoeMxfp4Kernel kernel = MoeMxfp4Kernel::kAuto) {
     for (const auto& [n, e, d, i] : shapes)
       for (int num_ctas : grids) {
         MoeCase c{n, e, 2, d, i};
         c.format = MoeWeightFormat::kMxfp4;
+        c.kernel = kernel;
         c.limit = seed % 2 == 0 ? 0.0f : 3.0f;
         c.hot_expert = n == 20;
         c.num_ctas = num_ctas;
@@ -470,6 +476,15 @@ TEST_F(MoeKernelsTest, Mxfp4WholeStages) {
   // take whole stages, for gate-up and down.
   RunMxfp4Cases({{64, 4, 512, 1024}, {20, 8, 768, 512}, {1, 8, 1024, 2048}, {2, 16, 256, 512}}, {0, 1, 2},
                 680);
+}
+
+TEST_F(MoeKernelsTest, Mxfp4CudaCoreKernel) {
+  // The CUDA-core MXFP4 kernel (devices without the tensor-core kernel's shared memory), forced
+  // here: one assignment per touched expert (N = 1), groups of 2..4 and more than one group per
+  // expert (N = 5, 20: a hot expert), rows whose 32-input blocks leave lanes idle or loop
+  // (in_dim 160, 1120, 4096), and one- and two-CTA grids whose warps walk many items.
+  RunMxfp4Cases({{1, 8, 1120, 160}, {1, 16, 4096, 2048}, {5, 4, 160, 1120}, {20, 8, 288, 1056}}, {0, 1, 2}, 720,
+                MoeMxfp4Kernel::kCudaCore);
 }
 
 TEST_F(MoeKernelsTest, Mxfp4BatchInvariantModeKeepsEachAssignmentsBits) {

@@ -136,6 +136,7 @@ Status MoeGateUp(const MoeGateUpArgs& a, cudaStream_t stream) {
   p.format = a.format;
   p.num_ctas = a.num_ctas;
   p.batch_invariant = a.batch_invariant;
+  p.mxfp4_kernel = a.mxfp4_kernel;
   PG_CUDA_RETURN_IF_ERROR(kernels::LaunchMoeGateUp(p, stream));
   return Status::Ok();
 }
@@ -171,6 +172,7 @@ Status MoeDown(const MoeDownArgs& a, cudaStream_t stream) {
   p.format = a.format;
   p.num_ctas = a.num_ctas;
   p.batch_invariant = a.batch_invariant;
+  p.mxfp4_kernel = a.mxfp4_kernel;
   PG_CUDA_RETURN_IF_ERROR(kernels::LaunchMoeDown(p, stream));
   return Status::Ok();
 }

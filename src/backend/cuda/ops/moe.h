@@ -23,6 +23,7 @@
 
 namespace peregrine::cuda {
 
+using kernels::MoeMxfp4Kernel;
 using kernels::MoeWeightFormat;
 
 struct MoeRouteArgs {
@@ -73,6 +74,8 @@ struct MoeGateUpArgs {
   // warps that batch 1 gets otherwise depends on how many experts the batch touches, and
   // changes the order of each sum (--enable-deterministic-inference).
   bool batch_invariant = false;
+  // MXFP4 only: kCudaCore forces the CUDA-core kernel (kernels/moe_grouped_gemm.cuh).
+  MoeMxfp4Kernel mxfp4_kernel = MoeMxfp4Kernel::kAuto;
 };
 
 // h[a] = SiLU(min(g, limit)) * clamp(u, -limit, limit), g = x[a / K] . w1[e], u = x[a / K] . w3[e],
@@ -88,6 +91,7 @@ struct MoeDownArgs {
   Tensor y;                   // [N * K, D] f32 out; rows of dropped assignments are not written
   int num_ctas = 0;
   bool batch_invariant = false;  // as MoeGateUpArgs (batch 1 splits down's inputs too)
+  MoeMxfp4Kernel mxfp4_kernel = MoeMxfp4Kernel::kAuto;
 };
 
 // y[a] = h[a] . w2[e] (fp32).
