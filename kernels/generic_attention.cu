@@ -48,7 +48,10 @@ __device__ __forceinline__ const __nv_bfloat16* KvRow(const SparseAttentionParam
   const int64_t e = p.compressed_indices != nullptr
                         ? p.compressed_indices[static_cast<int64_t>(b) * p.compressed_capacity + c]
                         : c;
-  if (e < 0 || e / p.page_size >= p.max_pages) return nullptr;
+  if (e < 0) return nullptr;
+  const int staged = StagedRow(p.staged, b, e);
+  if (staged != -1) return staged >= 0 ? p.staged.data + static_cast<int64_t>(staged) * p.head_dim : nullptr;
+  if (e / p.page_size >= p.max_pages) return nullptr;
   const int32_t* table = PageTableRow(p.page_table, p.page_table_rows, p.num_page_tables, p.max_pages, b);
   const int page = table != nullptr ? table[e / p.page_size] : -1;
   const int64_t row = static_cast<int64_t>(page) * p.page_size + e % p.page_size;
@@ -260,11 +263,15 @@ __global__ void __launch_bounds__(kIndexerThreads) IndexerScoresGenericKernel(co
     float* scores = p.scores + static_cast<int64_t>(b) * p.score_stride;
     const int32_t* table = PageTableRow(p.page_table, p.page_table_rows, p.num_page_tables, p.max_pages, b);
     for (int k = first_key + warp; k < n; k += key_step) {
-      const int page = table != nullptr ? table[k / p.page_size] : -1;
+      const int staged = StagedRow(p.staged, b, k);
+      const int page = staged == -1 && table != nullptr ? table[k / p.page_size] : -1;
       const int64_t row = static_cast<int64_t>(page) * p.page_size + k % p.page_size;
+      const __nv_bfloat16* key_row = staged >= 0 ? p.staged.data + static_cast<int64_t>(staged) * dim
+                                     : page >= 0 && row < p.num_key_rows ? p.keys + row * dim
+                                                                         : nullptr;
       float score = 0.0f;
-      if (page >= 0 && row < p.num_key_rows) {  // uniform over the warp
-        const uint32_t* key = reinterpret_cast<const uint32_t*>(p.keys + row * dim);
+      if (key_row != nullptr) {  // uniform over the warp
+        const uint32_t* key = reinterpret_cast<const uint32_t*>(key_row);
         for (int i = lane; 2 * i < dim; i += kWarpSize) {
           const uint32_t w = key[i];
           key_s[2 * i] = LowBF16(w);

@@ -93,10 +93,15 @@ __global__ void __launch_bounds__(kThreads) IndexerScoresKernel(const IndexerSco
       const int k = (g - chunk_prefix[b]) * kIndexerChunk + tid;
       const __nv_bfloat16* src = nullptr;
       if (k < entries[b]) {
-        const int32_t* table = PageTableRow(p.page_table, p.page_table_rows, p.num_page_tables, p.max_pages, b);
-        const int page = table != nullptr ? table[k / p.page_size] : -1;
-        const int64_t row = static_cast<int64_t>(page) * p.page_size + k % p.page_size;
-        if (page >= 0 && row < p.num_key_rows) src = p.keys + row * kDim;
+        const int staged = StagedRow(p.staged, b, k);
+        if (staged >= 0) {
+          src = p.staged.data + static_cast<int64_t>(staged) * kDim;
+        } else if (staged == -1) {
+          const int32_t* table = PageTableRow(p.page_table, p.page_table_rows, p.num_page_tables, p.max_pages, b);
+          const int page = table != nullptr ? table[k / p.page_size] : -1;
+          const int64_t row = static_cast<int64_t>(page) * p.page_size + k % p.page_size;
+          if (page >= 0 && row < p.num_key_rows) src = p.keys + row * kDim;
+        }
       }
       row_src[buf][tid] = src;
     }

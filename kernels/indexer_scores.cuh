@@ -2,15 +2,17 @@
 // entries k < num_entries[b],
 //   scores[b, k] = sum_h weights[b, h] * scale * ReLU(q[b, h] . key[k])
 // with keys read from a paged cache (row = page_table[b, k / page_size] * page_size +
-// k % page_size). Work follows the real lengths: the launch has a fixed number of CTAs that
-// split the batch's actual key chunks evenly between them, whatever the configured maximum
-// context. Entries at or past num_entries[b] are not written.
+// k % page_size), or from a staging row for an entry the staged table covers. Work follows
+// the real lengths: the launch has a fixed number of CTAs that split the batch's actual key
+// chunks evenly between them, whatever the configured maximum context. Entries at or past num_entries[b] are not written.
 #pragma once
 
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+
+#include "kernels/common/staged_entries.h"
 
 namespace peregrine::kernels {
 
@@ -21,6 +23,7 @@ struct IndexerScoresParams {
   const int32_t* page_table;   // [num_page_tables, max_pages]
   const int32_t* page_table_rows = nullptr;  // [B] row of page_table per request; null: row b
   const int32_t* num_entries;  // [B]
+  StagedEntries staged;        // keys read from staging rows instead (draft trees)
   float* scores;               // [B, score_stride]
   int batch = 0;
   int heads = 0;

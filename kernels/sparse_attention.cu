@@ -115,6 +115,7 @@ __global__ void __launch_bounds__(kThreads, 1) SparseAttentionKernel(const Spars
     int pending_value = -1;  // threads < kBlockN: window row or entry number, -1 when masked
     bool pending_window = false;
     int pending_page = -1;
+    int pending_staged = -1;  // a staged entry's row (-2: masked), -1 for pool entries
     auto resolve_begin = [&](int tile) {
       pending_value = -1;
       pending_window = false;
@@ -133,8 +134,12 @@ __global__ void __launch_bounds__(kThreads, 1) SparseAttentionKernel(const Spars
     };
     auto resolve_page = [&]() {
       pending_page = -1;
-      if (tid < kBlockN && !pending_window && pending_value >= 0 && pending_value / p.page_size < p.max_pages)
-        pending_page = table != nullptr ? table[pending_value / p.page_size] : -1;
+      pending_staged = -1;
+      if (tid < kBlockN && !pending_window && pending_value >= 0) {
+        pending_staged = StagedRow(p.staged, b, pending_value);
+        if (pending_staged == -1 && pending_value / p.page_size < p.max_pages)
+          pending_page = table != nullptr ? table[pending_value / p.page_size] : -1;
+      }
     };
     auto resolve_end = [&](int ring) {
       if (tid < kBlockN) {
@@ -142,6 +147,8 @@ __global__ void __launch_bounds__(kThreads, 1) SparseAttentionKernel(const Spars
         if (pending_window) {
           if (pending_value >= 0 && pending_value < p.num_window_rows)
             src = p.window_kv + static_cast<int64_t>(pending_value) * kD;
+        } else if (pending_staged >= 0) {
+          src = p.staged.data + static_cast<int64_t>(pending_staged) * kD;
         } else if (pending_page >= 0) {
           const int64_t row = static_cast<int64_t>(pending_page) * p.page_size + pending_value % p.page_size;
           if (row < p.num_compressed_rows) src = p.compressed_kv + row * kD;

@@ -5,7 +5,8 @@
 //   rows [0, wl):        window_kv[window_indices[b, r]]                   wl = window_lengths[b]
 //   rows [wl, wl + cl):  compressed_kv[page_table[b, e / P] * P + e % P]    cl = compressed_lengths[b]
 //                        with e = compressed_indices[b, r - wl], or e = r - wl when there is no
-//                        index list (all visible entries, HCA)
+//                        index list (all visible entries, HCA); an entry the staged table
+//                        covers (common/staged_entries.h) is its staging row instead
 // A negative index (list padding) or one out of range masks its row. Then, per head h,
 //   s_j = scale * q[b, h] . row_j
 //   o   = sum_j exp(s_j) row_j / (sum_j exp(s_j) + exp(sink[h]))
@@ -24,6 +25,7 @@
 #include <cstdint>
 
 #include "kernels/common/host_device.h"
+#include "kernels/common/staged_entries.h"
 
 namespace peregrine::kernels {
 
@@ -58,6 +60,7 @@ struct SparseAttentionParams {
   const int32_t* page_table_rows = nullptr;  // [B] row of page_table per request; null: row b
   const int32_t* compressed_indices;   // [B, compressed_capacity], or null for "all entries"
   const int32_t* compressed_lengths;   // [B]
+  StagedEntries staged;                // entries read from staging rows instead (draft trees)
   const float* sink;                   // [H]
   const int32_t* positions;            // [B]
   const float* rope_cos;               // [num_positions, rope_dim / 2], or null for no inverse RoPE

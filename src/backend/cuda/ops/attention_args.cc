@@ -2,6 +2,29 @@
 
 namespace peregrine::cuda {
 
+namespace {
+
+// The optional staged-entry tensors of a launch over `batch` requests with rows of `dim`.
+Status CheckStaged(TensorChecker& check, const Tensor& data, const Tensor& first, const Tensor& table, Dim& batch,
+                   Dim& dim, kernels::StagedEntries* out) {
+  *out = {};
+  if (data.data == nullptr && first.data == nullptr && table.data == nullptr) return Status::Ok();
+  Dim rows("R"), capacity("Ks");
+  PG_RETURN_IF_ERROR(check.Check("staged rows", data, DType::kBF16, {&rows, &dim}));
+  PG_RETURN_IF_ERROR(check.Check("staged_first", first, DType::kI32, {&batch}, Device::kCuda, 4));
+  PG_RETURN_IF_ERROR(check.Check("staged_table", table, DType::kI32, {&batch, &capacity}, Device::kCuda, 4));
+  PG_RETURN_IF_ERROR(
+      check.Require(rows.value() <= INT32_MAX && capacity.value() <= INT32_MAX, "staged sizes overflow int32"));
+  out->data = data.as<const __nv_bfloat16>();
+  out->first = first.as<const int32_t>();
+  out->table = table.as<const int32_t>();
+  out->capacity = static_cast<int>(capacity.value());
+  out->num_rows = static_cast<int>(rows.value());
+  return Status::Ok();
+}
+
+}  // namespace
+
 Status CheckAttentionTensors(TensorChecker& check, const SparseAttentionArgs& a, kernels::SparseAttentionParams* p) {
   Dim batch("B"), heads("H"), dim("D"), window_rows("Nw"), window_capacity("Kw");
   Dim pages("num_pages"), page_size("P"), max_pages("max_pages"), compressed_capacity("Kc"), tables("T");
@@ -25,6 +48,10 @@ Status CheckAttentionTensors(TensorChecker& check, const SparseAttentionArgs& a,
         check.Check("compressed_lengths", a.compressed_lengths, DType::kI32, {&batch}, Device::kCuda, 4));
     PG_RETURN_IF_ERROR(check.Require(page_size.value() > 0 && page_size.value() * max_pages.value() <= INT32_MAX,
                                      "page table too large for int32 entry numbers"));
+    PG_RETURN_IF_ERROR(CheckStaged(check, a.staged_kv, a.staged_first, a.staged_table, batch, dim, &p->staged));
+  } else {
+    PG_RETURN_IF_ERROR(check.Require(a.staged_kv.data == nullptr, "staged entries without compressed entries"));
+    p->staged = {};
   }
   PG_RETURN_IF_ERROR(check.Check("sink", a.sink, DType::kF32, {&heads}, Device::kCuda, 4));
   PG_RETURN_IF_ERROR(check.Check("positions", a.positions, DType::kI32, {&batch}, Device::kCuda, 4));
@@ -85,6 +112,7 @@ Status CheckIndexerTensors(TensorChecker& check, const IndexerScoresArgs& a, int
   PG_RETURN_IF_ERROR(check.CheckOptional("page_table_rows", a.page_table_rows, DType::kI32, {&batch}, Device::kCuda, 4));
   PG_RETURN_IF_ERROR(check.Require(tables.value() <= INT32_MAX, "page table rows overflow int32"));
   PG_RETURN_IF_ERROR(check.Check("num_entries", a.num_entries, DType::kI32, {&batch}, Device::kCuda, 4));
+  PG_RETURN_IF_ERROR(CheckStaged(check, a.staged_keys, a.staged_first, a.staged_table, batch, dim, &p->staged));
   PG_RETURN_IF_ERROR(check.Check("scores", a.scores, DType::kF32, {&batch, &stride}, Device::kCuda, q_alignment));
   PG_RETURN_IF_ERROR(check.Require(batch.value() <= INT32_MAX && stride.value() <= INT32_MAX, "sizes overflow int32"));
   PG_RETURN_IF_ERROR(check.Require(page_size.value() > 0 && max_pages.value() <= INT32_MAX &&

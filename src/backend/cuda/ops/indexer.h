@@ -17,6 +17,11 @@ struct IndexerScoresArgs {
   Tensor page_table;   // [T, max_pages] i32
   Tensor page_table_rows;  // [B] i32: request b's row of page_table; absent = row b (T = B)
   Tensor num_entries;  // [B] i32 visible entries, floor((pos + 1) / 4)
+  // Draft trees (kernels/common/staged_entries.h): keys e >= staged_first[b] are rows
+  // staged_table[b, e - staged_first[b]] of staged_keys. All three absent: none.
+  Tensor staged_keys;   // [R, Id] bf16
+  Tensor staged_first;  // [B] i32
+  Tensor staged_table;  // [B, Ks] i32
   Tensor scores;       // [B, S] f32 workspace; S >= the largest num_entries, S % 4 == 0
   float scale = 1.0f;  // Id^-1/2
   int num_ctas = 0;    // scoring grid, a few CTAs per SM; independent of S and max_pages

@@ -21,6 +21,11 @@ struct SparseAttentionArgs {
   Tensor page_table_rows;     // [B] i32: request b's row of page_table; absent = row b (T = B)
   Tensor compressed_indices;  // [B, Kc] i32 entry numbers, -1 = skip; absent = entries 0..len-1
   Tensor compressed_lengths;  // [B] i32 (with compressed_kv)
+  // Draft trees (kernels/common/staged_entries.h): entries e >= staged_first[b] are rows
+  // staged_table[b, e - staged_first[b]] of staged_kv. All three absent: none.
+  Tensor staged_kv;           // [R, D] bf16
+  Tensor staged_first;        // [B] i32
+  Tensor staged_table;        // [B, Ks] i32
   Tensor sink;                // [H] f32
   Tensor positions;           // [B] i32 query positions (for the inverse RoPE)
   Tensor rope_cos;            // [num_positions, rope_dim / 2] f32; absent = no inverse RoPE
