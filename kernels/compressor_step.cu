@@ -20,6 +20,67 @@ __device__ __forceinline__ void AppendRow(const T* kv, const T* gate, const floa
   }
 }
 
+// The entry of a completed block, per channel c < dim: a softmax over the block's gate
+// values weighting its kv values, over the current block's `ratio` slots and then, with
+// `has_previous`, the previous block's (as in the reference), then RMSNorm(norm_weight).
+// cur_kv(r, c) etc. read slot r's value of channel c. Leaves the entry in `entry` (shared,
+// dim floats) for every thread.
+template <int kThreads, typename CurKv, typename CurGate, typename PrevKv, typename PrevGate>
+__device__ __forceinline__ void PoolEntry(const CurKv& cur_kv, const CurGate& cur_gate, const PrevKv& prev_kv,
+                                          const PrevGate& prev_gate, bool has_previous, int ratio, int dim,
+                                          const float* norm_weight, float eps, float* entry, float* scratch) {
+  const int tid = static_cast<int>(threadIdx.x);
+  __syncthreads();  // every thread's ring rows (or staged values) are written
+  float sum_squares = 0.0f;
+  for (int c = tid; c < dim; c += kThreads) {
+    float max_gate = -INFINITY;
+    for (int r = 0; r < ratio; ++r) max_gate = fmaxf(max_gate, cur_gate(r, c));
+    if (has_previous)
+      for (int r = 0; r < ratio; ++r) max_gate = fmaxf(max_gate, prev_gate(r, c));
+    float denom = 0.0f;
+    float acc = 0.0f;
+    for (int r = 0; r < ratio; ++r) {
+      const float e = expf(cur_gate(r, c) - max_gate);
+      denom += e;
+      acc += e * cur_kv(r, c);
+    }
+    if (has_previous) {
+      for (int r = 0; r < ratio; ++r) {
+        const float e = expf(prev_gate(r, c) - max_gate);
+        denom += e;
+        acc += e * prev_kv(r, c);
+      }
+    }
+    const float value = acc / denom;
+    entry[c] = value;
+    sum_squares += value * value;
+  }
+  sum_squares = BlockSum<kThreads>(sum_squares, scratch);
+  const float scale = rsqrtf(sum_squares / static_cast<float>(dim) + eps);
+  for (int c = tid; c < dim; c += kThreads) entry[c] = entry[c] * scale * norm_weight[c];
+  __syncthreads();
+}
+
+// Writes `entry` rotated at `rope_position` on its trailing rope_dim dims, in bf16.
+template <int kThreads>
+__device__ __forceinline__ void StoreEntry(const float* entry, __nv_bfloat16* out, int rope_position,
+                                           const float* rope_cos, const float* rope_sin, int dim, int rope_dim) {
+  const int rope_begin = dim - rope_dim;
+  const int rope_half = rope_dim / 2;
+  for (int c = static_cast<int>(threadIdx.x); c < dim; c += kThreads) {
+    float v = entry[c];
+    if (c >= rope_begin) {
+      const int i = (c - rope_begin) / 2;
+      const float cs = rope_cos[static_cast<int64_t>(rope_position) * rope_half + i];
+      const float sn = rope_sin[static_cast<int64_t>(rope_position) * rope_half + i];
+      const float x0 = entry[rope_begin + 2 * i];
+      const float x1 = entry[rope_begin + 2 * i + 1];
+      v = ((c - rope_begin) & 1) == 0 ? x0 * cs - x1 * sn : x1 * cs + x0 * sn;
+    }
+    out[c] = __float2bfloat16_rn(v);
+  }
+}
+
 // One CTA per request, looping over its tokens. Thread t owns channels t, t + kThreads, ...
 // of the entry; the pooled entry is staged in shared memory (dim floats) for the RoPE pairs.
 template <int kThreads>
@@ -65,16 +126,6 @@ __global__ void __launch_bounds__(kThreads) CompressorStepKernel(const Compresso
       float* gate_row = gate_state + static_cast<int64_t>(half * ratio + in_block) * width;
       const float* ape = p.ape + static_cast<int64_t>(in_block) * width;
       const int64_t in_offset = static_cast<int64_t>(t) * width;
-      const int save = p.save_rows != nullptr ? p.save_rows[t] : -1;
-      if (save >= 0 && save < p.num_save_rows) {
-        // Each thread saves the channels it then overwrites.
-        float* kv_saved = p.save_kv + static_cast<int64_t>(save) * width;
-        float* gate_saved = p.save_gate + static_cast<int64_t>(save) * width;
-        for (int c = tid; c < width; c += kThreads) {
-          kv_saved[c] = kv_row[c];
-          gate_saved[c] = gate_row[c];
-        }
-      }
       if (p.input_type == ElementType::kBF16) {
         AppendRow<kThreads>(static_cast<const __nv_bfloat16*>(p.kv) + in_offset,
                             static_cast<const __nv_bfloat16*>(p.gate) + in_offset, ape, kv_row, gate_row, width);
@@ -84,44 +135,20 @@ __global__ void __launch_bounds__(kThreads) CompressorStepKernel(const Compresso
       }
     }
     if ((pos + 1) % ratio != 0) continue;  // uniform over the CTA
-    __syncthreads();
 
-    // Pool: per channel, softmax over the slots' gates weighting their kv values. The current
-    // block's slots come first, then the previous block's, as in the reference.
+    // Pool the block (the current block's slots, then the previous block's) and store it.
     const bool has_previous = overlap && block >= 1;
     const int current_column = overlap ? dim : 0;
     const float* cur_kv = kv_state + static_cast<int64_t>(half * ratio) * width + current_column;
     const float* cur_gate = gate_state + static_cast<int64_t>(half * ratio) * width + current_column;
     const float* prev_kv = kv_state + static_cast<int64_t>((half ^ 1) * ratio) * width;
     const float* prev_gate = gate_state + static_cast<int64_t>((half ^ 1) * ratio) * width;
-    float sum_squares = 0.0f;
-    for (int c = tid; c < dim; c += kThreads) {
-      float max_gate = -INFINITY;
-      for (int r = 0; r < ratio; ++r) max_gate = fmaxf(max_gate, cur_gate[static_cast<int64_t>(r) * width + c]);
-      if (has_previous)
-        for (int r = 0; r < ratio; ++r) max_gate = fmaxf(max_gate, prev_gate[static_cast<int64_t>(r) * width + c]);
-      float denom = 0.0f;
-      float acc = 0.0f;
-      for (int r = 0; r < ratio; ++r) {
-        const float e = expf(cur_gate[static_cast<int64_t>(r) * width + c] - max_gate);
-        denom += e;
-        acc += e * cur_kv[static_cast<int64_t>(r) * width + c];
-      }
-      if (has_previous) {
-        for (int r = 0; r < ratio; ++r) {
-          const float e = expf(prev_gate[static_cast<int64_t>(r) * width + c] - max_gate);
-          denom += e;
-          acc += e * prev_kv[static_cast<int64_t>(r) * width + c];
-        }
-      }
-      const float value = acc / denom;
-      entry[c] = value;
-      sum_squares += value * value;
-    }
-    sum_squares = BlockSum<kThreads>(sum_squares, scratch);
-    const float scale = rsqrtf(sum_squares / static_cast<float>(dim) + p.eps);
-    for (int c = tid; c < dim; c += kThreads) entry[c] = entry[c] * scale * p.norm_weight[c];
-    __syncthreads();
+    PoolEntry<kThreads>(
+        [&](int r, int c) { return cur_kv[static_cast<int64_t>(r) * width + c]; },
+        [&](int r, int c) { return cur_gate[static_cast<int64_t>(r) * width + c]; },
+        [&](int r, int c) { return prev_kv[static_cast<int64_t>(r) * width + c]; },
+        [&](int r, int c) { return prev_gate[static_cast<int64_t>(r) * width + c]; }, has_previous, ratio, dim,
+        p.norm_weight, p.eps, entry, scratch);
 
     // Rotate at the block's first position and store.
     const int k = (pos + 1) / ratio - 1;
@@ -131,23 +158,8 @@ __global__ void __launch_bounds__(kThreads) CompressorStepKernel(const Compresso
       const int32_t* table = PageTableRow(p.page_table, p.page_table_rows, p.num_page_tables, p.max_pages, b);
       const int physical_page = table != nullptr ? table[page] : -1;
       const int64_t row = static_cast<int64_t>(physical_page) * p.page_size + k % p.page_size;
-      if (physical_page >= 0 && row < p.num_cache_rows) {
-        __nv_bfloat16* out = p.cache + row * dim;
-        const int rope_begin = dim - p.rope_dim;
-        const int rope_half = p.rope_dim / 2;
-        for (int c = tid; c < dim; c += kThreads) {
-          float v = entry[c];
-          if (c >= rope_begin) {
-            const int i = (c - rope_begin) / 2;
-            const float cs = p.rope_cos[static_cast<int64_t>(rope_position) * rope_half + i];
-            const float sn = p.rope_sin[static_cast<int64_t>(rope_position) * rope_half + i];
-            const float x0 = entry[rope_begin + 2 * i];
-            const float x1 = entry[rope_begin + 2 * i + 1];
-            v = ((c - rope_begin) & 1) == 0 ? x0 * cs - x1 * sn : x1 * cs + x0 * sn;
-          }
-          out[c] = __float2bfloat16_rn(v);
-        }
-      }
+      if (physical_page >= 0 && row < p.num_cache_rows)
+        StoreEntry<kThreads>(entry, p.cache + row * dim, rope_position, p.rope_cos, p.rope_sin, dim, p.rope_dim);
     }
     // A snapshot boundary: the block's ring rows, for a request that starts here.
     if (p.snapshot_table != nullptr && p.snapshot_interval > 0 && (pos + 1) % p.snapshot_interval == 0) {
@@ -171,16 +183,100 @@ __global__ void __launch_bounds__(kThreads) CompressorStepKernel(const Compresso
   }
 }
 
+// One CTA per step row; rows that are draft-tree nodes (tree_rows[t] >= 0) stage their ring
+// row and, when they complete a block, the block's entry, and write no slot state. The
+// block's slots at positions below the tree's root come from the slot's committed ring (the
+// ring holds the current and the previous block there: nothing committed lies past the root),
+// the others from the rows of the node's own path, so siblings never see each other's rows.
+// The values and the order of operations are the sequential kernel's, so a kept node's entry
+// is bit for bit the one decoding its path token by token would write.
+template <int kThreads, typename T>
+__global__ void __launch_bounds__(kThreads) CompressorTreeKernel(const CompressorStepParams p) {
+  StartAfterPredecessor();
+  extern __shared__ float entry[];
+  __shared__ float scratch[kThreads / kWarpSize];
+
+  const int t = static_cast<int>(blockIdx.x);
+  const int stage = p.tree_rows[t];
+  if (stage < 0 || stage >= p.num_stage_rows) return;
+  const int pos = p.tree_positions[t];
+  const int slot = p.tree_slots[t];
+  const int32_t* path = p.tree_paths + static_cast<int64_t>(t) * p.path_capacity;
+  const int root_row = path[0];
+  if (pos < 0 || slot < 0 || slot >= p.num_state_slots || root_row < 0 || root_row >= p.num_tokens) return;
+  const int root_position = p.tree_positions[root_row];
+  const int depth = pos - root_position;
+  if (root_position < 0 || depth < 0 || depth >= p.path_capacity) return;
+
+  const int dim = p.dim;
+  const int ratio = p.ratio;
+  const bool overlap = p.coff == 2;
+  const int width = p.coff * dim;
+  const T* kv_in = static_cast<const T*>(p.kv);
+  const T* gate_in = static_cast<const T*>(p.gate);
+  // This node's ring row, as the sequential kernel would append it.
+  AppendRow<kThreads>(kv_in + static_cast<int64_t>(t) * width, gate_in + static_cast<int64_t>(t) * width,
+                      p.ape + static_cast<int64_t>(pos % ratio) * width, p.stage_kv + static_cast<int64_t>(stage) * width,
+                      p.stage_gate + static_cast<int64_t>(stage) * width, width);
+  if ((pos + 1) % ratio != 0) return;  // uniform over the CTA
+
+  const int64_t slot_base = static_cast<int64_t>(slot) * p.coff * ratio * width;
+  const float* ring_kv = p.kv_state + slot_base;
+  const float* ring_gate = p.gate_state + slot_base;
+  // Position q's value in full-width column c.
+  auto kv_at = [&](int q, int c) -> float {
+    if (q < root_position) {
+      const int r = overlap ? ((q / ratio) & 1) * ratio + q % ratio : q % ratio;
+      return ring_kv[static_cast<int64_t>(r) * width + c];
+    }
+    const int row = path[q - root_position];
+    return row >= 0 && row < p.num_tokens ? ToFloat(kv_in[static_cast<int64_t>(row) * width + c]) : 0.0f;
+  };
+  auto gate_at = [&](int q, int c) -> float {
+    if (q < root_position) {
+      const int r = overlap ? ((q / ratio) & 1) * ratio + q % ratio : q % ratio;
+      return ring_gate[static_cast<int64_t>(r) * width + c];
+    }
+    const int row = path[q - root_position];
+    return row >= 0 && row < p.num_tokens
+               ? ToFloat(gate_in[static_cast<int64_t>(row) * width + c]) + p.ape[static_cast<int64_t>(q % ratio) * width + c]
+               : -INFINITY;
+  };
+  const int block = pos / ratio;
+  const int current = block * ratio;
+  const int previous = current - ratio;
+  const int current_column = overlap ? dim : 0;
+  PoolEntry<kThreads>([&](int r, int c) { return kv_at(current + r, current_column + c); },
+                      [&](int r, int c) { return gate_at(current + r, current_column + c); },
+                      [&](int r, int c) { return kv_at(previous + r, c); },
+                      [&](int r, int c) { return gate_at(previous + r, c); }, overlap && block >= 1, ratio, dim,
+                      p.norm_weight, p.eps, entry, scratch);
+  const int rope_position = pos + 1 - ratio;
+  if (rope_position < p.num_positions)
+    StoreEntry<kThreads>(entry, p.stage_entries + static_cast<int64_t>(stage) * dim, rope_position, p.rope_cos,
+                         p.rope_sin, dim, p.rope_dim);
+}
+
 template <int kThreads>
 cudaError_t LaunchThreads(const CompressorStepParams& p, cudaStream_t stream) {
   const size_t shared_bytes = static_cast<size_t>(p.dim) * sizeof(float);
-  return LaunchDependent(CompressorStepKernel<kThreads>, LaunchShape{dim3(static_cast<unsigned>(p.batch)), dim3(kThreads), shared_bytes}, stream, p);
+  if (p.batch > 0) {
+    const cudaError_t e = LaunchDependent(CompressorStepKernel<kThreads>,
+                                          LaunchShape{dim3(static_cast<unsigned>(p.batch)), dim3(kThreads), shared_bytes},
+                                          stream, p);
+    if (e != cudaSuccess) return e;
+  }
+  if (p.tree_rows == nullptr || p.num_tokens <= 0) return cudaSuccess;
+  const LaunchShape tree_shape{dim3(static_cast<unsigned>(p.num_tokens)), dim3(kThreads), shared_bytes};
+  if (p.input_type == ElementType::kBF16)
+    return LaunchDependent(CompressorTreeKernel<kThreads, __nv_bfloat16>, tree_shape, stream, p);
+  return LaunchDependent(CompressorTreeKernel<kThreads, float>, tree_shape, stream, p);
 }
 
 }  // namespace
 
 cudaError_t LaunchCompressorStep(const CompressorStepParams& p, cudaStream_t stream) {
-  if (p.batch <= 0) return cudaSuccess;
+  if (p.batch <= 0 && (p.tree_rows == nullptr || p.num_tokens <= 0)) return cudaSuccess;
   if (p.dim <= 0 || p.dim > kCompressorMaxDim || p.ratio <= 0 || (p.coff != 1 && p.coff != 2) || p.page_size <= 0 ||
       p.rope_dim < 0 || p.rope_dim % 2 != 0 || p.rope_dim > p.dim)
     return cudaErrorInvalidValue;

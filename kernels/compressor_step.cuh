@@ -73,21 +73,29 @@ struct CompressorStepParams {
   int snapshot_interval = 0;
   int num_snapshots = 0;                    // records
   ElementType input_type = ElementType::kF32;
-  // Verify saves (null save_rows: none).
-  const int32_t* save_rows = nullptr;  // [num_tokens] save row per token row, -1: none
-  float* save_kv = nullptr;            // [num_save_rows, coff*dim]
-  float* save_gate = nullptr;          // [num_save_rows, coff*dim]
-  int num_save_rows = 0;
+  // Draft-tree nodes (null tree_rows: none; docs/decisions/0010-device-draft-trees.md). Row t
+  // with tree_rows[t] = s >= 0 is a node at tree_positions[t] of slot tree_slots[t], whose
+  // path (its ancestors' step rows by depth, root first, t itself last) is row t of
+  // tree_paths. It writes no slot state: its own ring row (kv, gate with ape) goes to row s of
+  // stage_kv / stage_gate, and the entry of a block it completes to row s of stage_entries,
+  // pooled over the committed ring for positions below the root and its path's rows above.
+  // The sequential part of the launch skips tree chunks by their negative state slot.
+  const int32_t* tree_rows = nullptr;       // [num_tokens]
+  const int32_t* tree_paths = nullptr;      // [num_tokens, path_capacity]
+  const int32_t* tree_slots = nullptr;      // [num_tokens]
+  const int32_t* tree_positions = nullptr;  // [num_tokens]
+  int path_capacity = 0;
+  float* stage_kv = nullptr;                // [num_stage_rows, coff*dim]
+  float* stage_gate = nullptr;              // [num_stage_rows, coff*dim]
+  __nv_bfloat16* stage_entries = nullptr;   // [num_stage_rows, dim]
+  int num_stage_rows = 0;
 };
 
-// Speculative verify (optional save_rows): before token t overwrites its ring row, a token
-// with save_rows[t] >= 0 copies the row's old kv and gate values (full width) into that row
-// of save_kv / save_gate, so that the tokens a verify rejects can be undone.
-//
 // Largest entry width (the pooled entry is staged in shared memory).
 inline constexpr int kCompressorMaxDim = 8192;
 
-// One CTA per request (grid = batch), its tokens in order. Any dim in [1, kCompressorMaxDim].
+// One CTA per request (grid = batch), its tokens in order; then, with tree_rows, one CTA per
+// row of kv (the tree nodes' staging). Any dim in [1, kCompressorMaxDim].
 cudaError_t LaunchCompressorStep(const CompressorStepParams& p, cudaStream_t stream);
 
 }  // namespace peregrine::kernels

@@ -62,9 +62,11 @@
 #                                   projection against cuBLAS) and the demo model served with and without
 #                                   it, each request alone vs all at once (tools/determinism_check.py)
 #   bash tools/gpu_run.sh speculative every gpu-labelled test (TESTS narrows it), then the trained demo
-#                                   model served without speculation, with the n-gram drafter (SPEC_STEPS
-#                                   deep) and with its MTP layer drafting on the GPU (MTP_STEPS deep),
-#                                   greedy, 1 and 16 streams, twice: TPOT, throughput, mean accept length;
+#                                   model served without speculation and with each of SPEC_ALGOS (default
+#                                   "ngram mtp ddtree": the n-gram drafter SPEC_STEPS deep, the MTP layer
+#                                   drafting on the GPU MTP_STEPS deep, DDTree trees of DDTREE_TOKENS
+#                                   nodes from its top-DDTREE_TOPK per depth), greedy, 1 and 16 streams,
+#                                   SPEC_ROUNDS times (default 2): TPOT, throughput, mean accept length;
 #                                   the same completions over HTTP with and without speculation
 #                                   (tools/speculative_check.py, batch-invariant kernels); then
 #                                   peregrine profile --verify-tokens 4 at V4-Flash shapes
@@ -319,22 +321,35 @@ if [ "$PHASE" = "speculative" ]; then
   # and 16 streams: per-user decode speed (TPOT) and the mean accept length, twice each.
   for t in ${TESTS:-$(gpu_tests)}; do run_test "$t" 240; done
   BENCH_ARGS="--num-prompts 32 --input-len 128 --output-len 128 --warmup 2 --extra-body {\"temperature\":0}"
-  for round in 1 2; do
+  algos="${SPEC_ALGOS:-ngram mtp ddtree}"
+  spec_flags() {
+    case "$1" in
+      ngram) echo "--speculative-algorithm ngram --speculative-num-steps ${SPEC_STEPS:-4}" ;;
+      mtp) echo "--speculative-algorithm mtp --speculative-num-steps ${MTP_STEPS:-3}" ;;
+      ddtree) echo "--speculative-algorithm ddtree --speculative-num-steps ${MTP_STEPS:-3}" \
+        "--speculative-num-draft-tokens ${DDTREE_TOKENS:-8} --speculative-eagle-topk ${DDTREE_TOPK:-4}" ;;
+    esac
+  }
+  for round in $(seq 1 "${SPEC_ROUNDS:-2}"); do
     serve_bench "demo_none_$round" 8128 "1 16" "$BENCH_ARGS" -- --max-model-len 4096
-    serve_bench "demo_ngram_$round" 8129 "1 16" "$BENCH_ARGS" -- --max-model-len 4096 \
-      --speculative-algorithm ngram --speculative-num-steps "${SPEC_STEPS:-4}"
-    serve_bench "demo_mtp_$round" 8130 "1 16" "$BENCH_ARGS" -- --max-model-len 4096 \
-      --speculative-algorithm mtp --speculative-num-steps "${MTP_STEPS:-3}"
+    port=8129
+    for algo in $algos; do
+      # shellcheck disable=SC2046
+      serve_bench "demo_${algo}_$round" "$port" "1 16" "$BENCH_ARGS" -- --max-model-len 4096 $(spec_flags "$algo")
+      port=$((port + 1))
+    done
   done
-  for f in "$OUT"/bench_demo_ngram_* "$OUT"/bench_demo_mtp_*; do
-    grep -E "accept" "$f" | sed "s|^|  $(basename "$f") |"
+  for algo in $algos; do
+    for f in "$OUT"/bench_demo_"${algo}"_*; do
+      grep -E "accept" "$f" | sed "s|^|  $(basename "$f") |"
+    done
   done
-  # Over HTTP with batch-invariant kernels: the same completions with MTP and ngram as without
+  # Over HTTP with batch-invariant kernels: the same completions with speculation as without
   # (tools/speculative_check.py: greedy and seeded sampled, logprobs, a stop string, a penalty).
-  for algo in none mtp ngram; do
-    spec=""; [ "$algo" != none ] && spec="--speculative-algorithm $algo"
-    # shellcheck disable=SC2086
-    start_server "check_$algo" 8131 "$PEREGRINE" --max-model-len 4096 --enable-deterministic-inference $spec
+  for algo in none $algos; do
+    # shellcheck disable=SC2046
+    start_server "check_$algo" 8131 "$PEREGRINE" --max-model-len 4096 --enable-deterministic-inference \
+      $([ "$algo" != none ] && spec_flags "$algo")
     cmp=""; [ "$algo" != none ] && cmp="--compare $OUT/http_none.jsonl"
     # shellcheck disable=SC2086
     timeout 200 "$PY" "$ROOT/tools/speculative_check.py" --base-url http://127.0.0.1:8131 \

@@ -69,7 +69,10 @@ Result<std::unique_ptr<DeviceExecutor>> MakeCudaExecutor(const EngineOptions& o,
   eo.max_tokens = o.max_num_batched_tokens;
   // Speculative verify: every node of a slot's chain has a logits row.
   eo.max_verify_rows = CudaModelRunner::VerifyRows(o.speculative, o.max_num_seqs);
-  if (o.speculative.algorithm == speculative::Algorithm::kMtp) eo.max_draft_steps = o.speculative.num_steps;
+  if (o.speculative.needs_model_drafter()) {
+    eo.max_draft_steps = o.speculative.num_steps;
+    eo.draft_candidates = o.speculative.candidates();
+  }
   eo.max_logit_rows = std::max(o.max_num_seqs, eo.max_verify_rows) + o.max_scored_rows;
   eo.max_context = o.max_model_len > 0 ? o.max_model_len : source.config.max_position_embeddings;
   eo.block_tokens = o.block_size;
@@ -139,10 +142,7 @@ Result<std::unique_ptr<ModelRunner>> MakeRunner(const EngineOptions& o, ModelSou
   if (o.kv_cache_dtype == "fp8")
     return InvalidArgument("--kv-cache-dtype fp8 runs on the CPU backend only so far (the CUDA kernels read bf16 KV)");
   PG_RETURN_IF_ERROR(speculative::Validate(o.speculative));
-  if (o.speculative.algorithm == speculative::Algorithm::kDdtree)
-    return Unimplemented("DDTree draft trees run on the CPU backend only so far (--device cpu); on the GPU use "
-                         "--speculative-algorithm mtp or ngram (chains)");
-  if (o.speculative.algorithm == speculative::Algorithm::kMtp && source.config.has_block_drafter())
+  if (o.speculative.needs_model_drafter() && source.config.has_block_drafter())
     return Unimplemented("the block drafter runs on the CPU backend only so far (--device cpu)");
   if (o.speculative.enabled() && (!o.device_sampling || o.parallel.is_distributed()))
     return Unimplemented("speculative decoding on the GPU needs device sampling and one GPU (no --host-sampling, "

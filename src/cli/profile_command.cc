@@ -211,17 +211,17 @@ int Run(const ProfileFlags& f) {
         chain_tokens[static_cast<size_t>(i)] = static_cast<int32_t>((i * 7919 + 13) % config.vocab_size);
       for (int64_t j = 0; j < verify; ++j) parents[static_cast<size_t>(j)] = static_cast<int32_t>(j - 1);
       std::vector<ChunkView> chains = chunks;
-      std::vector<ChainCommit> commits;
+      std::vector<TreeCommit> commits;
       for (int64_t i = 0; i < b; ++i) {
         ChunkView& v = chains[static_cast<size_t>(i)];
         v.num_tokens = verify;
         v.tokens = std::span<const int32_t>(chain_tokens).subspan(static_cast<size_t>(i * verify), static_cast<size_t>(verify));
         v.tree_parents = parents;
-        commits.push_back({v.slot, 1});
+        commits.push_back({v.slot, {0}});
       }
       auto verify_step = [&] {
         PG_RETURN_IF_ERROR(model.Launch(chains, keep_on_device));
-        PG_RETURN_IF_ERROR(model.CommitChains(commits));
+        PG_RETURN_IF_ERROR(model.CommitTrees(commits));
         PG_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(model.stream()));
         return Status::Ok();
       };

@@ -97,12 +97,17 @@ struct DeviceModelLimits {
   // the batch (its size, its other rows, how prefill is chunked), so a request's tokens and
   // logprobs are the same alone or in any batch. Costs speed (see the profile).
   bool batch_invariant = false;
-  // Speculative verify: draft-chain tokens a step may hold (their compressor rows are saved
-  // for the rollback); 0: the model verifies no drafts.
+  // Speculative verify: draft-tree nodes a step may hold (each has staging rows for what it
+  // would write); 0: the model verifies no drafts.
   int64_t max_verify_rows = 0;
+  // The deepest draft-tree node below its root a verify step may hold.
+  int32_t max_tree_depth = 16;
   // Speculative drafting on the device (the checkpoint's MTP layer): chains up to this deep;
   // 0: no drafter is loaded.
   int32_t max_draft_steps = 0;
+  // The drafter's candidates per depth (DDTree's top-k, at most kSamplingMaxTopLogprobs);
+  // 1: its greedy chain alone.
+  int32_t draft_candidates = 1;
 };
 
 // A drafter's input for one slot after a step (DeviceModel::PlanDraft; host_model.h's
@@ -122,11 +127,12 @@ struct DevicePairs {
   bool draft = false;
 };
 
-// What a speculative verify keeps (DeviceModel::EnqueueCommit): the first `kept` tokens of
-// the draft chain the last step ran in `slot` (its root, then the accepted drafts).
-struct ChainCommit {
+// What a speculative verify keeps (DeviceModel::EnqueueCommit): one root path of the draft
+// tree the last step ran in `slot`, as node indices (the root 0, then the accepted drafts,
+// each the child of the one before).
+struct TreeCommit {
   int32_t slot = 0;
-  int64_t kept = 0;
+  std::vector<int32_t> nodes;
 };
 
 // A contiguous piece of device memory (a KV page is a list of them).
@@ -158,13 +164,13 @@ class DeviceModel {
   // Device, after the forward and outside graphs: the snapshots the chunks write that the
   // forward did not (per-request state left in the step's buffers).
   virtual Status EnqueueSnapshots(std::span<const ChunkView> chunks, const DeviceStep& step, cudaStream_t stream) = 0;
-  // Device, after a step with draft chains (ChunkView::tree_parents) and before the next
-  // step: each commit's slot keeps the chain's first `kept` tokens (1 <= kept <= its length)
-  // as if only they had run; every chain of the step needs one. A chain without its commit
-  // leaves its slot unusable. InvalidArgument (nothing enqueued) for slots or counts the last
-  // step did not verify.
-  virtual Status EnqueueCommit(std::span<const ChainCommit> /*commits*/, cudaStream_t /*stream*/) {
-    return Unimplemented("this model cannot verify draft chains");
+  // Device, after a step with draft trees (ChunkView::tree_parents) and before the next
+  // step: each commit's slot keeps the tree's root path `nodes` as if only those tokens had
+  // run; every tree of the step needs one. A tree without its commit leaves its slot
+  // unusable. InvalidArgument (nothing enqueued) for slots the last step did not verify or a
+  // list of nodes that is not a root path.
+  virtual Status EnqueueCommit(std::span<const TreeCommit> /*commits*/, cudaStream_t /*stream*/) {
+    return Unimplemented("this model cannot verify draft trees");
   }
   // Speculative drafting (limits.max_draft_steps > 0 and a drafter in the checkpoint). After
   // a step was enqueued and before the next one: PlanDraft checks the inputs (InvalidArgument,
@@ -190,6 +196,11 @@ class DeviceModel {
     return Unimplemented("this model has no drafter on the device");
   }
   virtual Tensor draft_tokens() const { return {}; }
+  // With limits.draft_candidates K > 1: each depth's K most likely tokens of the drafter's
+  // distribution and their logprobs, [slots, max_draft_steps, K] i32 / f32, rows as in
+  // draft_tokens() (the greedy token first: the chain follows it).
+  virtual Tensor draft_candidate_tokens() const { return {}; }
+  virtual Tensor draft_candidate_logprobs() const { return {}; }
   // The last step's logits [logit_rows, vocab] f32 on the device (valid until the next step).
   virtual Tensor logits(int64_t rows) const = 0;
   // Names of the op kinds OpProfiler::Run receives, in print order.

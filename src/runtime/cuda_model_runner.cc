@@ -1,6 +1,7 @@
 #include "runtime/cuda_model_runner.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <string>
 
@@ -21,6 +22,22 @@ constexpr size_t kTop = kernels::kSamplingMaxTopLogprobs;
 
 Tensor DeviceView(const peregrine::cuda::DeviceBuffer& b, DType t, Shape s) {
   return Tensor::Contiguous(b.data(), t, s, Device::kCuda);
+}
+
+// The state sequential decoding would sample node `j` of a verify tree with: the request's,
+// with the tokens on the node's path below the root appended and one draw per token sampled
+// before (the draw of its depth), as the CPU runner does.
+SequenceSamplingState NodeState(const SamplingParams& params, const SequenceSamplingState& request,
+                                const speculative::DraftTree& tree, int64_t j) {
+  std::vector<int32_t> path;
+  for (int64_t k = j; k > 0; k = tree.parents[static_cast<size_t>(k)]) path.push_back(tree.tokens[static_cast<size_t>(k)]);
+  SequenceSamplingState node = request;
+  const auto draws = static_cast<unsigned long long>(DrawsPerToken(params));
+  for (auto it = path.rbegin(); it != path.rend(); ++it) {
+    node.Append(*it);
+    node.rng().discard(draws);
+  }
+  return node;
 }
 
 }  // namespace
@@ -46,9 +63,12 @@ void CudaModelRunner::PlanVerify(LaunchSlot& slot, std::span<const RunnerChunk> 
   slot.verifies = false;
   if (!speculative_.enabled()) return;
   const int64_t block = executor_->kv_capacity().layout.block_tokens;
-  // Each speculating one-token row's depth (0: it does not verify) and draft chain.
+  // Each speculating one-token row's depth (0: it does not verify) and draft chain (DDTree:
+  // the candidates of each depth the chain follows).
   std::vector<int64_t> depths(step_.size(), 0);
   std::vector<std::vector<int32_t>> chains(step_.size());
+  std::vector<std::span<const speculative::DepthCandidates>> candidates(step_.size());
+  const bool trees = speculative_.algorithm == speculative::Algorithm::kDdtree;
   bool all_rows_speculate = true, any_chain = false;
   for (size_t ci = 0, row = 0; ci < step_.size(); ++ci) {
     const ChunkView& v = step_[ci];
@@ -80,26 +100,52 @@ void CudaModelRunner::PlanVerify(LaunchSlot& slot, std::span<const RunnerChunk> 
       const SlotDrafter& d = drafters_[static_cast<size_t>(v.slot)];
       if (d.seq_id == chunk.seq_id && d.drafts_at == v.first_position) {
         const int64_t vocab = executor_->config().vocab_size;
-        for (int32_t t : d.drafts) {
+        for (size_t k = 0; k < d.drafts.size(); ++k) {
+          const int32_t t = d.drafts[k];
           if (static_cast<int64_t>(chain.size()) >= depth || t < 0 || t >= vocab) break;
+          if (trees) {
+            // A depth whose candidates are unusable ends the tree there.
+            const speculative::DepthCandidates& c = d.candidates[k];
+            bool usable = !c.tokens.empty() && c.tokens.size() == c.logprobs.size();
+            for (size_t j = 0; usable && j < c.tokens.size(); ++j)
+              usable = c.tokens[j] >= 0 && c.tokens[j] < vocab && std::isfinite(c.logprobs[j]) &&
+                       (j == 0 || c.logprobs[j] <= c.logprobs[j - 1]);
+            if (!usable) break;
+          }
           chain.push_back(t);
         }
+        if (trees) candidates[ci] = std::span(d.candidates).first(chain.size());
       }
     }
     any_chain = any_chain || !chain.empty();
   }
   // Chains are padded to their depth with their last token (the row's token when it has no
-  // draft), guesses like any other: when every row of the step speculates they then share one
-  // length, and the step replays one graph per (bucket, length) instead of running eagerly.
+  // draft), DDTree trees to the node budget with children of the root holding its token:
+  // guesses like any other. When every row of the step speculates they then share one node
+  // count, and the step replays one graph per (bucket, nodes) instead of running eagerly.
   const bool pad_all = all_rows_speculate && any_chain;
   for (size_t ci = 0, row = 0; ci < step_.size(); ++ci) {
     ChunkView& v = step_[ci];
     std::vector<int32_t>& chain = chains[ci];
     if (depths[ci] > 0 && (!chain.empty() || pad_all)) {
-      const int32_t last = chain.empty() ? v.tokens[0] : chain.back();
-      chain.resize(static_cast<size_t>(depths[ci]), last);
       speculative::DraftTree& tree = step_trees_[ci];
-      tree = speculative::ChainTree(v.tokens[0], chain);
+      Result<speculative::DraftTree> built = InvalidArgument("no candidates");
+      if (trees && !candidates[ci].empty())
+        built = speculative::BuildDraftTree(v.tokens[0], candidates[ci], speculative_.max_nodes());
+      if (built.ok()) {
+        tree = std::move(built).value();
+      } else {
+        const int32_t last = chain.empty() ? v.tokens[0] : chain.back();
+        chain.resize(static_cast<size_t>(depths[ci]), last);
+        tree = speculative::ChainTree(v.tokens[0], chain);
+      }
+      for (int64_t n = tree.num_nodes(); trees && n < 1 + static_cast<int64_t>(speculative_.max_nodes()); ++n) {
+        tree.tokens.push_back(tree.tokens[0]);
+        tree.parents.push_back(0);
+        tree.depths.push_back(1);
+        tree.ranks.push_back(0);
+        tree.weights.push_back(0.0);
+      }
       v.tokens = tree.tokens;
       v.num_tokens = tree.num_nodes();
       v.tree_parents = tree.parents;
@@ -152,8 +198,8 @@ Status CudaModelRunner::ReadDeviceRow(LaunchSlot& slot, size_t d, const Sampling
   return Status::Ok();
 }
 
-Status CudaModelRunner::AcceptChain(LaunchSlot& slot, size_t row, bool skipped, SampleResult* result,
-                                    std::vector<SampleResult>* drafts, ChainCommit* commit) {
+Status CudaModelRunner::AcceptTree(LaunchSlot& slot, size_t row, bool skipped, SampleResult* result,
+                                    std::vector<SampleResult>* drafts, TreeCommit* commit) {
   const speculative::DraftTree& tree = slot.trees[row];
   const size_t first = slot.first_row[row];
   const auto n = static_cast<size_t>(tree.num_nodes());
@@ -166,9 +212,8 @@ Status CudaModelRunner::AcceptChain(LaunchSlot& slot, size_t row, bool skipped, 
       PG_RETURN_IF_ERROR(ReadDeviceRow(slot, first + j, params, nullptr, &targets[j]));
     } else {
       // Finished on the host from the state the node sampled with: the request's, with the
-      // chain's tokens up to the node appended (the RNG is rewound to the node's own).
-      SequenceSamplingState node = *slot.sampling[row].state;
-      for (size_t k = 1; k <= j; ++k) node.Append(tree.tokens[k]);
+      // path's tokens appended (the RNG is rewound to the node's own).
+      SequenceSamplingState node = NodeState(params, *slot.sampling[row].state, tree, static_cast<int64_t>(j));
       PG_RETURN_IF_ERROR(ReadDeviceRow(slot, first + j, params, &node, &targets[j]));
     }
     target_tokens[j] = targets[j].token;
@@ -177,8 +222,8 @@ Status CudaModelRunner::AcceptChain(LaunchSlot& slot, size_t row, bool skipped, 
   std::vector<int32_t> path = {0};
   path.insert(path.end(), acc.nodes.begin(), acc.nodes.end());
   commit->slot = slot.row_slots[row];
-  commit->kept = static_cast<int64_t>(path.size());
-  slot_positions_[static_cast<size_t>(commit->slot)] = slot.first_positions[row] + commit->kept;
+  commit->nodes = path;
+  slot_positions_[static_cast<size_t>(commit->slot)] = slot.first_positions[row] + static_cast<int64_t>(path.size());
   ++spec_counts_.num_drafts;
   spec_counts_.num_draft_tokens += static_cast<int64_t>(n) - 1;
   spec_counts_.num_accepted_tokens += static_cast<int64_t>(acc.nodes.size());
@@ -513,15 +558,12 @@ Status CudaModelRunner::Launch(std::span<const RunnerChunk> chunks, std::span<co
       AppendDeviceRow(*sampling[i].params, *sampling[i].state, vocab, slot.batch, &slot.rng_before.back());
       continue;
     }
-    // A verify chain: node j samples with the state sequential decoding would have there (the
-    // chain's tokens up to j appended, one draw per token before it); the request's own
-    // state moves in Collect, by the tokens kept.
-    // Each node's row draws once from `node` (as the token before it would have), so the
-    // next node starts one draw further on.
+    // A verify tree: node j samples with the state sequential decoding would have there (its
+    // path's tokens below the root appended, one draw per token before it: the draw of its
+    // depth); the request's own state moves in Collect, by the tokens kept.
     slot.num_nodes.push_back(static_cast<size_t>(tree.num_nodes()));
-    SequenceSamplingState node = *sampling[i].state;
     for (int64_t j = 0; j < tree.num_nodes(); ++j) {
-      if (j > 0) node.Append(tree.tokens[static_cast<size_t>(j)]);
+      SequenceSamplingState node = NodeState(*sampling[i].params, *sampling[i].state, tree, j);
       slot.rng_before.emplace_back();
       AppendDeviceRow(*sampling[i].params, node, vocab, slot.batch, &slot.rng_before.back());
     }
@@ -531,7 +573,7 @@ Status CudaModelRunner::Launch(std::span<const RunnerChunk> chunks, std::span<co
   int64_t step_row = 0, sampling_row = 0;
   for (size_t ci = 0; ci < step_.size(); ++ci) {
     const ChunkView& v = step_[ci];
-    if (speculative_.algorithm == speculative::Algorithm::kMtp && chunks[ci].lookahead >= 0 && !v.feeds_last) {
+    if (speculative_.needs_model_drafter() && chunks[ci].lookahead >= 0 && !v.feeds_last) {
       LaunchSlot::ChunkRecord r;
       r.seq_id = chunks[ci].seq_id;
       r.slot = v.slot;
@@ -628,12 +670,12 @@ Status CudaModelRunner::Collect(std::span<const uint8_t> skip, CollectedStep* co
   const int32_t* status = slot.out_status.as<int32_t>();
   results->assign(r, SampleResult{});
   refeed_failed->assign(r, 0);
-  std::vector<ChainCommit> commits;
+  std::vector<TreeCommit> commits;
   for (size_t row = 0; row < r; ++row) {
     if (slot.num_nodes[row] > 1) {
       // Nothing reads a verified row's token from the device (no fed chunk follows).
       commits.emplace_back();
-      PG_RETURN_IF_ERROR(AcceptChain(slot, row, skip[row] != 0, &(*results)[row], &collected->drafts[row],
+      PG_RETURN_IF_ERROR(AcceptTree(slot, row, skip[row] != 0, &(*results)[row], &collected->drafts[row],
                                      &commits.back()));
       continue;
     }
@@ -645,8 +687,8 @@ Status CudaModelRunner::Collect(std::span<const uint8_t> skip, CollectedStep* co
   }
   // Every chain keeps its accepted prefix before the next step runs (stream order).
   if (!commits.empty()) {
-    if (Status c = executor_->CommitChains(commits); !c.ok()) {
-      for (const ChainCommit& commit : commits) slot_positions_[static_cast<size_t>(commit.slot)] = -1;
+    if (Status c = executor_->CommitTrees(commits); !c.ok()) {
+      for (const TreeCommit& commit : commits) slot_positions_[static_cast<size_t>(commit.slot)] = -1;
       return c;
     }
   }
@@ -661,7 +703,7 @@ Status CudaModelRunner::Collect(std::span<const uint8_t> skip, CollectedStep* co
 }
 
 Status CudaModelRunner::FollowDrafter(LaunchSlot& slot, std::span<const uint8_t> skip,
-                                      std::span<const SampleResult> results, std::span<const ChainCommit> commits) {
+                                      std::span<const SampleResult> results, std::span<const TreeCommit> commits) {
   if (drafters_.empty()) drafters_.resize(slot_positions_.size());
   std::vector<DevicePairs> inputs;
   std::vector<std::vector<int32_t>> rows(slot.records.size()), next(slot.records.size());
@@ -670,16 +712,20 @@ Status CudaModelRunner::FollowDrafter(LaunchSlot& slot, std::span<const uint8_t>
     const LaunchSlot::ChunkRecord& r = slot.records[k];
     SlotDrafter& d = drafters_[static_cast<size_t>(r.slot)];
     d.drafts.clear();
+    d.candidates.clear();
     d.drafts_at = -1;
     const bool sampled = r.sampling_row >= 0;
     if (sampled && skip[static_cast<size_t>(r.sampling_row)]) {
       d = {};  // the sequence finished or starts over
       continue;
     }
-    // The rows whose state is committed: a chain's kept prefix, else every token.
-    auto n = static_cast<int64_t>(r.tokens.size());
-    for (const ChainCommit& c : commits)
-      if (sampled && slot.num_nodes[static_cast<size_t>(r.sampling_row)] > 1 && c.slot == r.slot) n = c.kept;
+    // The rows whose state is committed, by position: a tree's kept root path (as node
+    // indices), else every token.
+    std::vector<int32_t> kept(r.tokens.size());
+    for (size_t j = 0; j < kept.size(); ++j) kept[j] = static_cast<int32_t>(j);
+    for (const TreeCommit& c : commits)
+      if (sampled && slot.num_nodes[static_cast<size_t>(r.sampling_row)] > 1 && c.slot == r.slot) kept = c.nodes;
+    const auto n = static_cast<int64_t>(kept.size());
     const bool continues = !r.restarts && d.seq_id == r.seq_id &&
                            (d.pending ? d.paired_end == r.first_position - 1 : d.paired_end == r.first_position);
     DevicePairs in;
@@ -693,14 +739,14 @@ Status CudaModelRunner::FollowDrafter(LaunchSlot& slot, std::span<const uint8_t>
       nx.push_back(r.tokens[0]);
     }
     for (int64_t j = 0; j + 1 < n; ++j) {
-      rr.push_back(static_cast<int32_t>(r.first_row + j));
-      nx.push_back(r.tokens[static_cast<size_t>(j + 1)]);
+      rr.push_back(static_cast<int32_t>(r.first_row + kept[static_cast<size_t>(j)]));
+      nx.push_back(r.tokens[static_cast<size_t>(kept[static_cast<size_t>(j + 1)])]);
     }
     if (sampled) {
-      rr.push_back(static_cast<int32_t>(r.first_row + n - 1));
+      rr.push_back(static_cast<int32_t>(r.first_row + kept.back()));
       nx.push_back(results[static_cast<size_t>(r.sampling_row)].token);
     } else {
-      in.pending_row = static_cast<int32_t>(r.first_row + n - 1);
+      in.pending_row = static_cast<int32_t>(r.first_row + kept.back());
     }
     in.rows = rr;
     in.next = nx;
@@ -715,13 +761,18 @@ Status CudaModelRunner::FollowDrafter(LaunchSlot& slot, std::span<const uint8_t>
     inputs.push_back(in);
   }
   std::vector<int32_t> tokens;
+  std::vector<speculative::DepthCandidates> candidates;
+  const bool trees = speculative_.algorithm == speculative::Algorithm::kDdtree;
   const int32_t steps = speculative_.num_steps;
-  PG_RETURN_IF_ERROR(executor_->Draft(inputs, steps, &tokens));
-  if (tokens.size() != drafting.size() * static_cast<size_t>(steps)) return Internal("the drafter returned too few tokens");
+  PG_RETURN_IF_ERROR(executor_->Draft(inputs, steps, &tokens, trees ? &candidates : nullptr));
+  const size_t per_input = static_cast<size_t>(steps);
+  if (tokens.size() != drafting.size() * per_input || (trees && candidates.size() != tokens.size()))
+    return Internal("the drafter returned too few tokens");
   for (size_t i = 0; i < drafting.size(); ++i) {
     SlotDrafter& d = drafters_[static_cast<size_t>(slot.records[drafting[i]].slot)];
-    d.drafts.assign(tokens.begin() + static_cast<std::ptrdiff_t>(i * static_cast<size_t>(steps)),
-                    tokens.begin() + static_cast<std::ptrdiff_t>((i + 1) * static_cast<size_t>(steps)));
+    const auto begin = static_cast<std::ptrdiff_t>(i * per_input), end = static_cast<std::ptrdiff_t>((i + 1) * per_input);
+    d.drafts.assign(tokens.begin() + begin, tokens.begin() + end);
+    if (trees) d.candidates.assign(candidates.begin() + begin, candidates.begin() + end);
   }
   return Status::Ok();
 }

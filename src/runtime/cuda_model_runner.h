@@ -39,10 +39,10 @@ class CudaModelRunner final : public ModelRunner {
   // `device_sampling`: sample on the GPU (kernels/sampling.cuh), so only token ids cross to
   // the host; otherwise the logits are copied and sampled on the host. `overlap` (needs
   // device sampling): let the engine launch step n+1 before collecting step n.
-  // `speculative` (ngram only so far, with device sampling): a speculating row's chunk
-  // becomes a draft chain verified in the step (model/deepseek_v4/step_plan.h), its nodes
-  // sampled on the device with the draws sequential decoding would make, the accepted prefix
-  // kept by DeviceExecutor::CommitChains in Collect; steps then do not overlap (the next
+  // `speculative` (with device sampling): a speculating row's chunk becomes a draft tree (a
+  // chain for ngram and mtp) verified in the step (model/deepseek_v4/step_plan.h), its nodes
+  // sampled on the device with the draws sequential decoding would make, the accepted root
+  // path kept by DeviceExecutor::CommitTrees in Collect; steps then do not overlap (the next
   // step's positions depend on what was accepted).
   CudaModelRunner(std::unique_ptr<DeviceExecutor> executor, bool device_sampling, bool overlap = true,
                   const speculative::SpeculativeConfig& speculative = {});
@@ -96,7 +96,7 @@ class CudaModelRunner final : public ModelRunner {
     std::vector<RunnerSampling> sampling;
     std::vector<int32_t> slots;  // the chunks' state slots (marked unusable if the step fails)
     // Speculative verify: per engine sampling row, its first device row and node count (1 for
-    // a plain row), the chain it verifies (else empty) and where it starts.
+    // a plain row), the tree it verifies (else empty) and where it starts.
     std::vector<size_t> first_row, num_nodes;
     std::vector<int32_t> row_slots;
     std::vector<speculative::DraftTree> trees;
@@ -161,20 +161,21 @@ class CudaModelRunner final : public ModelRunner {
   // Scores the step's rows and moves the sampling rows to the front of `logits`.
   Status EnqueueScoring(LaunchSlot& slot, const Tensor& logits, cudaStream_t stream, Tensor* sampled);
 
-  // Speculative verify: turns speculating rows' chunks in step_ into draft chains and plans
+  // Speculative verify: turns speculating rows' chunks in step_ into draft trees and plans
   // the slot's per-row bookkeeping (Launch, before the device rows are appended).
   void PlanVerify(LaunchSlot& slot, std::span<const RunnerChunk> chunks, std::span<const RunnerSampling> sampling);
-  // After Collect's commits: the device drafter (--speculative-algorithm mtp) follows every
-  // speculating chunk over its committed rows and drafts the next chains.
+  // After Collect's commits: the device drafter (--speculative-algorithm mtp|ddtree) follows
+  // every speculating chunk over its committed rows and drafts the next chains (and, for
+  // ddtree, each depth's candidates).
   Status FollowDrafter(LaunchSlot& slot, std::span<const uint8_t> skip, std::span<const SampleResult> results,
-                       std::span<const ChainCommit> commits);
+                       std::span<const TreeCommit> commits);
   // Device row d's result (finished on the host from `state` where the device gave it up);
   // `state`, when given, records its token, as Sample() does.
   Status ReadDeviceRow(LaunchSlot& slot, size_t d, const SamplingParams& params, SequenceSamplingState* state,
                        SampleResult* out);
   // Collect of a verified row: acceptance, the results, the state, the counts.
-  Status AcceptChain(LaunchSlot& slot, size_t row, bool skipped, SampleResult* result,
-                     std::vector<SampleResult>* drafts, ChainCommit* commit);
+  Status AcceptTree(LaunchSlot& slot, size_t row, bool skipped, SampleResult* result,
+                     std::vector<SampleResult>* drafts, TreeCommit* commit);
 
   std::unique_ptr<DeviceExecutor> executor_;
   bool device_sampling_ = false;
@@ -190,9 +191,11 @@ class CudaModelRunner final : public ModelRunner {
     bool pending = false;
     int64_t drafts_at = -1;
     std::vector<int32_t> drafts;
+    // DDTree: each depth's candidates (the greedy chain's top-k), drafts.size() of them.
+    std::vector<speculative::DepthCandidates> candidates;
   };
   std::vector<SlotDrafter> drafters_;
-  // Per step chunk (step_ order) the chain built for it (empty: none) and its snapshots.
+  // Per step chunk (step_ order) the tree built for it (empty: none) and its snapshots.
   std::vector<speculative::DraftTree> step_trees_;
   std::vector<std::vector<int32_t>> step_snapshots_;
   std::vector<int64_t> slot_positions_;  // [num_slots] next position of the slot's state, -1 unusable

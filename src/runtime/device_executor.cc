@@ -130,6 +130,7 @@ Status DeviceExecutor::Setup(const ModelConfig& config, const Checkpoint& checkp
   limits.batch_invariant = options_.batch_invariant;
   limits.max_verify_rows = options_.max_verify_rows;
   limits.max_draft_steps = options_.max_draft_steps;
+  limits.draft_candidates = options_.draft_candidates;
   PG_ASSIGN_OR_RETURN(model_, factory(config, checkpoint, limits, options_.weights, *allocator_, stream_.get()));
   if (comm_ != nullptr) comm_->UseStream(stream_.get());
   PG_RETURN_IF_ERROR(AllocatePools());
@@ -353,7 +354,7 @@ Status DeviceExecutor::Prepare(std::span<const ChunkView> chunks, bool allow_gra
   const KvLayout& layout = capacity_.layout;
   std::vector<int32_t> delta_at, delta_value;
   for (const ChunkView& c : chunks) {
-    const int64_t needed = layout.BlocksFor(c.first_position + c.num_tokens);
+    const int64_t needed = layout.BlocksFor(c.first_position + c.span());
     if (needed > max_blocks_ || needed > static_cast<int64_t>(c.blocks.size()))
       return InvalidArgument("a chunk's block table does not cover it");
     int32_t* row = tables_.data() + static_cast<int64_t>(c.slot) * max_blocks_;
@@ -466,12 +467,13 @@ Status DeviceExecutor::StoreSampledTokens(const int32_t* tokens, int64_t num_tok
   return pc::FeedTokens(a, stream_.get());
 }
 
-Status DeviceExecutor::CommitChains(std::span<const ChainCommit> commits) {
+Status DeviceExecutor::CommitTrees(std::span<const TreeCommit> commits) {
   if (sharded()) return Unimplemented("speculative verify on a sharded model");
   return model_->EnqueueCommit(commits, stream_.get());
 }
 
-Status DeviceExecutor::Draft(std::span<const DevicePairs> inputs, int32_t num_steps, std::vector<int32_t>* tokens) {
+Status DeviceExecutor::Draft(std::span<const DevicePairs> inputs, int32_t num_steps, std::vector<int32_t>* tokens,
+                             std::vector<speculative::DepthCandidates>* candidates) {
   if (sharded()) return Unimplemented("drafting on a sharded model");
   if (!model_->has_drafter()) return Unimplemented("this model has no drafter on the device");
   const int64_t capacity = model_->draft_meta_capacity();
@@ -480,6 +482,12 @@ Status DeviceExecutor::Draft(std::span<const DevicePairs> inputs, int32_t num_st
   if (draft_meta_.data() == nullptr) {
     PG_ASSIGN_OR_RETURN(draft_meta_host_, pc::PinnedHostBuffer::Allocate(static_cast<size_t>(capacity) * 4));
     PG_ASSIGN_OR_RETURN(draft_tokens_host_, pc::PinnedHostBuffer::Allocate(static_cast<size_t>(slots * steps) * 4));
+    const auto k = static_cast<size_t>(options_.draft_candidates);
+    if (k > 1) {
+      PG_ASSIGN_OR_RETURN(draft_cand_tokens_host_, pc::PinnedHostBuffer::Allocate(static_cast<size_t>(slots * steps) * k * 4));
+      PG_ASSIGN_OR_RETURN(draft_cand_logprobs_host_,
+                          pc::PinnedHostBuffer::Allocate(static_cast<size_t>(slots * steps) * k * 4));
+    }
     PG_ASSIGN_OR_RETURN(draft_meta_, allocator_->Allocate(static_cast<size_t>(capacity) * 4));
   }
   // The last call waited for its upload: the staging is free.
@@ -511,9 +519,40 @@ Status DeviceExecutor::Draft(std::span<const DevicePairs> inputs, int32_t num_st
                                               static_cast<size_t>(out.shape[1]) * 4, static_cast<size_t>(num_steps) * 4,
                                               static_cast<size_t>(drafting), cudaMemcpyDeviceToHost, s));
   }
+  const int64_t k = options_.draft_candidates;
+  const bool want_candidates = candidates != nullptr && k > 1 && drafting > 0;
+  if (want_candidates) {
+    const Tensor cand_tokens = model_->draft_candidate_tokens();  // [slots, max_draft_steps, K]
+    const Tensor cand_logprobs = model_->draft_candidate_logprobs();
+    if (cand_tokens.data == nullptr || cand_logprobs.data == nullptr)
+      return Internal("the drafter keeps no candidates per depth");
+    const auto pitch = static_cast<size_t>(cand_tokens.shape[1] * k) * 4;
+    const auto width = static_cast<size_t>(num_steps * k) * 4;
+    PG_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(draft_cand_tokens_host_.data(), width, cand_tokens.data, pitch, width,
+                                              static_cast<size_t>(drafting), cudaMemcpyDeviceToHost, s));
+    PG_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(draft_cand_logprobs_host_.data(), width, cand_logprobs.data, pitch, width,
+                                              static_cast<size_t>(drafting), cudaMemcpyDeviceToHost, s));
+  }
   PG_RETURN_IF_ERROR(stream_.Synchronize());
   const int32_t* host = draft_tokens_host_.as<int32_t>();
   tokens->assign(host, host + drafting * num_steps);
+  if (candidates != nullptr) {
+    candidates->clear();
+    if (want_candidates) {
+      const int32_t* ct = draft_cand_tokens_host_.as<int32_t>();
+      const float* cl = draft_cand_logprobs_host_.as<float>();
+      for (int64_t i = 0; i < drafting * num_steps; ++i) {
+        speculative::DepthCandidates c;
+        for (int64_t j = 0; j < k; ++j) {
+          const int32_t t = ct[i * k + j];
+          if (t < 0) break;  // fewer finite candidates than K
+          c.tokens.push_back(t);
+          c.logprobs.push_back(cl[i * k + j]);
+        }
+        candidates->push_back(std::move(c));
+      }
+    }
+  }
   return Status::Ok();
 }
 

@@ -34,6 +34,7 @@
 #include "runtime/kv_sizing.h"
 #include "runtime/model_runner.h"
 #include "runtime/step_message.h"
+#include "speculative/draft_tree.h"
 
 namespace peregrine {
 
@@ -51,8 +52,9 @@ struct ExecutorOptions {
   bool prefix_caching = true;
   double snapshot_fraction = 0.1;
   bool batch_invariant = false;  // --enable-deterministic-inference (DeviceModelLimits)
-  int64_t max_verify_rows = 0;   // speculative verify tokens per step (DeviceModelLimits)
+  int64_t max_verify_rows = 0;   // speculative verify nodes per step (DeviceModelLimits)
   int32_t max_draft_steps = 0;   // > 0: the model's drafter on the device, chains this deep
+  int32_t draft_candidates = 1;  // the drafter's candidates per depth (DDTree's top-k)
   DeviceWeightOptions weights;
 };
 
@@ -106,14 +108,18 @@ class DeviceExecutor {
   // After a step with draft chains (ChunkView::tree_parents) and before the next Launch:
   // each slot keeps its chain's first `kept` tokens (DeviceModel::EnqueueCommit). Unsharded
   // executors only.
-  Status CommitChains(std::span<const ChainCommit> commits);
+  Status CommitTrees(std::span<const TreeCommit> commits);
   // Whether the model drafts on the device (options.max_draft_steps > 0 and a drafter in
   // the checkpoint).
   bool has_drafter() const { return model_->has_drafter(); }
   // After a step and before the next Launch: the drafter follows `inputs` over that step's
   // rows (DeviceModel::PlanDraft) and proposes num_steps greedy tokens for each input with
-  // `draft`, returned row by row in `tokens` [drafting inputs * num_steps]. Waits for them.
-  Status Draft(std::span<const DevicePairs> inputs, int32_t num_steps, std::vector<int32_t>* tokens);
+  // `draft`, returned row by row in `tokens` [drafting inputs * num_steps]; with
+  // options.draft_candidates K > 1 and `candidates`, also each depth's K most likely tokens
+  // and their logprobs (one DepthCandidates per drafting input and depth, row by row). Waits
+  // for them.
+  Status Draft(std::span<const DevicePairs> inputs, int32_t num_steps, std::vector<int32_t>* tokens,
+               std::vector<speculative::DepthCandidates>* candidates = nullptr);
   // Runs a step and copies its logits [R, vocab] to the host.
   Status Forward(std::span<const ChunkView> chunks, std::vector<float>* logits);
   // The same step op by op with events between ops (no graph): GPU time per op kind and
@@ -172,7 +178,7 @@ class DeviceExecutor {
   cuda::DeviceBuffer meta_;
   int64_t meta_capacity_ = 0;
   // The drafter's metadata (its own: the step's stays valid for its graphs).
-  cuda::PinnedHostBuffer draft_meta_host_, draft_tokens_host_;
+  cuda::PinnedHostBuffer draft_meta_host_, draft_tokens_host_, draft_cand_tokens_host_, draft_cand_logprobs_host_;
   cuda::DeviceBuffer draft_meta_;
   // The last launch's sampled-token slots: [R, 2] (slot, row) in the metadata.
   int64_t store_pairs_ = 0, num_store_pairs_ = 0;

@@ -22,6 +22,7 @@ Result<std::unique_ptr<SlotModel>> SlotModel::Create(const ModelConfig& config, 
   eo.block_tokens = o.block_tokens;
   eo.prefix_caching = false;
   eo.batch_invariant = o.batch_invariant;
+  eo.max_verify_rows = o.max_verify_rows;
   const KvLayout layout = deepseek_v4::KvGeometry::For(config, o.block_tokens, {2, 2}).Layout();
   const int64_t per_slot = std::max<int64_t>(layout.BlocksFor(o.max_context), 1);
   eo.kv_tokens = o.num_slots * per_slot * layout.block_tokens;
@@ -57,6 +58,7 @@ Status SlotModel::Forward(std::span<const StepChunk> chunks, std::vector<float>*
     v.blocks = tables_[static_cast<size_t>(c.slot)];
     v.needs_logits = c.needs_logits;
     v.all_logits = c.all_logits;
+    v.tree_parents = c.tree_parents;
     views.push_back(v);
   }
   return executor_->Forward(views, logits);

@@ -22,6 +22,7 @@ struct StepChunk {
   std::span<const int32_t> tokens;
   bool needs_logits = false;
   bool all_logits = false;
+  std::span<const int32_t> tree_parents;  // a draft tree to verify (ChunkView::tree_parents)
 };
 
 struct SlotModelOptions {
@@ -31,6 +32,7 @@ struct SlotModelOptions {
   int64_t max_logit_rows = 0;  // 0: num_slots
   int64_t block_tokens = 256;
   bool batch_invariant = false;  // --enable-deterministic-inference
+  int64_t max_verify_rows = 0;   // draft-tree nodes a step may verify
   deepseek_v4::cuda::WeightLoadOptions weights;
   DeviceParallel parallel;  // this rank's part and group (size 1: the whole model)
 };

@@ -12,13 +12,17 @@
 //                persistent block tables (page_table_rows = the token's or chunk's slot).
 //   snapshots    chunk b's i-th block boundary writes snapshot_table[b, i] (-1: none).
 //
-// Speculative verify (a chunk with ChunkView::tree_parents; chains only on the device): its
-// tokens run as consecutive positions, but its window rows stay in the scratch rows (no ring
-// update) and every compressor ring row a token overwrites is first saved (save_rows: token
-// -> row of the model's save buffers), so that after acceptance the model keeps the accepted
-// prefix (scratch -> ring) and puts the rejected tokens' ring rows back, with no recompute.
-// Entries the rejected tokens completed lie past the sequence's end and are rewritten before
-// anything reads them. A verify chunk passes no block boundary that takes a snapshot.
+// Speculative verify (a chunk with ChunkView::tree_parents: a draft tree, a chain being the
+// tree with one node per depth; docs/decisions/0010-device-draft-trees.md): node i runs at
+// position first_position + its depth and writes no slot state. Its window rows stay in the
+// step's rows, and its window list reads the ring below the root and its own path's rows
+// (never a sibling's). Each node has a staging row (tree_rows): the compressors put its ring
+// rows and the entries it completes there, pooled over the committed ring and its path
+// (tree_paths), and attention and the indexer read the entries its ancestors completed from
+// the staging rows (the staged tables) instead of the pools. After acceptance the model
+// copies the accepted path's window rows, ring rows and entries into the slot, so rejected
+// nodes leave nothing behind and nothing is recomputed. A verify chunk passes no block
+// boundary that takes a snapshot.
 #pragma once
 
 #include <cstdint>
@@ -49,12 +53,22 @@ struct StepPlan {
   int64_t max_snapshots = 1;            // S: boundaries a chunk of this step can pass
   std::vector<int32_t> snapshot_table;  // [B, S]
   std::vector<int32_t> logit_rows;      // [R] rows whose logits are wanted, in row order
-  std::vector<int32_t> save_rows;       // [N] a verify token's save row, else -1
-  int64_t num_save_rows = 0;
+  // Draft trees (empty, and capacities 0, when the step verifies none).
+  std::vector<int32_t> tree_rows;       // [N] a verify node's staging row, else -1
+  int64_t num_stage_rows = 0;
+  int64_t path_capacity = 0;            // L = StepLimits::max_tree_depth + 1
+  std::vector<int32_t> tree_paths;      // [N, L] a node's path: step rows by depth (root first), -1 padded
+  std::vector<int32_t> compress_slots;  // [B] the chunk's slot, -1 for verify chunks (the sequential compressor skips them)
+  int64_t csa_staged_capacity = 0;      // L / csa_ratio + 1
+  int64_t hca_staged_capacity = 0;      // L / hca_ratio + 1
+  std::vector<int32_t> csa_staged_first;  // [N] the first entry read from staging (>= csa_entries: none)
+  std::vector<int32_t> csa_staged;        // [N, csa_staged_capacity] staging rows of entries from csa_staged_first on
+  std::vector<int32_t> hca_staged_first;  // [N]
+  std::vector<int32_t> hca_staged;        // [N, hca_staged_capacity]
   struct Verify {
-    int64_t chunk = 0;      // index in the step's chunks
-    int64_t first_row = 0;  // its first token row
-    int64_t first_save_row = 0;
+    int64_t chunk = 0;             // index in the step's chunks
+    int64_t first_row = 0;         // its root's token row
+    int64_t first_stage_row = 0;   // its root's staging row (node i: + i)
   };
   std::vector<Verify> verify_chunks;
   // KV rows each token's attention reads, per layer kind (the attention work planner's input).
@@ -73,7 +87,8 @@ struct StepLimits {
   int64_t num_blocks = 0;    // block ids are in [0, num_blocks)
   int64_t num_snapshots = 0; // snapshot ids are in [0, num_snapshots)
   int64_t first_entry_tokens = 1;  // KvLayout::first_entry_tokens (block coverage)
-  int64_t max_save_rows = 0;       // verify tokens per step (0: no speculative verify)
+  int64_t max_stage_rows = 0;      // verify nodes per step (0: no speculative verify)
+  int64_t max_tree_depth = 0;      // a verify node's depth below its root
 };
 
 // The snapshots table width for chunks of up to `max_chunk_tokens` tokens.

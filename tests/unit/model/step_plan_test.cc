@@ -22,7 +22,7 @@ ModelConfig SmallConfig() {
 // 8-token blocks, taken once 4 tokens of the block exist.
 const StepLimits kLimits{/*num_slots=*/3, /*max_tokens=*/16, /*max_context=*/64, /*block_tokens=*/8,
                          /*num_blocks=*/32, /*num_snapshots=*/4, /*first_entry_tokens=*/4,
-                         /*max_save_rows=*/6};
+                         /*max_stage_rows=*/6, /*max_tree_depth=*/4};
 
 const std::vector<int32_t> kBlocks = [] {
   std::vector<int32_t> b(8);
@@ -114,9 +114,10 @@ TEST(StepPlanTest, SnapshotTableHasOneColumnPerBoundaryAChunkCanPass) {
   EXPECT_EQ(MaxSnapshotsPerChunk(1, 256), 1);
 }
 
-// A verify chain runs as consecutive tokens with every logits row, leaves the rings alone and
-// saves its tokens' compressor rows; a plain chunk beside it is planned as usual.
-TEST(StepPlanTest, VerifyChainStagesItsRowsAndSavesCompressorRows) {
+// A verify chain is a tree with one node per depth: every logits row, no ring update, a
+// staging row per node, its own rows in its window; a plain chunk beside it is planned as
+// usual (and its compressor runs sequentially, the chain's does not).
+TEST(StepPlanTest, VerifyChainStagesItsRows) {
   const ModelConfig c = SmallConfig();
   const std::vector<int32_t> draft = {5, 6, 7, 8}, parents = {-1, 0, 1, 2}, prompt = {1, 2};
   ChunkView chain = Chunk(1, 9, draft, true);
@@ -131,32 +132,89 @@ TEST(StepPlanTest, VerifyChainStagesItsRowsAndSavesCompressorRows) {
   // The prompt's rows move into slot 2's ring (rows 8 + pos % 4); the chain's stay staged.
   EXPECT_EQ(p.ring_src, (std::vector<int32_t>{12, 13, -1, -1, -1, -1}));
   EXPECT_EQ(p.ring_dst, (std::vector<int32_t>{8, 9, -1, -1, -1, -1}));
-  EXPECT_EQ(p.save_rows, (std::vector<int32_t>{-1, -1, 0, 1, 2, 3}));
-  EXPECT_EQ(p.num_save_rows, 4);
+  EXPECT_EQ(p.tree_rows, (std::vector<int32_t>{-1, -1, 0, 1, 2, 3}));
+  EXPECT_EQ(p.num_stage_rows, 4);
+  EXPECT_EQ(p.compress_slots, (std::vector<int32_t>{2, -1}));
   ASSERT_EQ(p.verify_chunks.size(), 1u);
   EXPECT_EQ(p.verify_chunks[0].chunk, 1);
   EXPECT_EQ(p.verify_chunks[0].first_row, 2);
-  EXPECT_EQ(p.verify_chunks[0].first_save_row, 0);
-  // Node 3 (position 12) reads 9..12: ring rows of slot 1 for none, scratch rows 14..17 for all.
+  EXPECT_EQ(p.verify_chunks[0].first_stage_row, 0);
+  // Node 3 (position 12) reads 9..12: the scratch rows 14..17 of its path (rows 2..5).
   EXPECT_EQ(std::vector<int32_t>(p.window_indices.begin() + 5 * 4, p.window_indices.begin() + 6 * 4),
             (std::vector<int32_t>{14, 15, 16, 17}));
+  ASSERT_EQ(p.path_capacity, 5);
+  EXPECT_EQ(std::vector<int32_t>(p.tree_paths.begin() + 5 * 5, p.tree_paths.begin() + 6 * 5),
+            (std::vector<int32_t>{2, 3, 4, 5, -1}));
+  // CSA entry 2 (positions 8..11) is completed by the node at 11 (staging row 2): nodes at 11
+  // and 12 read it from there; entries 0 and 1 are in the pool. Plain rows stage nothing.
+  EXPECT_EQ(p.csa_entries, (std::vector<int32_t>{0, 0, 2, 2, 3, 3}));
+  EXPECT_EQ(p.csa_staged_first, (std::vector<int32_t>{0, 0, 2, 2, 2, 2}));
+  ASSERT_EQ(p.csa_staged_capacity, 2);
+  EXPECT_EQ(p.csa_staged, (std::vector<int32_t>{-1, -1, -1, -1, -1, -1, -1, -1, 2, -1, 2, -1}));
+  EXPECT_EQ(p.hca_staged_first, (std::vector<int32_t>{0, 0, 1, 1, 1, 1}));  // entry 0 only: committed
+}
 
-  // Trees, restores, snapshots and too many verify tokens are refused.
-  const std::vector<int32_t> tree = {-1, 0, 0, 1};
-  ChunkView branching = chain;
-  branching.tree_parents = tree;
-  EXPECT_EQ(PlanStep({&branching, 1}, c, kLimits).status().code(), StatusCode::kInvalidArgument);
+// Siblings share a position but never each other's rows: each node's window and staged
+// entries follow its own path.
+TEST(StepPlanTest, TreeNodesReadTheirOwnPaths) {
+  const ModelConfig c = SmallConfig();
+  const std::vector<int32_t> draft = {5, 6, 7, 8}, parents = {-1, 0, 0, 1};
+  ChunkView tree = Chunk(1, 9, draft, true);
+  tree.tree_parents = parents;
+  auto plan = PlanStep({&tree, 1}, c, kLimits);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  const StepPlan& p = *plan;
+  EXPECT_EQ(p.positions, (std::vector<int32_t>{9, 10, 10, 11}));
+  auto window = [&](int t) {
+    return std::vector<int32_t>(p.window_indices.begin() + t * 4, p.window_indices.begin() + t * 4 + 4);
+  };
+  // Scratch rows start at 3 slots x 4 = 12; slot 1's ring holds position q at 4 + q % 4.
+  EXPECT_EQ(window(2), (std::vector<int32_t>{7, 4, 12, 14}));   // positions 7, 8 (ring), 9, 10 (root, itself)
+  EXPECT_EQ(window(3), (std::vector<int32_t>{4, 12, 13, 15}));  // 8 (ring), 9, 10 (node 1), 11 (itself)
+  EXPECT_EQ(std::vector<int32_t>(p.tree_paths.begin() + 3 * 5, p.tree_paths.begin() + 4 * 5),
+            (std::vector<int32_t>{0, 1, 3, -1, -1}));
+  // Node 3 completes CSA entry 2 itself; node 2 sees entries 0 and 1 only.
+  EXPECT_EQ(p.csa_entries, (std::vector<int32_t>{2, 2, 2, 3}));
+  EXPECT_EQ(std::vector<int32_t>(p.csa_staged.begin() + 3 * 2, p.csa_staged.begin() + 4 * 2),
+            (std::vector<int32_t>{3, -1}));
+  EXPECT_EQ(std::vector<int32_t>(p.csa_staged.begin() + 2 * 2, p.csa_staged.begin() + 3 * 2),
+            (std::vector<int32_t>{-1, -1}));
+}
+
+TEST(StepPlanTest, RefusesMalformedOrOversizedTrees) {
+  const ModelConfig c = SmallConfig();
+  const std::vector<int32_t> draft = {5, 6, 7, 8}, parents = {-1, 0, 1, 2};
+  ChunkView chain = Chunk(1, 9, draft, true);
+  chain.tree_parents = parents;
+  auto refused = [&](const ChunkView& v) { return PlanStep({&v, 1}, c, kLimits).status().code() == StatusCode::kInvalidArgument; };
+  ChunkView bad = chain;
+  const std::vector<int32_t> later_parent = {-1, 2, 0, 1}, two_roots = {-1, -1, 0, 1}, short_list = {-1, 0};
+  bad.tree_parents = later_parent;
+  EXPECT_TRUE(refused(bad));
+  bad.tree_parents = two_roots;
+  EXPECT_TRUE(refused(bad));
+  bad.tree_parents = short_list;
+  EXPECT_TRUE(refused(bad));
+  // Deeper than max_tree_depth (4): a chain of 6 nodes.
+  const std::vector<int32_t> six = {5, 6, 7, 8, 9, 10}, six_parents = {-1, 0, 1, 2, 3, 4};
+  ChunkView deep = Chunk(1, 9, six, true);
+  deep.tree_parents = six_parents;
+  EXPECT_TRUE(refused(deep));
+  ChunkView restoring = chain;
+  restoring.first_position = 8;
+  restoring.restore = 0;
+  EXPECT_TRUE(refused(restoring));
   ChunkView snapshotting = Chunk(1, 6, draft, true);  // passes boundary 8
   snapshotting.tree_parents = parents;
   const int32_t snap[] = {2};
   snapshotting.snapshots = snap;
-  EXPECT_EQ(PlanStep({&snapshotting, 1}, c, kLimits).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(refused(snapshotting));
   const int32_t no_snap[] = {-1};
   snapshotting.snapshots = no_snap;
   EXPECT_TRUE(PlanStep({&snapshotting, 1}, c, kLimits).ok());
   ChunkView other = chain;
   other.slot = 0;
-  const ChunkView two_chains[] = {chain, other};  // 8 verify tokens, 6 save rows
+  const ChunkView two_chains[] = {chain, other};  // 8 verify nodes, 6 staging rows
   EXPECT_EQ(PlanStep(two_chains, c, kLimits).status().code(), StatusCode::kInvalidArgument);
 }
 

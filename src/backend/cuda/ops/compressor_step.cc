@@ -53,13 +53,19 @@ Status CompressorStep(const CompressorStepArgs& a, cudaStream_t stream) {
                                      "snapshots need records of ratio x coff*Dc floats, a count and an interval that "
                                      "is a multiple of the ratio"));
   }
-  const bool has_saves = a.save_rows.data != nullptr;
-  Dim save_rows("num_save_rows");
-  if (has_saves) {
-    PG_RETURN_IF_ERROR(check.Check("save_rows", a.save_rows, DType::kI32, {rows_in}, Device::kCuda, 4));
-    PG_RETURN_IF_ERROR(check.Check("save_kv", a.save_kv, DType::kF32, {&save_rows, &width}));
-    PG_RETURN_IF_ERROR(check.Check("save_gate", a.save_gate, DType::kF32, {&save_rows, &width}));
-    PG_RETURN_IF_ERROR(check.Require(save_rows.value() <= INT32_MAX, "num_save_rows overflows int32"));
+  const bool has_trees = a.tree_rows.data != nullptr;
+  Dim path_capacity("L"), stage_rows("num_stage_rows");
+  if (has_trees) {
+    PG_RETURN_IF_ERROR(check.Require(has_offsets, "tree nodes need token_offsets"));
+    PG_RETURN_IF_ERROR(check.Check("tree_rows", a.tree_rows, DType::kI32, {&tokens}, Device::kCuda, 4));
+    PG_RETURN_IF_ERROR(check.Check("tree_paths", a.tree_paths, DType::kI32, {&tokens, &path_capacity}, Device::kCuda, 4));
+    PG_RETURN_IF_ERROR(check.Check("tree_slots", a.tree_slots, DType::kI32, {&tokens}, Device::kCuda, 4));
+    PG_RETURN_IF_ERROR(check.Check("tree_positions", a.tree_positions, DType::kI32, {&tokens}, Device::kCuda, 4));
+    PG_RETURN_IF_ERROR(check.Check("stage_kv", a.stage_kv, DType::kF32, {&stage_rows, &width}));
+    PG_RETURN_IF_ERROR(check.Check("stage_gate", a.stage_gate, DType::kF32, {&stage_rows, &width}));
+    PG_RETURN_IF_ERROR(check.Check("stage_entries", a.stage_entries, DType::kBF16, {&stage_rows, &dim}));
+    PG_RETURN_IF_ERROR(check.Require(path_capacity.value() <= INT32_MAX && stage_rows.value() <= INT32_MAX,
+                                     "tree sizes overflow int32"));
   }
   PG_RETURN_IF_ERROR(check.Require(dim.value() >= 1 && dim.value() <= kernels::kCompressorMaxDim,
                                    "Dc must be in [1, " + std::to_string(kernels::kCompressorMaxDim) + "]"));
@@ -96,11 +102,16 @@ Status CompressorStep(const CompressorStepArgs& a, cudaStream_t stream) {
     p.snapshot_interval = static_cast<int>(a.snapshot_interval);
     p.num_snapshots = static_cast<int>(a.num_snapshots);
   }
-  if (has_saves) {
-    p.save_rows = a.save_rows.as<const int32_t>();
-    p.save_kv = a.save_kv.as<float>();
-    p.save_gate = a.save_gate.as<float>();
-    p.num_save_rows = static_cast<int>(save_rows.value());
+  if (has_trees) {
+    p.tree_rows = a.tree_rows.as<const int32_t>();
+    p.tree_paths = a.tree_paths.as<const int32_t>();
+    p.tree_slots = a.tree_slots.as<const int32_t>();
+    p.tree_positions = a.tree_positions.as<const int32_t>();
+    p.path_capacity = static_cast<int>(path_capacity.value());
+    p.stage_kv = a.stage_kv.as<float>();
+    p.stage_gate = a.stage_gate.as<float>();
+    p.stage_entries = a.stage_entries.as<__nv_bfloat16>();
+    p.num_stage_rows = static_cast<int>(stage_rows.value());
   }
   p.batch = static_cast<int>(batch.value());
   p.num_tokens = static_cast<int>(rows_in->value());

@@ -40,11 +40,17 @@ struct CompressorStepArgs {
   int64_t snapshot_stride = 0;
   int64_t num_snapshots = 0;
   int64_t snapshot_interval = 0;  // tokens between snapshot boundaries (a multiple of ratio)
-  // Speculative verify: token t with save_rows[t] >= 0 saves the ring row it overwrites into
-  // that row of save_kv / save_gate first (kernels/compressor_step.cuh); absent: no saves.
-  Tensor save_rows;  // [N] i32 (N: rows of kv)
-  Tensor save_kv;    // [num_save_rows, coff*Dc] f32
-  Tensor save_gate;  // [num_save_rows, coff*Dc] f32
+  // Draft-tree nodes (kernels/compressor_step.cuh): row t with tree_rows[t] = s >= 0 stages
+  // its ring row into row s of stage_kv / stage_gate and a completed block's entry into row s
+  // of stage_entries, writing no slot state; its chunk must be skipped by a negative state
+  // slot. Needs token_offsets; absent tree_rows: no tree nodes.
+  Tensor tree_rows;       // [N] i32, -1: not a node
+  Tensor tree_paths;      // [N, L] i32: the node's path, step rows by depth (root first)
+  Tensor tree_slots;      // [N] i32: the node's state slot (its committed ring)
+  Tensor tree_positions;  // [N] i32: every row's position
+  Tensor stage_kv;        // [num_stage_rows, coff*Dc] f32
+  Tensor stage_gate;      // [num_stage_rows, coff*Dc] f32
+  Tensor stage_entries;   // [num_stage_rows, Dc] bf16
 };
 
 // Appends every request's tokens, in order, and writes the entries of the blocks they

@@ -52,14 +52,22 @@ Status CudaModel::Impl::AllocateDrafter() {
   PG_RETURN_IF_ERROR(alloc(DType::kF32, {slots, hc, d}, &mtp_pending));
   PG_RETURN_IF_ERROR(alloc(DType::kBF16, {std::max<int64_t>(slots * (steps - 1), 1), hd}, &mtp_ring_save));
   PG_RETURN_IF_ERROR(alloc(DType::kI32, {slots, steps}, &draft_out));
+  const int64_t k = limits.draft_candidates;
+  if (k < 1 || k > kTop)
+    return InvalidArgument("drafter candidates per depth must be in [1, " + std::to_string(kTop) + "]");
+  if (k > 1) {
+    PG_RETURN_IF_ERROR(alloc(DType::kI32, {slots, steps, k}, &draft_cand_tokens));
+    PG_RETURN_IF_ERROR(alloc(DType::kF32, {slots, steps, k}, &draft_cand_logprobs));
+  }
   // The pairs' streams get e added on every stream: the mHC post-mix with post = 1 and comb = I.
   std::vector<float> ones(static_cast<size_t>(n * hc), 1.0f), identity(static_cast<size_t>(n * hc * hc), 0.0f);
   for (int64_t t = 0; t < n; ++t)
     for (int64_t j = 0; j < hc; ++j) identity[static_cast<size_t>((t * hc + j) * hc + j)] = 1.0f;
   PG_CUDA_RETURN_IF_ERROR(cudaMemcpy(mtp_post.view.data, ones.data(), ones.size() * 4, cudaMemcpyHostToDevice));
   PG_CUDA_RETURN_IF_ERROR(cudaMemcpy(mtp_comb.view.data, identity.data(), identity.size() * 4, cudaMemcpyHostToDevice));
-  // Greedy sampling rows (no logit edits, no logprobs) for every drafting slot.
+  // Greedy sampling rows (no logit edits; the top K logprobs when K > 1) for every drafting slot.
   std::vector<kernels::SamplingRow> rows(static_cast<size_t>(slots));
+  for (kernels::SamplingRow& row : rows) row.num_top_logprobs = k > 1 ? static_cast<int32_t>(k) : -1;
   std::vector<int32_t> offsets(static_cast<size_t>(slots + 1), 0);
   PG_RETURN_IF_ERROR(alloc(DType::kU8, {slots, static_cast<int64_t>(sizeof(kernels::SamplingRow))}, &greedy_rows));
   PG_RETURN_IF_ERROR(alloc(DType::kI32, {slots + 1}, &greedy_offsets));
@@ -81,6 +89,9 @@ Tensor CudaModel::draft_tokens() const {
   const Impl& m = *impl_;
   return m.mtp.has_value() ? m.draft_out.view : Tensor{};
 }
+
+Tensor CudaModel::draft_candidate_tokens() const { return impl_->draft_cand_tokens.view; }
+Tensor CudaModel::draft_candidate_logprobs() const { return impl_->draft_cand_logprobs.view; }
 
 int64_t CudaModel::draft_meta_capacity() const {
   const Impl& m = *impl_;
@@ -324,6 +335,19 @@ Status CudaModel::Impl::EnqueueDraftStep(int64_t k) {
   PG_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(static_cast<int32_t*>(draft_out.view.data) + k, pitch,
                                             sample_tokens.view.data, 4, 4, static_cast<size_t>(b),
                                             cudaMemcpyDeviceToDevice, s));
+  const int64_t n = limits.draft_candidates;
+  if (n > 1) {
+    // Depth k's candidates of [slots, max_draft_steps, K]: the first K of each row's top list.
+    const auto candidates_pitch = static_cast<size_t>(limits.max_draft_steps * n) * 4;
+    PG_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(static_cast<int32_t*>(draft_cand_tokens.view.data) + k * n,
+                                              candidates_pitch, sample_top_tokens.view.data, kTop * 4,
+                                              static_cast<size_t>(n) * 4, static_cast<size_t>(b),
+                                              cudaMemcpyDeviceToDevice, s));
+    PG_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(static_cast<float*>(draft_cand_logprobs.view.data) + k * n,
+                                              candidates_pitch, sample_top_logprobs.view.data, kTop * 4,
+                                              static_cast<size_t>(n) * 4, static_cast<size_t>(b),
+                                              cudaMemcpyDeviceToDevice, s));
+  }
   return Status::Ok();
 }
 

@@ -46,7 +46,7 @@ CudaModel::Impl::LayerRefs CudaModel::Impl::LayerAt(int64_t i) const {
   if (i == config.num_layers && mtp.has_value())
     return {&mtp->layer, &mtp_kv, nullptr, AttentionType::kSliding, MoeType::kLearned};
   const auto at = static_cast<size_t>(i);
-  return {&weights.layers[at], &kv[at], saves.empty() ? nullptr : &saves[at], config.layer_types[at],
+  return {&weights.layers[at], &kv[at], stages.empty() ? nullptr : &stages[at], config.layer_types[at],
           config.mlp_layer_types[at]};
 }
 
@@ -102,7 +102,8 @@ Status CudaModel::Impl::EnqueueAttention(int64_t i, int64_t rows, int64_t chunks
   const LayerRefs refs = LayerAt(i);
   const DeviceLayer& lw = *refs.weights;
   const LayerKv& st = *refs.kv;
-  const LayerSave* save = refs.save;
+  const LayerStage* stage = refs.stage;
+  const bool trees = layout.tree_rows >= 0 && stage != nullptr;  // the step verifies draft trees
   const AttentionType type = refs.attention;
   const bool sliding = type == AttentionType::kSliding;
   const bool csa = type == AttentionType::kCompressedSparse;
@@ -164,7 +165,8 @@ Status CudaModel::Impl::EnqueueAttention(int64_t i, int64_t rows, int64_t chunks
   // Compressors: append this step's tokens, emit the entries of completed blocks.
   auto compress = [&](const DeviceCompressor& cw, const Tensor& kv_ring, const Tensor& gate_ring, const Tensor& cache,
                       const DeviceTensor& kv_buf, const DeviceTensor& gate_buf, float* tail_kv, float* tail_gate,
-                      const DeviceTensor* save_kv, const DeviceTensor* save_gate) -> Status {
+                      const DeviceTensor* stage_kv, const DeviceTensor* stage_gate,
+                      const DeviceTensor* stage_entries) -> Status {
     const int64_t width = cw.coff * cw.dim;
     const Tensor ckv = View(kv_buf, DType::kF32, {rows, width});
     const Tensor cgate = View(gate_buf, DType::kF32, {rows, width});
@@ -178,7 +180,7 @@ Status CudaModel::Impl::EnqueueAttention(int64_t i, int64_t rows, int64_t chunks
       a.kv_state = kv_ring;
       a.gate_state = gate_ring;
       a.token_offsets = MetaView(layout.chunk_offsets, {chunks + 1});
-      a.state_slots = MetaView(layout.chunk_slots, {chunks});
+      a.state_slots = MetaView(layout.compress_slots, {chunks});
       a.positions = MetaView(layout.chunk_positions, {chunks});
       a.norm_weight = cw.norm.view;
       a.rope_cos = compress_cos.view;
@@ -198,28 +200,31 @@ Status CudaModel::Impl::EnqueueAttention(int64_t i, int64_t rows, int64_t chunks
         a.num_snapshots = pools.num_snapshots;
         a.snapshot_interval = geometry.block_tokens;
       }
-      if (save_kv != nullptr && save_kv->view.data != nullptr) {
-        // Every step passes its save rows (-1 outside verify chunks), so graphs replay any step.
-        a.save_rows = MetaView(layout.save_rows, {rows});
-        a.save_kv = save_kv->view;
-        a.save_gate = save_gate->view;
+      if (trees) {
+        // Verify nodes stage their rows and entries (the sequential part skips their chunks).
+        a.tree_rows = MetaView(layout.tree_rows, {rows});
+        a.stage_kv = stage_kv->view;
+        a.stage_gate = stage_gate->view;
+        a.tree_paths = MetaView(layout.tree_paths, {rows, layout.path_capacity});
+        a.tree_slots = MetaView(layout.token_slots, {rows});
+        a.tree_positions = positions;
+        a.stage_entries = stage_entries->view;
       }
       return pc::CompressorStep(a, s);
     });
   };
   if (lw.compressor)
     PG_RETURN_IF_ERROR(compress(*lw.compressor, st.kv_ring, st.gate_ring, st.cache, ws.ckv, ws.cgate, st.tail_kv,
-                                st.tail_gate, save == nullptr ? nullptr : &save->kv,
-                                save == nullptr ? nullptr : &save->gate));
+                                st.tail_gate, trees ? &stage->kv : nullptr, trees ? &stage->gate : nullptr,
+                                trees ? &stage->entries : nullptr));
 
   // Indexer (CSA): its own compressor, then scores over the visible keys and the top-k.
   const Tensor topk = View(ws.topk, DType::kI32, {rows, c.index_topk});
   const Tensor topk_counts = View(ws.topk_counts, DType::kI32, {rows});
   if (csa) {
     PG_RETURN_IF_ERROR(compress(*lw.index_compressor, st.index_kv_ring, st.index_gate_ring, st.index_keys, ws.ikv,
-                                ws.igate, st.tail_index_kv, st.tail_index_gate,
-                                save == nullptr ? nullptr : &save->index_kv,
-                                save == nullptr ? nullptr : &save->index_gate));
+                                ws.igate, st.tail_index_kv, st.tail_index_gate, trees ? &stage->index_kv : nullptr,
+                                trees ? &stage->index_gate : nullptr, trees ? &stage->index_keys : nullptr));
     if (branch != stream) PG_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(branch, ready_event.get(), 0));
     const Tensor iq = View(ws.iq, DType::kBF16, {rows, ih * id});
     PG_RETURN_IF_ERROR(project(qr_n, lw.index_wq_b, iq));
@@ -235,6 +240,11 @@ Status CudaModel::Impl::EnqueueAttention(int64_t i, int64_t rows, int64_t chunks
       a.page_table = BlockTables();
       a.page_table_rows = MetaView(layout.token_slots + r0, {nb});
       a.num_entries = MetaView(layout.csa_entries + r0, {nb});
+      if (trees) {
+        a.staged_keys = stage->index_keys.view;
+        a.staged_first = MetaView(layout.csa_staged_first + r0, {nb});
+        a.staged_table = MetaView(layout.csa_staged + r0 * layout.csa_staged_capacity, {nb, layout.csa_staged_capacity});
+      }
       a.scores = View(ws.scores, DType::kF32, {nb, score_stride});
       a.scale = 1.0f / std::sqrt(static_cast<float>(id));
       a.num_ctas = 4 * limits.num_sms;
@@ -279,6 +289,14 @@ Status CudaModel::Impl::EnqueueAttention(int64_t i, int64_t rows, int64_t chunks
         a.compressed_lengths = topk_counts;
       } else {
         a.compressed_lengths = MetaView(layout.hca_entries, {rows});
+      }
+      if (trees) {
+        const int64_t first = csa ? layout.csa_staged_first : layout.hca_staged_first;
+        const int64_t table = csa ? layout.csa_staged : layout.hca_staged;
+        const int64_t capacity = csa ? layout.csa_staged_capacity : layout.hca_staged_capacity;
+        a.staged_kv = stage->entries.view;
+        a.staged_first = MetaView(first, {rows});
+        a.staged_table = MetaView(table, {rows, capacity});
       }
     }
     a.sink = lw.sink.view;

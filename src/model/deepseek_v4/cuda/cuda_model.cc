@@ -154,11 +154,11 @@ Status CudaModel::Impl::Allocate(cudaStream_t load_stream) {
     PG_RETURN_IF_ERROR(alloc(DType::kF32, {parallel.size, o.max_logit_rows, weights.head_rows}, &x.gathered_logits));
   }
 
-  // Speculative verify: the compressor rows its tokens overwrite, per layer.
+  // Speculative verify: each node's staging rows, per compressed layer.
   if (o.max_verify_rows > 0) {
     const int64_t v = o.max_verify_rows;
-    saves.clear();
-    saves.resize(geometry.layers.size());
+    stages.clear();
+    stages.resize(geometry.layers.size());
     int64_t compressed = 0;
     for (size_t i = 0; i < geometry.layers.size(); ++i) {
       const KvGeometry::Layer& l = geometry.layers[i];
@@ -166,16 +166,18 @@ Status CudaModel::Impl::Allocate(cudaStream_t load_stream) {
       ++compressed;
       const bool is_csa = l.csa_index >= 0;
       const int64_t width = (is_csa ? 2 : 1) * hd;
-      PG_RETURN_IF_ERROR(alloc(DType::kF32, {v, width}, &saves[i].kv));
-      PG_RETURN_IF_ERROR(alloc(DType::kF32, {v, width}, &saves[i].gate));
+      PG_RETURN_IF_ERROR(alloc(DType::kF32, {v, width}, &stages[i].kv));
+      PG_RETURN_IF_ERROR(alloc(DType::kF32, {v, width}, &stages[i].gate));
+      PG_RETURN_IF_ERROR(alloc(DType::kBF16, {v, hd}, &stages[i].entries));
       if (is_csa) {
-        PG_RETURN_IF_ERROR(alloc(DType::kF32, {v, 2 * id}, &saves[i].index_kv));
-        PG_RETURN_IF_ERROR(alloc(DType::kF32, {v, 2 * id}, &saves[i].index_gate));
+        PG_RETURN_IF_ERROR(alloc(DType::kF32, {v, 2 * id}, &stages[i].index_kv));
+        PG_RETURN_IF_ERROR(alloc(DType::kF32, {v, 2 * id}, &stages[i].index_gate));
+        PG_RETURN_IF_ERROR(alloc(DType::kBF16, {v, id}, &stages[i].index_keys));
       }
     }
-    // A kept token moves one window row per layer; a rejected one restores up to four rows
-    // per compressed layer.
-    const int64_t per_row = std::max<int64_t>(static_cast<int64_t>(geometry.layers.size()), 4 * compressed);
+    // A kept node moves one window row per layer, and per compressed layer up to four ring
+    // rows and two entries.
+    const int64_t per_row = static_cast<int64_t>(geometry.layers.size()) + 6 * compressed;
     PG_RETURN_IF_ERROR(alloc(DType::kU8, {v * per_row, static_cast<int64_t>(sizeof(kernels::KvCopySegment))},
                              &commit_segments));
     PG_RETURN_IF_ERROR(alloc(DType::kU8, {8}, &commit_checksum));
@@ -457,7 +459,15 @@ int64_t CudaModel::meta_capacity(int64_t rows, int64_t chunks) const {
   const int64_t padded = std::max(rows, chunks);
   const int64_t schedule_ints = m.fast_attention ? m.attention_layout.num_ints() : 0;
   const int64_t snapshots = MaxSnapshotsPerChunk(m.limits.max_tokens, m.geometry.block_tokens);
-  return rows * (w + 10) + 4 * (padded + 1) + padded * snapshots + 3 * schedule_ints + 68;
+  // Tree tables (steps that verify): per row its staging row, path and two staged tables.
+  int64_t tree_ints = 0;
+  if (m.limits.max_verify_rows > 0) {
+    const int64_t l = m.limits.max_tree_depth + 1;
+    const int64_t csa = m.config.compress_ratio_csa > 0 ? l / m.config.compress_ratio_csa + 1 : 1;
+    const int64_t hca = m.config.compress_ratio_hca > 0 ? l / m.config.compress_ratio_hca + 1 : 1;
+    tree_ints = rows * (l + 3 + csa + hca) + 6 * 16;
+  }
+  return rows * (w + 9) + 5 * (padded + 1) + padded * snapshots + 3 * schedule_ints + tree_ints + 68;
 }
 
 Result<DeviceStep> CudaModel::Plan(std::span<const ChunkView> chunks, int64_t rows, StepMeta& meta) {
@@ -473,13 +483,14 @@ Result<DeviceStep> CudaModel::Plan(std::span<const ChunkView> chunks, int64_t ro
   limits.num_blocks = m.pools.num_blocks;
   limits.num_snapshots = m.pools.num_snapshots;
   limits.first_entry_tokens = layout.first_entry_tokens;
-  limits.max_save_rows = m.limits.max_verify_rows;
-  // A step replaces the last one's chains: one not committed by now leaves its slot unusable
+  limits.max_stage_rows = m.limits.max_verify_rows;
+  limits.max_tree_depth = m.limits.max_tree_depth;
+  // A step replaces the last one's trees: one not committed by now leaves its slot unusable
   // (the runner commits before it plans again).
-  m.chains.clear();
+  m.trees.clear();
   PG_ASSIGN_OR_RETURN(StepPlan plan, PlanStep(chunks, m.config, limits));
   for (const ChunkView& chunk : chunks)
-    if (layout.BlocksFor(chunk.first_position + chunk.num_tokens) > m.pools.max_blocks)
+    if (layout.BlocksFor(chunk.first_position + chunk.span()) > m.pools.max_blocks)
       return InvalidArgument("a sequence longer than the block tables hold");
   const int64_t r = static_cast<int64_t>(plan.logit_rows.size());
   if (r > m.limits.max_logit_rows)
@@ -490,7 +501,14 @@ Result<DeviceStep> CudaModel::Plan(std::span<const ChunkView> chunks, int64_t ro
   m.last_step_rows = rows;
   for (const StepPlan::Verify& v : plan.verify_chunks) {
     const ChunkView& chunk = chunks[static_cast<size_t>(v.chunk)];
-    m.chains.push_back({chunk.slot, chunk.first_position, chunk.num_tokens, v.first_row, v.first_save_row});
+    VerifiedTree tree;
+    tree.slot = chunk.slot;
+    tree.first_position = chunk.first_position;
+    tree.first_row = v.first_row;
+    tree.first_stage_row = v.first_stage_row;
+    tree.parents.assign(chunk.tree_parents.begin(), chunk.tree_parents.end());
+    tree.blocks.assign(chunk.blocks.begin(), chunk.blocks.end());
+    m.trees.push_back(std::move(tree));
   }
   return step;
 }
@@ -522,7 +540,22 @@ Result<DeviceStep> CudaModel::Impl::WritePlan(const StepPlan& plan, int64_t rows
   PG_ASSIGN_OR_RETURN(ml.logit_rows, place(std::max<int64_t>(rows, 1)));
   ml.max_snapshots = plan.max_snapshots;
   PG_ASSIGN_OR_RETURN(ml.snapshot_table, place(padded_chunks * plan.max_snapshots));
-  PG_ASSIGN_OR_RETURN(ml.save_rows, place(rows));
+  PG_ASSIGN_OR_RETURN(ml.compress_slots, place(padded_chunks));
+  // Tree tables only in steps that verify trees (graph steps verify in every step of their
+  // key or in none, so their offsets still depend on the bucket alone).
+  const bool trees = !plan.verify_chunks.empty();
+  ml.path_capacity = plan.path_capacity;
+  ml.csa_staged_capacity = plan.csa_staged_capacity;
+  ml.hca_staged_capacity = plan.hca_staged_capacity;
+  ml.tree_rows = ml.tree_paths = ml.csa_staged_first = ml.csa_staged = ml.hca_staged_first = ml.hca_staged = -1;
+  if (trees) {
+    PG_ASSIGN_OR_RETURN(ml.tree_rows, place(rows));
+    PG_ASSIGN_OR_RETURN(ml.tree_paths, place(rows * plan.path_capacity));
+    PG_ASSIGN_OR_RETURN(ml.csa_staged_first, place(rows));
+    PG_ASSIGN_OR_RETURN(ml.csa_staged, place(rows * std::max<int64_t>(plan.csa_staged_capacity, 1)));
+    PG_ASSIGN_OR_RETURN(ml.hca_staged_first, place(rows));
+    PG_ASSIGN_OR_RETURN(ml.hca_staged, place(rows * std::max<int64_t>(plan.hca_staged_capacity, 1)));
+  }
   const int64_t schedule_ints = m.fast_attention ? m.attention_layout.num_ints() : 0;
   for (int64_t& section : ml.schedules) {
     PG_ASSIGN_OR_RETURN(const int64_t at, place(schedule_ints));
@@ -552,7 +585,16 @@ Result<DeviceStep> CudaModel::Impl::WritePlan(const StepPlan& plan, int64_t rows
   copy(ml.chunk_slots, plan.chunk_slots, padded_chunks, -1);
   copy(ml.logit_rows, plan.logit_rows, std::max<int64_t>(rows, 1), 0);
   copy(ml.snapshot_table, plan.snapshot_table, padded_chunks * plan.max_snapshots, -1);
-  copy(ml.save_rows, plan.save_rows, rows, -1);
+  copy(ml.compress_slots, plan.compress_slots, padded_chunks, -1);
+  if (trees) {
+    // Padding rows are no nodes and read no staged entries.
+    copy(ml.tree_rows, plan.tree_rows, rows, -1);
+    copy(ml.tree_paths, plan.tree_paths, rows * plan.path_capacity, -1);
+    copy(ml.csa_staged_first, plan.csa_staged_first, rows, 0);
+    copy(ml.csa_staged, plan.csa_staged, rows * std::max<int64_t>(plan.csa_staged_capacity, 1), -1);
+    copy(ml.hca_staged_first, plan.hca_staged_first, rows, 0);
+    copy(ml.hca_staged, plan.hca_staged, rows * std::max<int64_t>(plan.hca_staged_capacity, 1), -1);
+  }
   if (m.fast_attention) {
     const std::vector<int64_t>* kinds[3] = {&plan.sliding_rows, &plan.csa_rows, &plan.hca_rows};
     std::vector<int64_t> padded;

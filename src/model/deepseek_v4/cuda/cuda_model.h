@@ -47,9 +47,9 @@ class CudaModel final : public DeviceModel {
   Status EnqueueRestores(std::span<const ChunkView> chunks, cudaStream_t stream) override;
   Status Enqueue(const DeviceStep& step, const StepMeta& meta, cudaStream_t stream, OpProfiler* profiler) override;
   Status EnqueueSnapshots(std::span<const ChunkView> chunks, const DeviceStep& step, cudaStream_t stream) override;
-  // Speculative verify of draft chains (step_plan.h): the kept prefix's window rows into the
-  // rings, the rejected tokens' compressor rows back from the save buffers.
-  Status EnqueueCommit(std::span<const ChainCommit> commits, cudaStream_t stream) override;
+  // Speculative verify of draft trees (step_plan.h): the kept root path's staged window rows,
+  // compressor rows and entries into the slot (cuda_verify.cc).
+  Status EnqueueCommit(std::span<const TreeCommit> commits, cudaStream_t stream) override;
   // The MTP drafter (cuda_drafter.cc), loaded when limits.max_draft_steps > 0 and the
   // checkpoint has mtp.0.*.
   bool has_drafter() const override;
@@ -57,6 +57,8 @@ class CudaModel final : public DeviceModel {
   Result<DraftShape> PlanDraft(std::span<const DevicePairs> inputs, int32_t num_steps, StepMeta& meta) override;
   Status EnqueueDraft(const StepMeta& meta, cudaStream_t stream) override;
   Tensor draft_tokens() const override;
+  Tensor draft_candidate_tokens() const override;
+  Tensor draft_candidate_logprobs() const override;
   Tensor logits(int64_t rows) const override;
   std::vector<std::string> op_kinds() const override;
   // Per layer: the window ring (bf16), then the compressor rings and the indexer's (f32);

@@ -40,20 +40,22 @@ struct LayerKv {
   float* tail_index_gate = nullptr;
 };
 
-// A layer's compressor ring rows that a verify step's tokens overwrote, by save row
-// ([max_verify_rows, coff*Dh] f32; the indexer's [max_verify_rows, 2*Id]): what the commit
-// puts back for rejected tokens. Empty for window-only layers or without verify.
-struct LayerSave {
-  DeviceTensor kv, gate, index_kv, index_gate;
+// A layer's staging rows for speculative verify (docs/decisions/0010-device-draft-trees.md),
+// by staging row (a verify node of the last step): the ring rows a node would append ([rows,
+// coff*Dh] f32; the indexer's [rows, 2*Id]) and the entry and index key it completes
+// ([rows, Dh] / [rows, Id] bf16). Empty for window-only layers or without verify.
+struct LayerStage {
+  DeviceTensor kv, gate, index_kv, index_gate, entries, index_keys;
 };
 
-// A draft chain of the last planned step (what EnqueueCommit keeps a prefix of).
-struct VerifiedChain {
+// A draft tree of the last planned step (what EnqueueCommit keeps one root path of).
+struct VerifiedTree {
   int32_t slot = 0;
-  int64_t first_position = 0;
-  int64_t num_tokens = 0;
-  int64_t first_row = 0;       // its first token row in the step
-  int64_t first_save_row = 0;  // its first row of the save buffers
+  int64_t first_position = 0;   // the root's position
+  int64_t first_row = 0;        // the root's token row in the step
+  int64_t first_stage_row = 0;  // the root's staging row (node i: + i)
+  std::vector<int32_t> parents;
+  std::vector<int32_t> blocks;  // the slot's block table (where the kept entries go)
 };
 
 // Per-step activations, sized for max_tokens rows; a step uses the first N rows.
@@ -105,7 +107,11 @@ struct MetaLayout {
   int64_t ring_src = 0, ring_dst = 0, csa_entries = 0, hca_entries = 0;
   int64_t chunk_offsets = 0, chunk_positions = 0, chunk_slots = 0, logit_rows = 0;
   int64_t snapshot_table = 0, max_snapshots = 1;  // [chunks, max_snapshots]
-  int64_t save_rows = 0;  // [rows] a verify token's save row, -1 otherwise
+  int64_t compress_slots = 0;  // [chunks] the sequential compressor's slots (-1: a verify chunk)
+  // Draft trees (StepPlan's; -1 when the step verifies none).
+  int64_t tree_rows = -1, tree_paths = -1, path_capacity = 0;
+  int64_t csa_staged_first = -1, csa_staged = -1, csa_staged_capacity = 0;
+  int64_t hca_staged_first = -1, hca_staged = -1, hca_staged_capacity = 0;
   std::array<int64_t, 3> schedules{};  // sliding, CSA, HCA
 };
 
@@ -135,14 +141,14 @@ struct CudaModel::Impl {
   int64_t snapshot_floats = 0;     // one snapshot record, in floats
   bool bound = false;
 
-  // Speculative verify (limits.max_verify_rows > 0): the save buffers per layer, the last
-  // planned step's chains (committed by EnqueueCommit), and the commit's copy list.
-  std::vector<LayerSave> saves;
-  std::vector<VerifiedChain> chains;
+  // Speculative verify (limits.max_verify_rows > 0): the staging rows per layer, the last
+  // planned step's trees (committed by EnqueueCommit), and the commit's copy list.
+  std::vector<LayerStage> stages;
+  std::vector<VerifiedTree> trees;
   DeviceTensor commit_segments;  // [capacity, sizeof(KvCopySegment)] u8
   DeviceTensor commit_checksum;  // [1] u64 (the copy kernel's checksum, unused)
-  // Enqueues the copies that keep each commit's prefix (cuda_model.cc).
-  Status EnqueueCommit(std::span<const ChainCommit> commits, cudaStream_t stream);
+  // Enqueues the copies that keep each commit's path (cuda_verify.cc).
+  Status EnqueueCommit(std::span<const TreeCommit> commits, cudaStream_t stream);
 
   // The MTP drafter (cuda_drafter.cc; limits.max_draft_steps > 0 and mtp.0.* in the
   // checkpoint): its weights, its window rows (the runtime's "mtp_window" pool, laid out as a
@@ -176,16 +182,17 @@ struct CudaModel::Impl {
   DeviceTensor mtp_pending;        // [num_slots, hc, D] f32
   DeviceTensor mtp_ring_save;      // [num_slots * (max_draft_steps - 1), Dh] bf16
   DeviceTensor draft_out;          // [num_slots, max_draft_steps] i32
+  DeviceTensor draft_cand_tokens, draft_cand_logprobs;  // [num_slots, max_draft_steps, K] (K > 1)
   DeviceTensor greedy_rows, greedy_offsets, sample_logprobs, sample_top_tokens, sample_top_logprobs, sample_status,
       sample_tokens;               // the greedy sampling of the drafter's logits
   Status AllocateDrafter();        // after BindKv (per-slot buffers)
   Status EnqueueDraftStep(int64_t step);
 
-  // Layer i's weights, KV views, verify saves and kinds; i == config.num_layers is the MTP layer.
+  // Layer i's weights, KV views, verify staging rows and kinds; i == config.num_layers is the MTP layer.
   struct LayerRefs {
     const DeviceLayer* weights;
     const LayerKv* kv;
-    const LayerSave* save;
+    const LayerStage* stage;
     AttentionType attention;
     MoeType moe;
   };
