@@ -367,7 +367,8 @@ void AddServeCommand(CLI::App& app, EngineFactory factory, RankRunner rank_runne
                 "(CUDA, slower; the CPU backend always is)");
   cmd->add_option("--speculative-algorithm", options->speculative_algorithm,
                   "Speculative decoding: mtp (the checkpoint's drafter chained: its MTP layer, or its DSpark "
-                  "block drafter, CPU only), ddtree (DDTree draft trees over its top-k, CPU only), ngram (prompt "
+                  "block drafter, CPU only), ddtree (DDTree draft trees over its top-k; the block drafter's CPU "
+                  "only), ngram (prompt "
                   "lookup: chains copied from the sequence's earlier tokens, no drafter model) or none");
   cmd->add_option("--speculative-num-steps", options->speculative_num_steps, "Draft depth")->capture_default_str();
   cmd->add_option("--speculative-num-draft-tokens", options->speculative_num_draft_tokens,
