@@ -140,7 +140,8 @@ TEST_F(CudaSpeculativeTest, DdtreeTreesGiveTheNonSpeculativeTokens) {
   const Outcome chain = RunCuda(Spec(speculative::Algorithm::kMtp, 3), /*graphs=*/true);
   ExpectIdenticalOutcomes(chain, plain, "mtp 3 steps");
   for (const auto& [steps, draft_tokens, topk, graphs] :
-       {std::tuple{3, 8, 4, true}, std::tuple{3, 8, 4, false}, std::tuple{4, 12, 2, true}}) {
+       {std::tuple{3, 8, 4, true}, std::tuple{3, 8, 4, false}, std::tuple{4, 12, 2, true},
+        std::tuple{3, 0, 1, true}}) {
     const std::string what = "ddtree " + std::to_string(steps) + " steps, " + std::to_string(draft_tokens) +
                              " tokens, top-" + std::to_string(topk) + (graphs ? ", graphs" : ", eager");
     const Outcome got = RunCuda(Spec(speculative::Algorithm::kDdtree, steps, draft_tokens, topk), graphs);
@@ -271,6 +272,34 @@ TEST_P(CudaTreeVerifyTest, CommittingAPathLeavesThePlainRunsState) {
         EXPECT_TRUE(std::equal(alone.begin(), alone.end(), logits.begin()))
             << "prefix " << prefix_len << " path to " << leaf << " token " << k;
       }
+    }
+  }
+  // A chain kept whole, longer than a CSA ring (8 rows): only the last rows of each ring
+  // position may land there.
+  std::vector<int32_t> chain_parents(13);
+  for (size_t i = 0; i < chain_parents.size(); ++i) chain_parents[i] = static_cast<int32_t>(i) - 1;
+  std::vector<int32_t> all_nodes(chain_parents.size());
+  for (size_t i = 0; i < all_nodes.size(); ++i) all_nodes[i] = static_cast<int32_t>(i);
+  for (int64_t prefix_len : PrefixLengths()) {
+    if (prefix_len + 32 > max_context_) continue;
+    const std::vector<int32_t> prefix = Tokens(prefix_len, vocab, 8);
+    const std::vector<int32_t> chain = Tokens(static_cast<int64_t>(chain_parents.size()), vocab, 9);
+    ASSERT_FALSE(RunAlone(0, prefix).empty());
+    std::vector<float> logits;
+    const testing::StepChunk verify{0, prefix_len, chain, true, false, chain_parents};
+    ASSERT_TRUE(model_->Forward({&verify, 1}, &logits).ok());
+    const TreeCommit commit{0, all_nodes};
+    ASSERT_TRUE(model_->executor().CommitTrees({&commit, 1}).ok());
+    std::vector<int32_t> seq = prefix;
+    seq.insert(seq.end(), chain.begin(), chain.end());
+    const std::vector<int32_t> next = Tokens(4, vocab, 10);
+    for (size_t k = 0; k < next.size(); ++k) {
+      const testing::StepChunk step{0, static_cast<int64_t>(seq.size()), std::span(next).subspan(k, 1), true, false};
+      ASSERT_TRUE(model_->Forward({&step, 1}, &logits).ok());
+      seq.push_back(next[k]);
+      const std::vector<float> alone = RunAlone(1, seq);
+      EXPECT_TRUE(std::equal(alone.begin(), alone.end(), logits.begin()))
+          << "prefix " << prefix_len << " after a 13-token chain, token " << k;
     }
   }
   // A list that is not a root path is refused, and so is a commit for a slot without a tree.

@@ -154,8 +154,12 @@ Result<StepPlan> PlanStep(std::span<const ChunkView> chunks, const ModelConfig& 
       int32_t* win = p.window_indices.data() + t * w;
       int64_t len = 0;
       for (int64_t q = std::max<int64_t>(0, pos - w + 1); q <= pos; ++q) {
-        const int64_t own = verify ? path[q - p0] : row + (q - p0);  // the step row of position q >= p0
-        win[len++] = static_cast<int32_t>(q < p0 ? chunk.slot * w + q % w : scratch + own);
+        if (q < p0) {
+          win[len++] = static_cast<int32_t>(chunk.slot * w + q % w);
+        } else {
+          const int64_t own = verify ? path[q - p0] : row + (q - p0);  // the step row of position q
+          win[len++] = static_cast<int32_t>(scratch + own);
+        }
       }
       p.window_lengths.push_back(static_cast<int32_t>(len));
       if (i >= t_n - w && !verify) {

@@ -65,16 +65,20 @@ Status CudaModel::Impl::EnqueueCommit(std::span<const TreeCommit> commits, cudaS
         if (layer.ratio == 0) continue;
         const bool is_csa = layer.csa_index >= 0;
         const int64_t coff = is_csa ? 2 : 1, ratio = layer.ratio;
-        const int64_t r = coff == 2 ? ((pos / ratio) % 2) * ratio + pos % ratio : pos % ratio;
-        const int64_t ring = static_cast<int64_t>(tree.slot) * coff * ratio + r;
         const LayerStage& st = stages[i];
         const LayerKv& l = kv[i];
-        const int64_t width = coff * hd;
-        add(at(st.kv.view, stage * width * 4), at(l.kv_ring, ring * width * 4), width * 4);
-        add(at(st.gate.view, stage * width * 4), at(l.gate_ring, ring * width * 4), width * 4);
-        if (is_csa) {
-          add(at(st.index_kv.view, stage * 2 * id * 4), at(l.index_kv_ring, ring * 2 * id * 4), 2 * id * 4);
-          add(at(st.index_gate.view, stage * 2 * id * 4), at(l.index_gate_ring, ring * 2 * id * 4), 2 * id * 4);
+        // The ring holds the last coff * ratio positions: an earlier kept node's row would
+        // land on the same ring row as a later one's (the copies run in no order).
+        if (d >= kept - coff * ratio) {
+          const int64_t r = coff == 2 ? ((pos / ratio) % 2) * ratio + pos % ratio : pos % ratio;
+          const int64_t ring = static_cast<int64_t>(tree.slot) * coff * ratio + r;
+          const int64_t width = coff * hd;
+          add(at(st.kv.view, stage * width * 4), at(l.kv_ring, ring * width * 4), width * 4);
+          add(at(st.gate.view, stage * width * 4), at(l.gate_ring, ring * width * 4), width * 4);
+          if (is_csa) {
+            add(at(st.index_kv.view, stage * 2 * id * 4), at(l.index_kv_ring, ring * 2 * id * 4), 2 * id * 4);
+            add(at(st.index_gate.view, stage * 2 * id * 4), at(l.index_gate_ring, ring * 2 * id * 4), 2 * id * 4);
+          }
         }
         if ((pos + 1) % ratio != 0) continue;
         const int64_t entry = (pos + 1) / ratio - 1;
