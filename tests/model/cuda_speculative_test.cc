@@ -211,6 +211,28 @@ class CudaTreeVerifyTest : public ::testing::TestWithParam<std::filesystem::path
     return logits;
   }
 
+  // Verifies `tree` (its `parents`) after `prefix` in slot 0, keeps the root path `nodes`, then
+  // decodes `next` one token at a time: each step's logits must be a plain run's, bit for bit.
+  void ExpectPlainAfterCommit(const std::vector<int32_t>& prefix, const std::vector<int32_t>& tree,
+                              const std::vector<int32_t>& parents, const std::vector<int32_t>& nodes,
+                              const std::vector<int32_t>& next, const std::string& what) {
+    ASSERT_FALSE(RunAlone(0, prefix).empty()) << what;
+    std::vector<float> logits;
+    const testing::StepChunk verify{0, static_cast<int64_t>(prefix.size()), tree, true, false, parents};
+    ASSERT_TRUE(model_->Forward({&verify, 1}, &logits).ok()) << what;
+    const TreeCommit commit{0, nodes};
+    ASSERT_TRUE(model_->executor().CommitTrees({&commit, 1}).ok()) << what;
+    std::vector<int32_t> seq = prefix;
+    for (int32_t j : nodes) seq.push_back(tree[static_cast<size_t>(j)]);
+    for (size_t k = 0; k < next.size(); ++k) {
+      const testing::StepChunk step{0, static_cast<int64_t>(seq.size()), std::span(next).subspan(k, 1), true, false};
+      ASSERT_TRUE(model_->Forward({&step, 1}, &logits).ok()) << what;
+      seq.push_back(next[k]);
+      const std::vector<float> alone = RunAlone(1, seq);
+      EXPECT_TRUE(std::equal(alone.begin(), alone.end(), logits.begin())) << what << ", token " << k;
+    }
+  }
+
   std::vector<int64_t> PrefixLengths() const {
     const int64_t w = config_.sliding_window;
     return {1, 5, w - 2, 64 - 3, std::max<int64_t>(1, config_.compress_ratio_hca - 4)};
@@ -249,64 +271,28 @@ TEST_P(CudaTreeVerifyTest, EveryNodeGetsTheLogitsOfItsPathRunAlone) {
 
 TEST_P(CudaTreeVerifyTest, CommittingAPathLeavesThePlainRunsState) {
   const int64_t vocab = config_.vocab_size;
-  for (int64_t prefix_len : PrefixLengths()) {
-    if (prefix_len + 16 > max_context_) continue;
-    for (int32_t leaf : {9, 5, 11}) {
-      const std::vector<int32_t> prefix = Tokens(prefix_len, vocab, 3);
-      const std::vector<int32_t> tree = Tokens(static_cast<int64_t>(parents_.size()), vocab, 4);
-      ASSERT_FALSE(RunAlone(0, prefix).empty());
-      std::vector<float> logits;
-      const testing::StepChunk verify{0, prefix_len, tree, true, false, parents_};
-      ASSERT_TRUE(model_->Forward({&verify, 1}, &logits).ok());
-      const TreeCommit commit{0, PathTo(leaf)};
-      ASSERT_TRUE(model_->executor().CommitTrees({&commit, 1}).ok());
-      // Two more tokens decoded one at a time after the kept path, against a plain run.
-      std::vector<int32_t> seq = prefix;
-      for (int32_t j : commit.nodes) seq.push_back(tree[static_cast<size_t>(j)]);
-      const std::vector<int32_t> next = Tokens(2, vocab, 5 + leaf);
-      for (size_t k = 0; k < next.size(); ++k) {
-        const testing::StepChunk step{0, static_cast<int64_t>(seq.size()), std::span(next).subspan(k, 1), true, false};
-        ASSERT_TRUE(model_->Forward({&step, 1}, &logits).ok());
-        seq.push_back(next[k]);
-        const std::vector<float> alone = RunAlone(1, seq);
-        EXPECT_TRUE(std::equal(alone.begin(), alone.end(), logits.begin()))
-            << "prefix " << prefix_len << " path to " << leaf << " token " << k;
-      }
-    }
+  const std::vector<int32_t> tree = Tokens(static_cast<int64_t>(parents_.size()), vocab, 4);
+  // A chain kept whole, longer than a CSA ring (8 rows): only the last kept rows of each ring
+  // row may land there.
+  std::vector<int32_t> chain_parents(13), all_nodes(13);
+  for (size_t i = 0; i < chain_parents.size(); ++i) {
+    chain_parents[i] = static_cast<int32_t>(i) - 1;
+    all_nodes[i] = static_cast<int32_t>(i);
   }
-  // A chain kept whole, longer than a CSA ring (8 rows): only the last rows of each ring
-  // position may land there.
-  std::vector<int32_t> chain_parents(13);
-  for (size_t i = 0; i < chain_parents.size(); ++i) chain_parents[i] = static_cast<int32_t>(i) - 1;
-  std::vector<int32_t> all_nodes(chain_parents.size());
-  for (size_t i = 0; i < all_nodes.size(); ++i) all_nodes[i] = static_cast<int32_t>(i);
+  const std::vector<int32_t> chain = Tokens(static_cast<int64_t>(chain_parents.size()), vocab, 9);
   for (int64_t prefix_len : PrefixLengths()) {
     if (prefix_len + 32 > max_context_) continue;
-    const std::vector<int32_t> prefix = Tokens(prefix_len, vocab, 8);
-    const std::vector<int32_t> chain = Tokens(static_cast<int64_t>(chain_parents.size()), vocab, 9);
-    ASSERT_FALSE(RunAlone(0, prefix).empty());
-    std::vector<float> logits;
-    const testing::StepChunk verify{0, prefix_len, chain, true, false, chain_parents};
-    ASSERT_TRUE(model_->Forward({&verify, 1}, &logits).ok());
-    const TreeCommit commit{0, all_nodes};
-    ASSERT_TRUE(model_->executor().CommitTrees({&commit, 1}).ok());
-    std::vector<int32_t> seq = prefix;
-    seq.insert(seq.end(), chain.begin(), chain.end());
-    const std::vector<int32_t> next = Tokens(4, vocab, 10);
-    for (size_t k = 0; k < next.size(); ++k) {
-      const testing::StepChunk step{0, static_cast<int64_t>(seq.size()), std::span(next).subspan(k, 1), true, false};
-      ASSERT_TRUE(model_->Forward({&step, 1}, &logits).ok());
-      seq.push_back(next[k]);
-      const std::vector<float> alone = RunAlone(1, seq);
-      EXPECT_TRUE(std::equal(alone.begin(), alone.end(), logits.begin()))
-          << "prefix " << prefix_len << " after a 13-token chain, token " << k;
-    }
+    for (int32_t leaf : {9, 5, 11})
+      ExpectPlainAfterCommit(Tokens(prefix_len, vocab, 3), tree, parents_, PathTo(leaf), Tokens(2, vocab, 5 + leaf),
+                             "prefix " + std::to_string(prefix_len) + ", path to " + std::to_string(leaf));
+    ExpectPlainAfterCommit(Tokens(prefix_len, vocab, 8), chain, chain_parents, all_nodes, Tokens(4, vocab, 10),
+                           "prefix " + std::to_string(prefix_len) + ", a 13-token chain");
   }
   // A list that is not a root path is refused, and so is a commit for a slot without a tree.
-  const std::vector<int32_t> prefix = Tokens(4, vocab, 6), tree = Tokens(static_cast<int64_t>(parents_.size()), vocab, 7);
+  const std::vector<int32_t> prefix = Tokens(4, vocab, 6), other = Tokens(static_cast<int64_t>(parents_.size()), vocab, 7);
   ASSERT_FALSE(RunAlone(0, prefix).empty());
   std::vector<float> logits;
-  const testing::StepChunk verify{0, 4, tree, true, false, parents_};
+  const testing::StepChunk verify{0, 4, other, true, false, parents_};
   ASSERT_TRUE(model_->Forward({&verify, 1}, &logits).ok());
   const TreeCommit skipping{0, {0, 3}}, other_slot{1, {0}}, root{0, {0}};
   EXPECT_EQ(model_->executor().CommitTrees({&skipping, 1}).code(), StatusCode::kInvalidArgument);
