@@ -68,8 +68,7 @@ void CudaModelRunner::PlanVerify(LaunchSlot& slot, std::span<const RunnerChunk> 
   std::vector<int64_t> depths(step_.size(), 0);
   std::vector<std::vector<int32_t>> chains(step_.size());
   std::vector<std::span<const speculative::DepthCandidates>> candidates(step_.size());
-  // DDTree with one candidate per depth is the chain (the drafter returns no candidates then).
-  const bool trees = speculative_.algorithm == speculative::Algorithm::kDdtree && speculative_.candidates() > 1;
+  const bool trees = DraftsTrees();
   bool all_rows_speculate = true, any_chain = false;
   for (size_t ci = 0, row = 0; ci < step_.size(); ++ci) {
     const ChunkView& v = step_[ci];
@@ -763,8 +762,7 @@ Status CudaModelRunner::FollowDrafter(LaunchSlot& slot, std::span<const uint8_t>
   }
   std::vector<int32_t> tokens;
   std::vector<speculative::DepthCandidates> candidates;
-  // DDTree with one candidate per depth is the chain (the drafter returns no candidates then).
-  const bool trees = speculative_.algorithm == speculative::Algorithm::kDdtree && speculative_.candidates() > 1;
+  const bool trees = DraftsTrees();
   const int32_t steps = speculative_.num_steps;
   PG_RETURN_IF_ERROR(executor_->Draft(inputs, steps, &tokens, trees ? &candidates : nullptr));
   const size_t per_input = static_cast<size_t>(steps);

@@ -161,6 +161,11 @@ class CudaModelRunner final : public ModelRunner {
   // Scores the step's rows and moves the sampling rows to the front of `logits`.
   Status EnqueueScoring(LaunchSlot& slot, const Tensor& logits, cudaStream_t stream, Tensor* sampled);
 
+  // Whether speculating rows verify DDTree trees built from the drafter's candidates (with one
+  // candidate per depth DDTree is the chain, and the drafter returns no candidates).
+  bool DraftsTrees() const {
+    return speculative_.algorithm == speculative::Algorithm::kDdtree && speculative_.candidates() > 1;
+  }
   // Speculative verify: turns speculating rows' chunks in step_ into draft trees and plans
   // the slot's per-row bookkeeping (Launch, before the device rows are appended).
   void PlanVerify(LaunchSlot& slot, std::span<const RunnerChunk> chunks, std::span<const RunnerSampling> sampling);
