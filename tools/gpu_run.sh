@@ -69,7 +69,9 @@
 #                                   SPEC_ROUNDS times (default 2): TPOT, throughput, mean accept length;
 #                                   the same completions over HTTP with and without speculation
 #                                   (tools/speculative_check.py, batch-invariant kernels); then
-#                                   peregrine profile --verify-tokens 4 at V4-Flash shapes
+#                                   peregrine profile --verify-tokens 4 at V4-Flash shapes (SPEC_EXTRAS=0: the
+#                                   served runs only; SPEC_BENCH_ARGS and SPEC_STREAMS replace the bench's
+#                                   arguments and concurrencies; PEREGRINE_BIN serves another binary)
 #   bash tools/gpu_run.sh structured every gpu-labelled test (TESTS narrows it), then serve + bench at
 #                                   V4-Flash shapes with 16 and 64 streams, unconstrained and under a
 #                                   JSON schema (--extra-body), for the decode-throughput ratio
@@ -187,9 +189,13 @@ if [ "$PHASE" = "fidelity" ]; then
   exit $status
 fi
 
-# device_seconds PORT: "busy idle" from the server's device-time counters.
+# device_seconds PORT: "busy idle draft launch collect host_draft" from the server's device-time
+# counters and the runner's host time by phase (0 where a binary does not export one).
 device_seconds() {
-  curl -s "http://127.0.0.1:$1/metrics" | awk '/^peregrine:device_busy_seconds_total/ {b=$2} /^peregrine:device_idle_seconds_total/ {i=$2} END {print b+0, i+0}'
+  curl -s "http://127.0.0.1:$1/metrics" | awk '/^peregrine:device_busy_seconds_total/ {b=$2}
+    /^peregrine:device_idle_seconds_total/ {i=$2} /^peregrine:device_draft_seconds_total/ {d=$2}
+    /^peregrine:runner_host_seconds_total.*phase="launch"/ {l=$2} /^peregrine:runner_host_seconds_total.*phase="collect"/ {c=$2}
+    /^peregrine:runner_host_seconds_total.*phase="draft"/ {h=$2} END {print b+0, i+0, d+0, l+0, c+0, h+0}'
 }
 
 # abort_check PORT: 24 streams cut by the client mid-generation and 8 bad requests while a
@@ -247,15 +253,18 @@ serve_bench() {
   shift 5
   start_server "$name" "$port" "$PEREGRINE" "$@"
   for c in $levels; do
-    read -r b0 i0 <<<"$(device_seconds "$port")"
+    read -r b0 i0 d0 l0 c0 h0 <<<"$(device_seconds "$port")"
     # shellcheck disable=SC2086
     timeout 150 "$PEREGRINE" bench --base-url "http://127.0.0.1:$port" $bench_args --concurrency "$c" \
       --result-file "$OUT/serve_bench_$name.jsonl" >"$OUT/bench_${name}_c$c.log" 2>&1 || status=1
-    read -r b1 i1 <<<"$(device_seconds "$port")"
+    read -r b1 i1 d1 l1 c1 h1 <<<"$(device_seconds "$port")"
     grep -E "output throughput|TPOT|TTFT" "$OUT/bench_${name}_c$c.log" | head -8 | sed "s/^/  c=$c /"
-    awk -v b="$b1" -v B="$b0" -v i="$i1" -v I="$i0" -v c="$c" -v n="$name" 'BEGIN {
-      busy = b - B; idle = i - I; f = (busy + idle > 0) ? idle / (busy + idle) : 0;
-      printf "{\"run\": \"%s\", \"concurrency\": %s, \"device_busy_s\": %.4f, \"device_idle_s\": %.4f, \"idle_fraction\": %.4f}\n", n, c, busy, idle, f }' \
+    # Between steps the device either drafts (speculative work) or idles; the runner's host
+    # phases say where the host's part of that went (the rest is the engine's).
+    awk -v b="$b1" -v B="$b0" -v i="$i1" -v I="$i0" -v d="$d1" -v D="$d0" -v l="$l1" -v L="$l0" \
+        -v k="$c1" -v K="$c0" -v h="$h1" -v H="$h0" -v c="$c" -v n="$name" 'BEGIN {
+      busy = b - B; idle = i - I; draft = d - D; all = busy + idle + draft; f = (all > 0) ? idle / all : 0;
+      printf "{\"run\": \"%s\", \"concurrency\": %s, \"device_busy_s\": %.4f, \"device_idle_s\": %.4f, \"device_draft_s\": %.4f, \"idle_fraction\": %.4f, \"host_launch_s\": %.4f, \"host_collect_s\": %.4f, \"host_draft_s\": %.4f}\n", n, c, busy, idle, draft, f, l - L, k - K, h - H }' \
       | tee -a "$OUT/device_idle.jsonl"
   done
   [[ "$name" == *overlap ]] && abort_check "$port"
@@ -320,7 +329,7 @@ if [ "$PHASE" = "speculative" ]; then
   # served without speculation and with the n-gram drafter (SPEC_STEPS deep), greedy, at 1
   # and 16 streams: per-user decode speed (TPOT) and the mean accept length, twice each.
   for t in ${TESTS:-$(gpu_tests)}; do run_test "$t" 240; done
-  BENCH_ARGS="--num-prompts 32 --input-len 128 --output-len 128 --warmup 2 --extra-body {\"temperature\":0}"
+  BENCH_ARGS="${SPEC_BENCH_ARGS:---num-prompts 32 --input-len 128 --output-len 128 --warmup 2 --extra-body {\"temperature\":0}}"
   algos="${SPEC_ALGOS:-ngram mtp ddtree}"
   spec_flags() {
     case "$1" in
@@ -330,12 +339,13 @@ if [ "$PHASE" = "speculative" ]; then
         "--speculative-num-draft-tokens ${DDTREE_TOKENS:-8} --speculative-eagle-topk ${DDTREE_TOPK:-4}" ;;
     esac
   }
+  levels="${SPEC_STREAMS:-1 16}"
   for round in $(seq 1 "${SPEC_ROUNDS:-2}"); do
-    serve_bench "demo_none_$round" 8128 "1 16" "$BENCH_ARGS" -- --max-model-len 4096
+    serve_bench "demo_none_$round" 8128 "$levels" "$BENCH_ARGS" -- --max-model-len 4096
     port=8129
     for algo in $algos; do
       # shellcheck disable=SC2046
-      serve_bench "demo_${algo}_$round" "$port" "1 16" "$BENCH_ARGS" -- --max-model-len 4096 $(spec_flags "$algo")
+      serve_bench "demo_${algo}_$round" "$port" "$levels" "$BENCH_ARGS" -- --max-model-len 4096 $(spec_flags "$algo")
       port=$((port + 1))
     done
   done
@@ -344,6 +354,7 @@ if [ "$PHASE" = "speculative" ]; then
       grep -E "accept" "$f" | sed "s|^|  $(basename "$f") |"
     done
   done
+  [ "${SPEC_EXTRAS:-1}" = 0 ] && exit $status
   # Over HTTP with batch-invariant kernels: the same completions with speculation as without
   # (tools/speculative_check.py: greedy and seeded sampled, logprobs, a stop string, a penalty).
   for algo in none $algos; do

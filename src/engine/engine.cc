@@ -590,6 +590,11 @@ void Engine::UpdateStats() {
   const DeviceTime device = runner_->device_time();
   stats_.device_busy_seconds = device.busy_s;
   stats_.device_idle_seconds = device.idle_s;
+  stats_.device_draft_seconds = device.draft_s;
+  const RunnerHostTime host = runner_->host_time();
+  stats_.runner_launch_seconds = host.launch_s;
+  stats_.runner_collect_seconds = host.collect_s;
+  stats_.runner_draft_seconds = host.draft_s;
   const SpeculativeCounts spec = runner_->speculative_counts();
   stats_.spec_num_drafts = spec.num_drafts;
   stats_.spec_num_draft_tokens = spec.num_draft_tokens;

@@ -40,6 +40,11 @@ struct EngineStats {
   std::string kv_cache_dtype = "bfloat16";  // the cache's format (EngineConfig::kv_cache_dtype)
   double device_busy_seconds = 0.0;    // cumulative device time of steps (runners that time it)
   double device_idle_seconds = 0.0;    // cumulative device idle time between steps of a busy engine
+  double device_draft_seconds = 0.0;   // cumulative device time of speculative work between steps
+  // Cumulative host time inside the runner's launch, collect and drafting (RunnerHostTime).
+  double runner_launch_seconds = 0.0;
+  double runner_collect_seconds = 0.0;
+  double runner_draft_seconds = 0.0;
   StepTokenCounts step_tokens;
   // Speculative decoding, cumulative (vLLM's spec_decode counters): verify steps of a row,
   // draft tokens proposed and accepted, and accepted per draft position (index k: position k + 1).

@@ -1,6 +1,8 @@
 #include "runtime/cuda_model_runner.h"
 
 #include <algorithm>
+#include <chrono>
+#include <random>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -11,6 +13,7 @@
 #include "backend/cuda/ops/token_bitmask.h"
 #include "kernels/sampling.cuh"
 #include "runtime/host_scoring.h"
+#include "sampling/device_rows.h"
 #include "sampling/token_bitmask.h"
 #include "speculative/ngram.h"
 
@@ -39,6 +42,52 @@ SequenceSamplingState NodeState(const SamplingParams& params, const SequenceSamp
   }
   return node;
 }
+
+// The device rows of a verify tree's nodes, each with the state NodeState gives it, without
+// copying the request's state per node: the path's tokens are counted beside the state's, and
+// depth d's generator is the request's past d tokens' draws.
+void AppendNodeRows(const SamplingParams& params, SequenceSamplingState& request,
+                    const speculative::DraftTree& tree, int64_t vocab, DeviceSamplingBatch& batch,
+                    std::vector<std::mt19937_64>* rng_before) {
+  const auto draws = static_cast<unsigned long long>(DrawsPerToken(params));
+  std::vector<std::mt19937_64> depth_rng;
+  std::vector<int32_t> path;
+  for (int64_t j = 0; j < tree.num_nodes(); ++j) {
+    path.clear();
+    for (int64_t k = j; k > 0; k = tree.parents[static_cast<size_t>(k)]) path.push_back(tree.tokens[static_cast<size_t>(k)]);
+    std::reverse(path.begin(), path.end());
+    while (depth_rng.size() <= path.size()) {
+      if (depth_rng.empty()) {
+        depth_rng.push_back(request.rng());  // a copy: the request's generator is not moved
+      } else {
+        depth_rng.push_back(depth_rng.back());
+        depth_rng.back().discard(draws);
+      }
+    }
+    std::mt19937_64 rng = depth_rng[path.size()];
+    rng_before->emplace_back();
+    AppendDeviceRowAfter(params, request, path, rng, vocab, batch, &rng_before->back());
+  }
+}
+
+// Adds the wall time of its scope, less what `exclude` grew by meanwhile, to `*total`.
+class ScopedSeconds {
+ public:
+  explicit ScopedSeconds(double* total, const double* exclude = nullptr)
+      : total_(total), exclude_(exclude), exclude_before_(exclude != nullptr ? *exclude : 0.0) {}
+  ScopedSeconds(const ScopedSeconds&) = delete;
+  ScopedSeconds& operator=(const ScopedSeconds&) = delete;
+  ~ScopedSeconds() {
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    *total_ += s - (exclude_ != nullptr ? *exclude_ - exclude_before_ : 0.0);
+  }
+
+ private:
+  double* total_;
+  const double* exclude_;
+  double exclude_before_;
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+};
 
 }  // namespace
 
@@ -524,6 +573,7 @@ Status CudaModelRunner::LaunchHostSampled(LaunchSlot& slot, std::span<const Runn
 
 Status CudaModelRunner::Launch(std::span<const RunnerChunk> chunks, std::span<const RunnerSampling> sampling) {
   if (static_cast<int>(launched_.size()) >= max_in_flight()) return Internal("too many launched steps");
+  const ScopedSeconds timer(&host_time_.launch_s);
   const int index = (last_launched_ + 1) % static_cast<int>(launch_slots_.size());
   LaunchSlot& slot = launch_slots_[static_cast<size_t>(index)];
   PG_RETURN_IF_ERROR(PlanChunks(chunks));
@@ -562,11 +612,7 @@ Status CudaModelRunner::Launch(std::span<const RunnerChunk> chunks, std::span<co
     // path's tokens below the root appended, one draw per token before it: the draw of its
     // depth); the request's own state moves in Collect, by the tokens kept.
     slot.num_nodes.push_back(static_cast<size_t>(tree.num_nodes()));
-    for (int64_t j = 0; j < tree.num_nodes(); ++j) {
-      SequenceSamplingState node = NodeState(*sampling[i].params, *sampling[i].state, tree, j);
-      slot.rng_before.emplace_back();
-      AppendDeviceRow(*sampling[i].params, node, vocab, slot.batch, &slot.rng_before.back());
-    }
+    AppendNodeRows(*sampling[i].params, *sampling[i].state, tree, vocab, slot.batch, &slot.rng_before);
   }
   slot.row_slots.clear();
   slot.records.clear();
@@ -657,12 +703,15 @@ Status CudaModelRunner::Collect(std::span<const uint8_t> skip, CollectedStep* co
   if (auto busy = peregrine::cuda::Event::ElapsedMs(step_start_[slot.timing], step_end_[slot.timing]); busy.ok())
     device_time_.busy_s += *busy * 1e-3;
   if (last_timing_ >= 0 && !idle_since_collect_) {
+    // The speculative work enqueued after the last step (timed below) ran in this gap.
     auto gap = peregrine::cuda::Event::ElapsedMs(step_end_[static_cast<size_t>(last_timing_)], step_start_[slot.timing]);
-    if (gap.ok() && *gap > 0.0f) device_time_.idle_s += *gap * 1e-3;
+    if (gap.ok() && *gap - spec_gap_ms_ > 0.0f) device_time_.idle_s += (*gap - spec_gap_ms_) * 1e-3;
   }
+  spec_gap_ms_ = 0.0f;
   last_timing_ = static_cast<int64_t>(slot.timing);
   idle_since_collect_ = false;
   ++device_time_.steps;
+  const ScopedSeconds timer(&host_time_.collect_s, &host_time_.draft_s);
 
   const size_t r = slot.first_row.size();  // the engine's sampling rows (device rows: slot.rows)
   if (skip.size() != r) return Internal("collect: one skip flag per sampling row expected");
@@ -685,6 +734,16 @@ Status CudaModelRunner::Collect(std::span<const uint8_t> skip, CollectedStep* co
     PG_RETURN_IF_ERROR(
         ReadDeviceRow(slot, i, *slot.sampling[row].params, slot.sampling[row].state, &(*results)[row]));
   }
+  // The device time of the commits and the drafter, between this step and the next (when no
+  // later step is in flight: its work would be on the stream in between).
+  const bool speculative_work = launched_.empty() && (!commits.empty() || !slot.records.empty());
+  if (speculative_work) {
+    if (spec_start_.get() == nullptr) {
+      PG_ASSIGN_OR_RETURN(spec_start_, peregrine::cuda::Event::Create(true));
+      PG_ASSIGN_OR_RETURN(spec_end_, peregrine::cuda::Event::Create(true));
+    }
+    PG_RETURN_IF_ERROR(spec_start_.Record(executor_->stream()));
+  }
   // Every chain keeps its accepted prefix before the next step runs (stream order).
   if (!commits.empty()) {
     if (Status c = executor_->CommitTrees(commits); !c.ok()) {
@@ -693,11 +752,21 @@ Status CudaModelRunner::Collect(std::span<const uint8_t> skip, CollectedStep* co
     }
   }
   if (!slot.records.empty()) {
+    const ScopedSeconds draft_timer(&host_time_.draft_s);
     if (Status d = FollowDrafter(slot, skip, *results, commits); !d.ok()) {
       // The drafters start over; the target's state is intact.
       for (SlotDrafter& drafter : drafters_) drafter = {};
       return d;
     }
+  }
+  if (speculative_work) {
+    // The drafter waited for its tokens, so this wait is short; without a drafter it waits
+    // for the commits, which the next step would wait for anyway.
+    PG_RETURN_IF_ERROR(spec_end_.Record(executor_->stream()));
+    PG_RETURN_IF_ERROR(spec_end_.Synchronize());
+    PG_ASSIGN_OR_RETURN(const float ms, peregrine::cuda::Event::ElapsedMs(spec_start_, spec_end_));
+    device_time_.draft_s += ms * 1e-3;
+    spec_gap_ms_ = ms;
   }
   return Status::Ok();
 }

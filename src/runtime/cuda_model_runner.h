@@ -70,6 +70,7 @@ class CudaModelRunner final : public ModelRunner {
         executor_->options().max_logit_rows - std::max(slots, VerifyRows(speculative_, slots)), 0);
   }
   DeviceTime device_time() const override { return device_time_; }
+  RunnerHostTime host_time() const override { return host_time_; }
   void NoteIdle() override { idle_since_collect_ = true; }
   // Disaggregation (cuda_kv_transfer.cc): pages in the device's own formats (bf16 rings and
   // entries, f32 compressor rings).
@@ -216,6 +217,11 @@ class CudaModelRunner final : public ModelRunner {
   int64_t last_timing_ = -1;  // ring entry of the last collected step
   bool idle_since_collect_ = false;
   DeviceTime device_time_;
+  RunnerHostTime host_time_;
+  // Speculative work between steps (commits, the drafter): its device time, timed with a
+  // pair of events per Collect, is taken out of the next gap idle_s would count.
+  peregrine::cuda::Event spec_start_, spec_end_;
+  float spec_gap_ms_ = 0.0f;
   // Disaggregation over CUDA IPC (cuda_kv_transfer.cc): the export arena, the peers' arenas
   // this process opened (by handle), the copy kernel's buffers and the export stream.
   std::shared_ptr<KvStagingArena> kv_staging_;

@@ -83,10 +83,24 @@ struct SpeculativeCounts {
 // Device time of the steps a runner has completed (runners that time their device; zero
 // otherwise). idle_s counts the device's waits between consecutive steps while the engine
 // had work (the host's share of a step that overlap hides), not its waits for requests.
+// draft_s is the device time of speculative decoding's work between steps (committing the
+// accepted drafts and running the drafter); it lies between steps but is not idle_s.
 struct DeviceTime {
   double busy_s = 0.0;
   double idle_s = 0.0;
+  double draft_s = 0.0;
   int64_t steps = 0;
+};
+
+// Host (wall) time inside a runner's calls (runners that time them; zero otherwise): Launch
+// (planning, draft trees, sampling rows, enqueueing the step), Collect once the step is done
+// (reading its results, acceptance, enqueueing commits), and drafting inside Collect (the
+// drafter's inputs, its run and the wait for its tokens). The rest of the time between two
+// steps is the engine's own.
+struct RunnerHostTime {
+  double launch_s = 0.0;
+  double collect_s = 0.0;
+  double draft_s = 0.0;
 };
 
 // A sampling row's grammar mask (structured outputs): none, known at Launch, or depending on
@@ -143,6 +157,7 @@ class ModelRunner {
   // Scored rows a step may hold besides one sampled row per slot (0: no prompt logprobs).
   virtual int64_t max_scored_rows() const = 0;
   virtual DeviceTime device_time() const { return {}; }
+  virtual RunnerHostTime host_time() const { return {}; }
   // Draft positions a speculating row may verify after its token (0: no speculation).
   virtual int32_t speculative_lookahead() const { return 0; }
   // Verify nodes a speculating row adds to a step at most (the step's token budget).

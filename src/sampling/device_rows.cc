@@ -1,4 +1,4 @@
-// AppendDeviceRow and SampleOverflowRow; see device_rows.h.
+// AppendDeviceRow, AppendDeviceRowAfter and SampleOverflowRow; see device_rows.h.
 #include "sampling/device_rows.h"
 
 #include <algorithm>
@@ -22,38 +22,60 @@ void DeviceSamplingBatch::Clear() {
 
 void AppendDeviceRow(const SamplingParams& params, SequenceSamplingState& state, int64_t vocab_size,
                      DeviceSamplingBatch& batch, std::mt19937_64* rng_before) {
+  AppendDeviceRowAfter(params, state, {}, state.rng(), vocab_size, batch, rng_before);
+}
+
+void AppendDeviceRowAfter(const SamplingParams& params, const SequenceSamplingState& state,
+                          std::span<const int32_t> path, std::mt19937_64& rng, int64_t vocab_size,
+                          DeviceSamplingBatch& batch, std::mt19937_64* rng_before) {
   const size_t first = batch.edits.size();
   auto add = [&](int32_t token, DeviceEditOp op, double value) {
     batch.edits.push_back({token, static_cast<int32_t>(op), value});
+  };
+  // The generated counts as if `path` were appended: each counted token once, the state's
+  // first, then the path's tokens the state has not generated (the edits are sorted by token
+  // below, so only the order of each token's own edits matters).
+  const auto& generated = state.generated_counts();
+  auto in_path = [&](int32_t token) {
+    return static_cast<int32_t>(std::count(path.begin(), path.end(), token));
+  };
+  auto for_each_generated = [&](auto&& visit) {
+    for (const auto& [token, count] : generated) visit(token, count + in_path(token));
+    for (size_t i = 0; i < path.size(); ++i) {
+      const int32_t token = path[i];
+      if (generated.contains(token) || std::find(path.begin(), path.begin() + static_cast<std::ptrdiff_t>(i), token) !=
+                                           path.begin() + static_cast<std::ptrdiff_t>(i))
+        continue;
+      visit(token, in_path(token));
+    }
   };
   // The order of Sample(): logit_bias, repetition penalty, presence/frequency penalties.
   for (const auto& [token, bias] : params.logit_bias) {
     if (IsInVocab(token, vocab_size)) add(token, DeviceEditOp::kAdd, bias);
   }
-  if (state.num_generated() < params.min_tokens) {
+  if (state.num_generated() + static_cast<int64_t>(path.size()) < params.min_tokens) {
     for (int32_t token : params.min_tokens_stop_ids)
       if (IsInVocab(token, vocab_size)) add(token, DeviceEditOp::kAdd, -std::numeric_limits<double>::infinity());
   }
   const auto& prompt = state.prompt_counts();
-  const auto& generated = state.generated_counts();
   if (params.repetition_penalty != 1.0f) {
     for (const auto& [token, count] : prompt) {
       if (count > 0 && IsInVocab(token, vocab_size)) add(token, DeviceEditOp::kRepetition, params.repetition_penalty);
     }
-    for (const auto& [token, count] : generated) {
-      if (count <= 0 || !IsInVocab(token, vocab_size)) continue;
+    for_each_generated([&](int32_t token, int32_t count) {
+      if (count <= 0 || !IsInVocab(token, vocab_size)) return;
       const auto in_prompt = prompt.find(token);
-      if (in_prompt != prompt.end() && in_prompt->second > 0) continue;
+      if (in_prompt != prompt.end() && in_prompt->second > 0) return;
       add(token, DeviceEditOp::kRepetition, params.repetition_penalty);
-    }
+    });
   }
   if (params.presence_penalty != 0.0f || params.frequency_penalty != 0.0f) {
-    for (const auto& [token, count] : generated) {
-      if (count <= 0 || !IsInVocab(token, vocab_size)) continue;
+    for_each_generated([&](int32_t token, int32_t count) {
+      if (count <= 0 || !IsInVocab(token, vocab_size)) return;
       // Exactly logits_processors.cc's double expression (this library has no FMA contraction).
       const double amount = params.presence_penalty + static_cast<double>(params.frequency_penalty) * count;
       add(token, DeviceEditOp::kSubtract, amount);
-    }
+    });
   }
   std::stable_sort(batch.edits.begin() + static_cast<std::ptrdiff_t>(first), batch.edits.end(),
                    [](const DeviceLogitEdit& a, const DeviceLogitEdit& b) { return a.token < b.token; });
@@ -65,11 +87,11 @@ void AppendDeviceRow(const SamplingParams& params, SequenceSamplingState& state,
   row.top_p = params.top_p;
   row.min_p = params.min_p;
   row.num_top_logprobs = std::min(params.logprobs, kMaxTopLogprobs);
-  if (rng_before != nullptr) *rng_before = state.rng();
+  if (rng_before != nullptr) *rng_before = rng;
   // Sample()'s test: an unvalidated negative or NaN temperature is greedy too.
   if (params.temperature > 0.0f) {
     row.inv_temperature = InverseTemperature(params.temperature);
-    row.u = UnitIntervalFromBits(state.rng()());
+    row.u = UnitIntervalFromBits(rng());
   }
   batch.rows.push_back(row);
 }

@@ -58,6 +58,15 @@ struct DeviceSamplingBatch {
 void AppendDeviceRow(const SamplingParams& params, SequenceSamplingState& state, int64_t vocab_size,
                      DeviceSamplingBatch& batch, std::mt19937_64* rng_before = nullptr);
 
+// The row `state` would give once the tokens of `path` were appended to it (the counts and
+// min_tokens see them), drawing from `rng` (the caller's generator for this row, e.g. a copy of
+// the state's advanced past the path's draws). `state` does not change and is not copied: a
+// draft tree's nodes take their rows this way, each with the state of its path, and without
+// penalties a row costs the same however many tokens the request has generated.
+void AppendDeviceRowAfter(const SamplingParams& params, const SequenceSamplingState& state,
+                          std::span<const int32_t> path, std::mt19937_64& rng, int64_t vocab_size,
+                          DeviceSamplingBatch& batch, std::mt19937_64* rng_before = nullptr);
+
 // A row the device could not sample (status kSamplingOverflow): restores the raw logits from the
 // device's edited row and its edit_raw entries, rewinds the RNG to `rng_before` and runs Sample(),
 // which draws the same u, records the token in `state` and returns what the device would have.

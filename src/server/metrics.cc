@@ -130,6 +130,17 @@ std::string ServerMetrics::Render(const EngineStats& stats) const {
   w.Counter("device_idle_seconds_total",
             "Device idle time between consecutive engine steps while requests were running, in seconds.",
             stats.device_idle_seconds);
+  w.Counter("device_draft_seconds_total",
+            "Device time of speculative decoding between engine steps (committing accepted drafts, running the "
+            "drafter), in seconds.",
+            stats.device_draft_seconds);
+  w.Family("runner_host_seconds_total",
+           "Host time inside the model runner, by phase: launch (planning and enqueueing a step), collect (reading "
+           "a finished step, acceptance), draft (running the drafter and waiting for its tokens), in seconds.",
+           "counter");
+  w.Sample("runner_host_seconds_total", Label("phase", "launch"), stats.runner_launch_seconds);
+  w.Sample("runner_host_seconds_total", Label("phase", "collect"), stats.runner_collect_seconds);
+  w.Sample("runner_host_seconds_total", Label("phase", "draft"), stats.runner_draft_seconds);
   if (stats.spec_lookahead > 0) {
     // Speculative decoding (vLLM's spec_decode counters), only when the engine speculates.
     w.Counter("spec_decode_num_drafts_total", "Number of spec decoding drafts.", count(stats.spec_num_drafts));

@@ -1,13 +1,16 @@
 // AppendDeviceRow: the RNG is consumed exactly as Sample() consumes it, edits come out sorted by
 // token in Sample()'s order and reproduce Sample()'s processed logits, and SampleOverflowRow
-// returns what Sample() returns.
+// returns what Sample() returns; AppendDeviceRowAfter gives the row of the state with a path
+// appended without touching the state.
 #include "sampling/device_rows.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "sampling/cdf_walk.h"
@@ -132,6 +135,79 @@ TEST(DeviceRowsTest, OverflowRowMatchesSample) {
   ASSERT_EQ(got.top_logprobs.size(), want.top_logprobs.size());
   EXPECT_TRUE(host.rng() == device.rng());
   EXPECT_EQ(host.generated_counts(), device.generated_counts());
+}
+
+// Rows equal field by field, edits included (the values bit for bit).
+void ExpectSameRows(const DeviceSamplingBatch& a, const DeviceSamplingBatch& b, const std::string& what) {
+  ASSERT_EQ(a.num_rows(), b.num_rows()) << what;
+  EXPECT_EQ(a.edit_offsets, b.edit_offsets) << what;
+  ASSERT_EQ(a.edits.size(), b.edits.size()) << what;
+  for (size_t i = 0; i < a.edits.size(); ++i) {
+    EXPECT_EQ(a.edits[i].token, b.edits[i].token) << what << ", edit " << i;
+    EXPECT_EQ(a.edits[i].op, b.edits[i].op) << what << ", edit " << i;
+    EXPECT_EQ(std::bit_cast<uint64_t>(a.edits[i].value), std::bit_cast<uint64_t>(b.edits[i].value))
+        << what << ", edit " << i;
+  }
+  for (size_t r = 0; r < a.rows.size(); ++r) {
+    EXPECT_EQ(a.rows[r].temperature, b.rows[r].temperature) << what;
+    EXPECT_EQ(a.rows[r].inv_temperature, b.rows[r].inv_temperature) << what;
+    EXPECT_EQ(a.rows[r].top_k, b.rows[r].top_k) << what;
+    EXPECT_EQ(a.rows[r].top_p, b.rows[r].top_p) << what;
+    EXPECT_EQ(a.rows[r].min_p, b.rows[r].min_p) << what;
+    EXPECT_EQ(a.rows[r].num_top_logprobs, b.rows[r].num_top_logprobs) << what;
+    EXPECT_EQ(a.rows[r].u, b.rows[r].u) << what;
+  }
+}
+
+// A draft tree's node row: the state with the node's path appended (a copy, as the tree's
+// nodes used to be built) against the state untouched plus the path beside it.
+TEST(DeviceRowsTest, RowAfterAPathEqualsTheRowOfTheAppendedState) {
+  constexpr int64_t kVocab = 40;
+  SamplingParams plain;
+  plain.temperature = 0.0f;
+  SamplingParams penalties;
+  penalties.temperature = 0.7f;
+  penalties.seed = 5;
+  penalties.repetition_penalty = 1.3f;
+  penalties.presence_penalty = 0.25f;
+  penalties.frequency_penalty = 0.5f;
+  penalties.logit_bias = {{2, 1.5f}, {39, -3.0f}, {45, 1.0f}};
+  penalties.min_tokens = 7;  // 4 generated: paths of 3 or more lift the ban
+  penalties.min_tokens_stop_ids = {1, 2};
+  SamplingParams only_frequency;
+  only_frequency.temperature = 1.0f;
+  only_frequency.seed = 9;
+  only_frequency.frequency_penalty = -0.75f;
+  const std::vector<int32_t> prompt = {6, 6, 11, 30};
+  const std::vector<std::vector<int32_t>> paths = {
+      {}, {6}, {12}, {12, 12}, {3, 6, 12, 12}, {7, 50, 7, 2}, {-1, 39}, {8, 8, 8, 8, 8, 9},
+  };
+  for (const SamplingParams& p : {plain, penalties, only_frequency}) {
+    SequenceSamplingState state(p, prompt);
+    for (int32_t t : {6, 12, 3, 3}) state.Append(t);
+    const auto draws = static_cast<unsigned long long>(DrawsPerToken(p));
+    for (const std::vector<int32_t>& path : paths) {
+      const std::string what = "temperature " + std::to_string(p.temperature) + ", path of " +
+                               std::to_string(path.size());
+      SequenceSamplingState copy = state;
+      for (int32_t t : path) {
+        copy.Append(t);
+        copy.rng().discard(draws);
+      }
+      DeviceSamplingBatch want, got;
+      std::mt19937_64 want_before, got_before;
+      AppendDeviceRow(p, copy, kVocab, want, &want_before);
+      const std::mt19937_64 untouched = state.rng();
+      std::mt19937_64 rng = state.rng();
+      rng.discard(draws * path.size());
+      AppendDeviceRowAfter(p, state, path, rng, kVocab, got, &got_before);
+      ExpectSameRows(want, got, what);
+      EXPECT_TRUE(want_before == got_before) << what;
+      EXPECT_TRUE(copy.rng() == rng) << what;  // the same draws taken
+      EXPECT_TRUE(state.rng() == untouched) << what;
+      EXPECT_EQ(state.num_generated(), 4) << what;
+    }
+  }
 }
 
 }  // namespace

@@ -175,6 +175,10 @@ TEST_F(MetricsTest, EverySeriesWithVllmNames) {
   stats.prefix_cache_hits = 40;
   stats.device_busy_seconds = 12.5;
   stats.device_idle_seconds = 0.25;
+  stats.device_draft_seconds = 0.125;
+  stats.runner_launch_seconds = 1.5;
+  stats.runner_collect_seconds = 0.75;
+  stats.runner_draft_seconds = 0.5;
   stats.step_tokens.buckets[0] = 2;   // two steps of one token
   stats.step_tokens.buckets[3] = 1;   // one of 30 (<= 32)
   stats.step_tokens.buckets.back() = 1;  // one above 16384
@@ -198,6 +202,10 @@ TEST_F(MetricsTest, EverySeriesWithVllmNames) {
   EXPECT_EQ(v("prefix_cache_hits_total"), 40);
   EXPECT_EQ(v("device_busy_seconds_total"), 12.5);
   EXPECT_EQ(v("device_idle_seconds_total"), 0.25);
+  EXPECT_EQ(v("device_draft_seconds_total"), 0.125);
+  EXPECT_EQ(v("runner_host_seconds_total", "phase=\"launch\""), 1.5);
+  EXPECT_EQ(v("runner_host_seconds_total", "phase=\"collect\""), 0.75);
+  EXPECT_EQ(v("runner_host_seconds_total", "phase=\"draft\""), 0.5);
   EXPECT_EQ(v("generation_tokens_total"), 5.0 * static_cast<double>(num_tokens));
   EXPECT_GT(v("prompt_tokens_total"), 0);
   EXPECT_EQ(v("request_success_total", "finished_reason=\"stop\""), 5);
