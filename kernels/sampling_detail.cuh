@@ -1,4 +1,4 @@
-// Device building blocks of the sampling kernel (kernels/sampling.cu, the only includer): the
+// Device building blocks of the sampling kernel (kernels/sampling.cu; draft_candidates.cu takes its keys): the
 // host sampler's arithmetic spelled with round-to-nearest intrinsics, ordered keys, block
 // reductions and scans, the batched row pass, the bitonic sort, and the radix-select and
 // threshold gathers. See bench/sampling_gpu/NOTES.md.

@@ -5,6 +5,9 @@
 // same process: what the server does today, a device-to-host copy of the logits and
 // peregrine::Sample() on every row, timed on the host including the copy.
 //
+// Then the drafter's candidates kernel (K = 1 and 4, batch 1, 16, 64) against the sampling
+// kernel's top-logprobs path in the same process.
+//
 // With --phases, one more stamped launch per shape reports where a row's time goes (medians over
 // the rows of the SM clock between the kernel's stamps, kernels/sampling.cuh SamplingPhase, in
 // us at each row's own clock rate as the global timer measured it) and the slowest row's time.
@@ -243,6 +246,68 @@ int main(int argc, char** argv) {
                      "\"peer_us\":%.2f,\"speedup\":%.2f,\"overflow_rows\":%lld%s}\n",
                      setting.name, static_cast<long long>(batch), static_cast<long long>(kVocab), us, bytes, tbs,
                      tbs / kRooflineTBs, host, host / us, static_cast<long long>(overflow), phase_json.c_str());
+      }
+    }
+  }
+  // The drafter's candidates (kernels/draft_candidates.cuh): K tokens and log-probabilities per
+  // row in one pass, against its peer in this process, the sampling kernel's greedy rows with
+  // num_top_logprobs = K (what the drafter ran before). Neither edits the logits in place.
+  std::printf("\n%-18s %5s %10s %8s %8s %12s %9s\n", "draft_candidates", "batch", "time_us", "TB/s", "roofline",
+              "sampling_us", "speedup");
+  auto time_us = [&](const std::function<Status()>& launch) {
+    std::vector<double> ms;
+    for (int i = 0; i < kWarmup + kRuns; ++i) {
+      Must(start.Record(stream.get()), "record");
+      Must(launch(), "launch");
+      Must(end.Record(stream.get()), "record");
+      Must(end.Synchronize(), "sync");
+      if (i >= kWarmup) ms.push_back(MustValue(cuda::Event::ElapsedMs(start, end), "elapsed"));
+    }
+    return Median(ms) * 1e3;
+  };
+  for (int32_t k : {1, 4}) {
+    for (int64_t batch : {1, 16, 64}) {
+      DeviceSamplingBatch rows_host;
+      for (int64_t b = 0; b < batch; ++b) {
+        DeviceSamplingRow row;
+        row.num_top_logprobs = k > 1 ? k : -1;
+        rows_host.rows.push_back(row);
+        rows_host.edit_offsets.push_back(0);
+      }
+      MustCuda(cudaMemcpy(rows.data(), rows_host.rows.data(), rows_host.rows.size() * 32, cudaMemcpyHostToDevice), "rows");
+      MustCuda(cudaMemcpy(offsets.data(), rows_host.edit_offsets.data(), rows_host.edit_offsets.size() * 4,
+                          cudaMemcpyHostToDevice), "offsets");
+      cuda::SamplingArgs a;
+      a.logits = Tensor::Contiguous(pristine.data(), DType::kF32, {batch, kVocab}, Device::kCuda);
+      a.rows = Tensor::Contiguous(rows.data(), DType::kU8, {batch, 32}, Device::kCuda);
+      a.edit_offsets = Tensor::Contiguous(offsets.data(), DType::kI32, {batch + 1}, Device::kCuda);
+      a.tokens = Tensor::Contiguous(tokens.data(), DType::kI32, {batch}, Device::kCuda);
+      a.logprobs = Tensor::Contiguous(logprobs.data(), DType::kF32, {batch}, Device::kCuda);
+      a.top_tokens = Tensor::Contiguous(top_tokens.data(), DType::kI32, {batch, 20}, Device::kCuda);
+      a.top_logprobs = Tensor::Contiguous(top_logprobs.data(), DType::kF32, {batch, 20}, Device::kCuda);
+      a.status = Tensor::Contiguous(status.data(), DType::kI32, {batch}, Device::kCuda);
+      cuda::DraftCandidatesArgs d;
+      d.logits = a.logits;
+      d.tokens = a.tokens;
+      d.k = k;
+      if (k > 1) {
+        d.top_tokens = a.top_tokens;
+        d.top_logprobs = a.top_logprobs;
+      }
+      const double ours = time_us([&] { return cuda::DraftCandidates(d, stream.get()); });
+      const double peer = time_us([&] { return cuda::Sample(a, stream.get()); });
+      const size_t bytes = static_cast<size_t>(batch * kVocab * 4);
+      const double tbs = static_cast<double>(bytes) / (ours * 1e-6) / 1e12;
+      std::printf("K=%-16d %5lld %10.2f %8.3f %8.3f %12.2f %9.2f\n", k, static_cast<long long>(batch), ours, tbs,
+                  tbs / kRooflineTBs, peer, peer / ours);
+      if (out != nullptr) {
+        std::fprintf(out,
+                     "{\"op\":\"draft_candidates\",\"k\":%d,\"batch\":%lld,\"vocab\":%lld,\"time_us\":%.3f,"
+                     "\"bytes\":%zu,\"tb_s\":%.4f,\"roofline_fraction\":%.4f,"
+                     "\"peer\":\"sampling kernel, greedy rows with num_top_logprobs = K\",\"peer_us\":%.3f,"
+                     "\"speedup\":%.2f}\n",
+                     k, static_cast<long long>(batch), static_cast<long long>(kVocab), ours, bytes, tbs,
+                     tbs / kRooflineTBs, peer, peer / ours);
       }
     }
   }

@@ -105,7 +105,7 @@ struct DeviceModelLimits {
   // Speculative drafting on the device (the checkpoint's MTP layer): chains up to this deep;
   // 0: no drafter is loaded.
   int32_t max_draft_steps = 0;
-  // The drafter's candidates per depth (DDTree's top-k, at most kSamplingMaxTopLogprobs);
+  // The drafter's candidates per depth (DDTree's top-k, at most kDraftMaxCandidates = 16);
   // 1: its greedy chain alone.
   int32_t draft_candidates = 1;
 };

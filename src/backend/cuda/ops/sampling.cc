@@ -4,6 +4,7 @@
 
 #include "backend/cuda/cuda_status.h"
 #include "backend/cuda/ops/tensor_check.h"
+#include "kernels/draft_candidates.cuh"
 #include "kernels/sampling.cuh"
 #include "sampling/device_rows.h"
 
@@ -70,6 +71,32 @@ Status Sample(const SamplingArgs& a, cudaStream_t stream) {
   p.batch = batch.value();
   p.vocab = static_cast<int32_t>(vocab.value());
   PG_CUDA_RETURN_IF_ERROR(kernels::LaunchSampling(p, stream));
+  return Status::Ok();
+}
+
+Status DraftCandidates(const DraftCandidatesArgs& a, cudaStream_t stream) {
+  TensorChecker check("draft_candidates");
+  Dim batch("B"), vocab("V"), width("W");
+  PG_RETURN_IF_ERROR(check.Check("logits", a.logits, DType::kF32, {&batch, &vocab}));
+  PG_RETURN_IF_ERROR(check.Check("tokens", a.tokens, DType::kI32, {&batch}, Device::kCuda, 4));
+  PG_RETURN_IF_ERROR(check.CheckOptional("top_tokens", a.top_tokens, DType::kI32, {&batch, &width}, Device::kCuda, 4));
+  PG_RETURN_IF_ERROR(check.CheckOptional("top_logprobs", a.top_logprobs, DType::kF32, {&batch, &width}, Device::kCuda, 4));
+  const bool top = a.top_tokens.data != nullptr;
+  PG_RETURN_IF_ERROR(check.Require(top == (a.top_logprobs.data != nullptr), "top_tokens and top_logprobs together"));
+  PG_RETURN_IF_ERROR(check.Require(a.k >= 1 && a.k <= kernels::kDraftMaxCandidates, "k must be in [1, 16]"));
+  PG_RETURN_IF_ERROR(check.Require(!top || (a.column >= 0 && a.column + a.k <= width.value()),
+                                   "the k columns must lie inside W"));
+  PG_RETURN_IF_ERROR(check.Require(vocab.value() < (int64_t{1} << 31), "V must be below 2^31"));
+  kernels::DraftCandidatesParams p;
+  p.logits = a.logits.as<const float>();
+  p.tokens = a.tokens.as<int32_t>();
+  p.top_tokens = top ? a.top_tokens.as<int32_t>() + a.column : nullptr;
+  p.top_logprobs = top ? a.top_logprobs.as<float>() + a.column : nullptr;
+  p.top_pitch = top ? width.value() : 0;
+  p.batch = batch.value();
+  p.vocab = static_cast<int32_t>(vocab.value());
+  p.k = static_cast<int32_t>(a.k);
+  PG_CUDA_RETURN_IF_ERROR(kernels::LaunchDraftCandidates(p, stream));
   return Status::Ok();
 }
 

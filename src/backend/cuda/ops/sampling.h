@@ -31,4 +31,18 @@ struct SamplingArgs {
 // Asynchronous on `stream`; the offsets' contents are trusted (the host builds them).
 Status Sample(const SamplingArgs& args, cudaStream_t stream);
 
+// A drafter's candidates (kernels/draft_candidates.cuh): per row the K most likely tokens
+// (larger logit, then lower id) and their log-probabilities under the row's softmax, to ~1e-5
+// of the host's raw logprobs; one pass over the row, no edits, no draws.
+struct DraftCandidatesArgs {
+  Tensor logits;        // [B, V] f32
+  Tensor tokens;        // [B] i32 out: each row's most likely token
+  Tensor top_tokens;    // optional [B, W] i32 out: columns [column, column + k)
+  Tensor top_logprobs;  // optional [B, W] f32 out (-inf past the row's count; tokens -1 there)
+  int64_t column = 0;
+  int64_t k = 1;  // 1..kernels::kDraftMaxCandidates (16)
+};
+
+Status DraftCandidates(const DraftCandidatesArgs& args, cudaStream_t stream);
+
 }  // namespace peregrine::cuda

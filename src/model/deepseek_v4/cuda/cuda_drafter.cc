@@ -23,7 +23,7 @@
 #include "backend/cuda/ops/linear.h"
 #include "backend/cuda/ops/rms_norm.h"
 #include "backend/cuda/ops/sampling.h"
-#include "kernels/sampling.cuh"
+#include "kernels/draft_candidates.cuh"
 #include "model/deepseek_v4/cuda/cuda_model_impl.h"
 #include "model/deepseek_v4/weights.h"
 
@@ -31,7 +31,7 @@ namespace peregrine::deepseek_v4::cuda {
 
 namespace {
 
-constexpr int64_t kTop = kernels::kSamplingMaxTopLogprobs;
+constexpr int64_t kMaxCandidates = kernels::kDraftMaxCandidates;
 
 }  // namespace
 
@@ -53,8 +53,8 @@ Status CudaModel::Impl::AllocateDrafter() {
   PG_RETURN_IF_ERROR(alloc(DType::kBF16, {std::max<int64_t>(slots * (steps - 1), 1), hd}, &mtp_ring_save));
   PG_RETURN_IF_ERROR(alloc(DType::kI32, {slots, steps}, &draft_out));
   const int64_t k = limits.draft_candidates;
-  if (k < 1 || k > kTop)
-    return InvalidArgument("drafter candidates per depth must be in [1, " + std::to_string(kTop) + "]");
+  if (k < 1 || k > kMaxCandidates)
+    return InvalidArgument("drafter candidates per depth must be in [1, " + std::to_string(kMaxCandidates) + "]");
   if (k > 1) {
     PG_RETURN_IF_ERROR(alloc(DType::kI32, {slots, steps, k}, &draft_cand_tokens));
     PG_RETURN_IF_ERROR(alloc(DType::kF32, {slots, steps, k}, &draft_cand_logprobs));
@@ -65,20 +65,8 @@ Status CudaModel::Impl::AllocateDrafter() {
     for (int64_t j = 0; j < hc; ++j) identity[static_cast<size_t>((t * hc + j) * hc + j)] = 1.0f;
   PG_CUDA_RETURN_IF_ERROR(cudaMemcpy(mtp_post.view.data, ones.data(), ones.size() * 4, cudaMemcpyHostToDevice));
   PG_CUDA_RETURN_IF_ERROR(cudaMemcpy(mtp_comb.view.data, identity.data(), identity.size() * 4, cudaMemcpyHostToDevice));
-  // Greedy sampling rows (no logit edits; the top K logprobs when K > 1) for every drafting slot.
-  std::vector<kernels::SamplingRow> rows(static_cast<size_t>(slots));
-  for (kernels::SamplingRow& row : rows) row.num_top_logprobs = k > 1 ? static_cast<int32_t>(k) : -1;
-  std::vector<int32_t> offsets(static_cast<size_t>(slots + 1), 0);
-  PG_RETURN_IF_ERROR(alloc(DType::kU8, {slots, static_cast<int64_t>(sizeof(kernels::SamplingRow))}, &greedy_rows));
-  PG_RETURN_IF_ERROR(alloc(DType::kI32, {slots + 1}, &greedy_offsets));
-  PG_CUDA_RETURN_IF_ERROR(
-      cudaMemcpy(greedy_rows.view.data, rows.data(), rows.size() * sizeof(kernels::SamplingRow), cudaMemcpyHostToDevice));
-  PG_CUDA_RETURN_IF_ERROR(cudaMemcpy(greedy_offsets.view.data, offsets.data(), offsets.size() * 4, cudaMemcpyHostToDevice));
+  // Each drafting slot's greedy token of the latest depth (the next depth's input).
   PG_RETURN_IF_ERROR(alloc(DType::kI32, {slots}, &sample_tokens));
-  PG_RETURN_IF_ERROR(alloc(DType::kF32, {slots}, &sample_logprobs));
-  PG_RETURN_IF_ERROR(alloc(DType::kI32, {slots, kTop}, &sample_top_tokens));
-  PG_RETURN_IF_ERROR(alloc(DType::kF32, {slots, kTop}, &sample_top_logprobs));
-  PG_RETURN_IF_ERROR(alloc(DType::kI32, {slots}, &sample_status));
   mtp_floor.assign(static_cast<size_t>(slots), 0);
   return Status::Ok();
 }
@@ -320,34 +308,24 @@ Status CudaModel::Impl::EnqueueDraftStep(int64_t k) {
   const int64_t b = draft.drafting_rows;
   if (b == 0) return Status::Ok();
   PG_RETURN_IF_ERROR(EnqueueHead(rows, b, /*drafter=*/true));
-  pc::SamplingArgs a;
+  // The greedy token and, for DDTree, depth k's candidates of [slots, max_draft_steps, K]:
+  // one pass over each row (the sampling kernel's top-logprobs path took several on one CTA).
+  const int64_t n = limits.draft_candidates;
+  pc::DraftCandidatesArgs a;
   a.logits = View(ws.logits, DType::kF32, {b, c.vocab_size});
-  a.rows = View(greedy_rows, DType::kU8, {b, static_cast<int64_t>(sizeof(kernels::SamplingRow))});
-  a.edit_offsets = View(greedy_offsets, DType::kI32, {b + 1});
   a.tokens = View(sample_tokens, DType::kI32, {b});
-  a.logprobs = View(sample_logprobs, DType::kF32, {b});
-  a.top_tokens = View(sample_top_tokens, DType::kI32, {b, kTop});
-  a.top_logprobs = View(sample_top_logprobs, DType::kF32, {b, kTop});
-  a.status = View(sample_status, DType::kI32, {b});
-  PG_RETURN_IF_ERROR(pc::Sample(a, s));
+  a.k = n;
+  if (n > 1) {
+    a.top_tokens = View(draft_cand_tokens, DType::kI32, {b, limits.max_draft_steps * n});
+    a.top_logprobs = View(draft_cand_logprobs, DType::kF32, {b, limits.max_draft_steps * n});
+    a.column = k * n;
+  }
+  PG_RETURN_IF_ERROR(pc::DraftCandidates(a, s));
   // Column k of draft_out [slots, max_draft_steps].
   const auto pitch = static_cast<size_t>(limits.max_draft_steps) * 4;
   PG_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(static_cast<int32_t*>(draft_out.view.data) + k, pitch,
                                             sample_tokens.view.data, 4, 4, static_cast<size_t>(b),
                                             cudaMemcpyDeviceToDevice, s));
-  const int64_t n = limits.draft_candidates;
-  if (n > 1) {
-    // Depth k's candidates of [slots, max_draft_steps, K]: the first K of each row's top list.
-    const auto candidates_pitch = static_cast<size_t>(limits.max_draft_steps * n) * 4;
-    PG_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(static_cast<int32_t*>(draft_cand_tokens.view.data) + k * n,
-                                              candidates_pitch, sample_top_tokens.view.data, kTop * 4,
-                                              static_cast<size_t>(n) * 4, static_cast<size_t>(b),
-                                              cudaMemcpyDeviceToDevice, s));
-    PG_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(static_cast<float*>(draft_cand_logprobs.view.data) + k * n,
-                                              candidates_pitch, sample_top_logprobs.view.data, kTop * 4,
-                                              static_cast<size_t>(n) * 4, static_cast<size_t>(b),
-                                              cudaMemcpyDeviceToDevice, s));
-  }
   return Status::Ok();
 }
 

@@ -183,8 +183,7 @@ struct CudaModel::Impl {
   DeviceTensor mtp_ring_save;      // [num_slots * (max_draft_steps - 1), Dh] bf16
   DeviceTensor draft_out;          // [num_slots, max_draft_steps] i32
   DeviceTensor draft_cand_tokens, draft_cand_logprobs;  // [num_slots, max_draft_steps, K] (K > 1)
-  DeviceTensor greedy_rows, greedy_offsets, sample_logprobs, sample_top_tokens, sample_top_logprobs, sample_status,
-      sample_tokens;               // the greedy sampling of the drafter's logits
+  DeviceTensor sample_tokens;      // the drafter's greedy token per drafting slot
   Status AllocateDrafter();        // after BindKv (per-slot buffers)
   Status EnqueueDraftStep(int64_t step);
 
