@@ -182,6 +182,22 @@ int main(int argc, char** argv) {
                      logprobs = buffer(kMaxBatch * 4), top_tokens = buffer(kMaxBatch * 80), top_logprobs = buffer(kMaxBatch * 80),
                      status = buffer(kMaxBatch * 4), stamps = buffer(kMaxBatch * kernels::kSamplingPhases * 8);
   std::vector<float> host_logits(logits.size());
+  // Uploads a batch's rows and edit offsets and points a sampling launch over `logits` at them.
+  auto sampling_args = [&](const DeviceSamplingBatch& rows_host, void* logits_d, int64_t batch) {
+    MustCuda(cudaMemcpy(rows.data(), rows_host.rows.data(), rows_host.rows.size() * 32, cudaMemcpyHostToDevice), "rows");
+    MustCuda(cudaMemcpy(offsets.data(), rows_host.edit_offsets.data(), rows_host.edit_offsets.size() * 4,
+                        cudaMemcpyHostToDevice), "offsets");
+    cuda::SamplingArgs a;
+    a.logits = Tensor::Contiguous(logits_d, DType::kF32, {batch, kVocab}, Device::kCuda);
+    a.rows = Tensor::Contiguous(rows.data(), DType::kU8, {batch, 32}, Device::kCuda);
+    a.edit_offsets = Tensor::Contiguous(offsets.data(), DType::kI32, {batch + 1}, Device::kCuda);
+    a.tokens = Tensor::Contiguous(tokens.data(), DType::kI32, {batch}, Device::kCuda);
+    a.logprobs = Tensor::Contiguous(logprobs.data(), DType::kF32, {batch}, Device::kCuda);
+    a.top_tokens = Tensor::Contiguous(top_tokens.data(), DType::kI32, {batch, 20}, Device::kCuda);
+    a.top_logprobs = Tensor::Contiguous(top_logprobs.data(), DType::kF32, {batch, 20}, Device::kCuda);
+    a.status = Tensor::Contiguous(status.data(), DType::kI32, {batch}, Device::kCuda);
+    return a;
+  };
 
   std::printf("%-12s %5s %10s %10s %8s %8s %12s %9s %s\n", "setting", "batch", "time_us", "MB_read", "TB/s", "roofline",
               "host_us", "speedup", "overflow");
@@ -195,18 +211,7 @@ int main(int argc, char** argv) {
         states.push_back(std::make_unique<SequenceSamplingState>(p, std::span<const int32_t>()));
         AppendDeviceRow(p, *states.back(), kVocab, rows_host);
       }
-      MustCuda(cudaMemcpy(rows.data(), rows_host.rows.data(), rows_host.rows.size() * 32, cudaMemcpyHostToDevice), "rows");
-      MustCuda(cudaMemcpy(offsets.data(), rows_host.edit_offsets.data(), rows_host.edit_offsets.size() * 4,
-                          cudaMemcpyHostToDevice), "offsets");
-      cuda::SamplingArgs a;
-      a.logits = Tensor::Contiguous(work.data(), DType::kF32, {batch, kVocab}, Device::kCuda);
-      a.rows = Tensor::Contiguous(rows.data(), DType::kU8, {batch, 32}, Device::kCuda);
-      a.edit_offsets = Tensor::Contiguous(offsets.data(), DType::kI32, {batch + 1}, Device::kCuda);
-      a.tokens = Tensor::Contiguous(tokens.data(), DType::kI32, {batch}, Device::kCuda);
-      a.logprobs = Tensor::Contiguous(logprobs.data(), DType::kF32, {batch}, Device::kCuda);
-      a.top_tokens = Tensor::Contiguous(top_tokens.data(), DType::kI32, {batch, 20}, Device::kCuda);
-      a.top_logprobs = Tensor::Contiguous(top_logprobs.data(), DType::kF32, {batch, 20}, Device::kCuda);
-      a.status = Tensor::Contiguous(status.data(), DType::kI32, {batch}, Device::kCuda);
+      const cuda::SamplingArgs a = sampling_args(rows_host, work.data(), batch);
       const size_t bytes = static_cast<size_t>(batch * kVocab * 4);
       std::vector<double> ms;
       for (int i = 0; i < kWarmup + kRuns; ++i) {
@@ -274,18 +279,7 @@ int main(int argc, char** argv) {
         rows_host.rows.push_back(row);
         rows_host.edit_offsets.push_back(0);
       }
-      MustCuda(cudaMemcpy(rows.data(), rows_host.rows.data(), rows_host.rows.size() * 32, cudaMemcpyHostToDevice), "rows");
-      MustCuda(cudaMemcpy(offsets.data(), rows_host.edit_offsets.data(), rows_host.edit_offsets.size() * 4,
-                          cudaMemcpyHostToDevice), "offsets");
-      cuda::SamplingArgs a;
-      a.logits = Tensor::Contiguous(pristine.data(), DType::kF32, {batch, kVocab}, Device::kCuda);
-      a.rows = Tensor::Contiguous(rows.data(), DType::kU8, {batch, 32}, Device::kCuda);
-      a.edit_offsets = Tensor::Contiguous(offsets.data(), DType::kI32, {batch + 1}, Device::kCuda);
-      a.tokens = Tensor::Contiguous(tokens.data(), DType::kI32, {batch}, Device::kCuda);
-      a.logprobs = Tensor::Contiguous(logprobs.data(), DType::kF32, {batch}, Device::kCuda);
-      a.top_tokens = Tensor::Contiguous(top_tokens.data(), DType::kI32, {batch, 20}, Device::kCuda);
-      a.top_logprobs = Tensor::Contiguous(top_logprobs.data(), DType::kF32, {batch, 20}, Device::kCuda);
-      a.status = Tensor::Contiguous(status.data(), DType::kI32, {batch}, Device::kCuda);
+      const cuda::SamplingArgs a = sampling_args(rows_host, pristine.data(), batch);
       cuda::DraftCandidatesArgs d;
       d.logits = a.logits;
       d.tokens = a.tokens;
