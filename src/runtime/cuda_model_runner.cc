@@ -15,7 +15,6 @@
 #include "runtime/host_scoring.h"
 #include "sampling/device_rows.h"
 #include "sampling/token_bitmask.h"
-#include "speculative/ngram.h"
 
 namespace peregrine {
 
