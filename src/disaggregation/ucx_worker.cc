@@ -110,9 +110,18 @@ void UcxWorker::Close(ucp_ep_h ep) {
   p.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
   p.flags = UCP_EP_CLOSE_FLAG_FORCE;
   const ucs_status_ptr_t r = ucp_ep_close_nbx(ep, &p);
-  if (r == nullptr || UCS_PTR_IS_ERR(r)) return;
-  while (ucp_request_check_status(r) == UCS_INPROGRESS) ucp_worker_progress(worker_);
-  ucp_request_free(r);
+  if (r != nullptr && !UCS_PTR_IS_ERR(r)) {
+    while (ucp_request_check_status(r) == UCS_INPROGRESS) ucp_worker_progress(worker_);
+    ucp_request_free(r);
+  }
+  // UCX (1.13 through 1.22) keeps the events its async thread could not deliver while
+  // the worker was busy in a queue of socket numbers, and does not purge that queue when a
+  // socket's handler goes. Closing the endpoint freed its socket's number; a second worker
+  // in the same process (the tests' sender and receiver) may take it for a new socket, and
+  // this worker's next progress would then hand that worker's handler an event of its own
+  // and abort (async.c: "handler->async == async"). Progress once now, while the number is
+  // most likely still free: UCX drains the queue at the end of each progress call.
+  ucp_worker_progress(worker_);
 }
 
 Result<SocketAddress> Resolve(const std::string& host, uint16_t port) {

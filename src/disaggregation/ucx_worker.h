@@ -36,7 +36,8 @@ class UcxWorker {
   // Sends one message (header, then `data`); false when the send failed at once. `reply`
   // lets the peer answer on this endpoint (UCX's reply endpoint).
   bool Send(ucp_ep_h ep, const WireHeader& header, SharedBytes data, bool reply);
-  // Closes an endpoint, cancelling what it still sends, and waits until UCX let it go.
+  // Closes an endpoint, cancelling what it still sends, waits until UCX let it go, then
+  // progresses once (see the .cc: a UCX race between two workers of one process).
   void Close(ucp_ep_h ep);
 
  private:
