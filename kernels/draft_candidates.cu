@@ -13,7 +13,8 @@ using sampling_detail::KeyId;
 using sampling_detail::KeyLogit;
 using sampling_detail::MoreLikelyKey;
 
-constexpr int kThreads = 256;
+constexpr int kThreads = 512;
+constexpr int kBatch = 16;  // loads in flight per thread before any is used
 constexpr int kWarps = kThreads / 32;
 constexpr int kMaxK = kDraftMaxCandidates;
 constexpr float kNegInf = -__builtin_huge_valf();
@@ -117,12 +118,23 @@ __global__ void __launch_bounds__(kThreads) DraftCandidatesKernel(const DraftCan
 
   TopList list;
   MaxSum sum;
-#pragma unroll 4
-  for (int i = lo + threadIdx.x; i < hi; i += kThreads) {
-    float v = x[i];
-    if (isnan(v)) v = kNegInf;
-    sum.Add(v);
-    list.Insert(MoreLikelyKey(v, i));
+  // Batches of kBatch loads per thread, all issued before the first is used: a row part is
+  // ~16K logits, two batches a thread, so the pass costs about two memory round trips.
+  for (int base = lo + static_cast<int>(threadIdx.x); base < hi; base += kThreads * kBatch) {
+    float v[kBatch];
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      const int i = base + j * kThreads;
+      v[j] = i < hi ? x[i] : kNegInf;
+    }
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      const int i = base + j * kThreads;
+      if (i >= hi) break;
+      const float t = isnan(v[j]) ? kNegInf : v[j];
+      sum.Add(t);
+      list.Insert(MoreLikelyKey(t, i));
+    }
   }
   // The warps' lists and sums, then the CTA's (warp 0: lane w holds warp w's list).
   WarpTop(list, p.k, s.warp_keys[warp]);
