@@ -176,7 +176,10 @@ __global__ void __launch_bounds__(kThreads) DraftCandidatesKernel(const DraftCan
   }
   if (rank != 0) return;
   __syncthreads();
-  const float log_normalizer = s.sum.m == kNegInf ? kNegInf : s.sum.m + logf(s.sum.s);
+  // As the host's ComputeRawLogprobs: a non-finite maximum is the normalizer itself (a row
+  // holding +inf sums inf - inf to NaN, which must not leak), and a difference that is NaN
+  // (+inf - +inf, -inf - -inf) is -inf.
+  const float log_normalizer = isinf(s.sum.m) ? s.sum.m : s.sum.m + logf(s.sum.s);
   for (int i = threadIdx.x; i < p.k; i += kThreads) {
     const uint64_t key = s.keys[i];
     const bool has = key != 0;
@@ -185,7 +188,8 @@ __global__ void __launch_bounds__(kThreads) DraftCandidatesKernel(const DraftCan
     if (i == 0) p.tokens[row] = token;
     if (p.top_tokens != nullptr) {
       p.top_tokens[row * p.top_pitch + i] = token;
-      p.top_logprobs[row * p.top_pitch + i] = (v == kNegInf || log_normalizer == kNegInf) ? kNegInf : v - log_normalizer;
+      const float logprob = v - log_normalizer;
+      p.top_logprobs[row * p.top_pitch + i] = isnan(logprob) ? kNegInf : logprob;
     }
   }
 }

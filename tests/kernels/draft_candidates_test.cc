@@ -3,7 +3,8 @@
 // logit, then lower id; NaN as -inf), their log-probabilities within 1e-5 relative (+2e-5), the
 // first token in `tokens`, only the K requested columns written. Shapes: the V4 vocabulary
 // and odd ones (a row shorter than a CTA's part, shorter than K), batches that use one CTA per
-// row and clusters, peaked, flat, tied and NaN/-inf rows, a fully -inf row, a graph replay.
+// row and clusters, peaked, flat, tied and NaN/-inf rows, a fully -inf row, rows holding +inf,
+// a graph replay.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -30,17 +31,23 @@ std::vector<float> Row(int kind, int64_t vocab, std::mt19937& rng) {
   std::uniform_int_distribution<int> small(-3, 3);
   std::uniform_int_distribution<int64_t> pick(0, vocab - 1);
   for (float& v : x) {
-    switch (kind % 5) {
+    switch (kind % 6) {
       case 0: v = 3.0f * normal(rng); break;                        // peaked (spikes below)
       case 1: v = 0.01f * normal(rng); break;                       // flat
       case 2: v = 0.5f * static_cast<float>(small(rng)); break;     // ties everywhere
       case 3: v = 2.0f * normal(rng); break;                        // NaN and -inf sprinkled
       case 4: v = -kInf; break;                                     // nothing finite
+      case 5: v = 2.0f * normal(rng); break;                        // +inf twice (below)
     }
   }
-  if (kind % 5 == 0)
+  if (kind % 6 == 5) {
+    // The host's normalizer is +inf: every log-probability is -inf, the +inf tokens first.
+    x[static_cast<size_t>(pick(rng))] = kInf;
+    x[static_cast<size_t>(pick(rng))] = kInf;
+  }
+  if (kind % 6 == 0)
     for (int i = 0; i < 4; ++i) x[static_cast<size_t>(pick(rng))] += 10.0f + static_cast<float>(i);
-  if (kind % 5 == 3) {
+  if (kind % 6 == 3) {
     for (int64_t i = 0; i < std::max<int64_t>(1, vocab / 8); ++i)
       x[static_cast<size_t>(pick(rng))] = (i % 2 == 0) ? -kInf : std::numeric_limits<float>::quiet_NaN();
   }
