@@ -57,7 +57,8 @@ std::vector<float> Row(int kind, int64_t vocab, std::mt19937& rng) {
 class DraftCandidatesTest : public GpuTest {
  protected:
   // Runs the op on `rows` (B rows of V) with K candidates written at `column` of W-wide
-  // outputs, optionally through a captured graph, and checks everything against the host.
+  // outputs (W = 0: the most likely token alone, as a chain drafts), optionally through a
+  // captured graph, and checks everything against the host.
   void Check(const std::vector<std::vector<float>>& rows, int64_t vocab, int k, int64_t width, int64_t column,
              bool graph, const std::string& what) {
     const auto batch = static_cast<int64_t>(rows.size());
@@ -65,13 +66,15 @@ class DraftCandidatesTest : public GpuTest {
     for (const auto& r : rows) all.insert(all.end(), r.begin(), r.end());
     cuda::DeviceBuffer logits = Upload(all);
     cuda::DeviceBuffer tokens = Poisoned(static_cast<size_t>(batch) * 4);
-    cuda::DeviceBuffer top_tokens = Poisoned(static_cast<size_t>(batch * width) * 4, 0x7f);
-    cuda::DeviceBuffer top_logprobs = Poisoned(static_cast<size_t>(batch * width) * 4, 0x7f);
+    cuda::DeviceBuffer top_tokens = Poisoned(static_cast<size_t>(std::max<int64_t>(batch * width, 1)) * 4, 0x7f);
+    cuda::DeviceBuffer top_logprobs = Poisoned(static_cast<size_t>(std::max<int64_t>(batch * width, 1)) * 4, 0x7f);
     cuda::DraftCandidatesArgs a;
     a.logits = View(logits, DType::kF32, {batch, vocab});
     a.tokens = View(tokens, DType::kI32, {batch});
-    a.top_tokens = View(top_tokens, DType::kI32, {batch, width});
-    a.top_logprobs = View(top_logprobs, DType::kF32, {batch, width});
+    if (width > 0) {
+      a.top_tokens = View(top_tokens, DType::kI32, {batch, width});
+      a.top_logprobs = View(top_logprobs, DType::kF32, {batch, width});
+    }
     a.column = column;
     a.k = k;
     if (graph) {
@@ -127,7 +130,8 @@ TEST_F(DraftCandidatesTest, MatchesTheHostsRawLogprobs) {
   };
   for (const Shape& s : {Shape{129280, 1}, Shape{129280, 5}, Shape{129280, 16}, Shape{129280, 40}, Shape{4099, 3},
                          Shape{1000, 7}, Shape{37, 4}, Shape{5, 2}}) {
-    for (int k : {1, 4, 8, 16}) {
+    // Every list length the kernel is built with (1, 4, 8, 16), full and part used.
+    for (int k : {1, 3, 4, 5, 8, 12, 16}) {
       std::vector<std::vector<float>> rows;
       for (int64_t b = 0; b < s.batch; ++b) rows.push_back(Row(static_cast<int>(b), s.vocab, rng));
       const std::string what = "V=" + std::to_string(s.vocab) + " B=" + std::to_string(s.batch) + " K=" + std::to_string(k);
@@ -135,6 +139,11 @@ TEST_F(DraftCandidatesTest, MatchesTheHostsRawLogprobs) {
       Check(rows, s.vocab, k, 5 * k, 3 * k, false, what);
       if (HasFatalFailure()) return;
     }
+    // The chain's call: K = 1 and no log-probabilities (the kernel skips the row's sum).
+    std::vector<std::vector<float>> rows;
+    for (int64_t b = 0; b < s.batch; ++b) rows.push_back(Row(static_cast<int>(b), s.vocab, rng));
+    Check(rows, s.vocab, 1, 0, 0, false, "V=" + std::to_string(s.vocab) + " B=" + std::to_string(s.batch) + " tokens only");
+    if (HasFatalFailure()) return;
   }
 }
 
