@@ -13,23 +13,27 @@ using sampling_detail::KeyId;
 using sampling_detail::KeyLogit;
 using sampling_detail::MoreLikelyKey;
 
-constexpr int kThreads = 256;
+constexpr int kThreads = 512;
+constexpr int kBatch = 16;  // loads in flight per thread before any is used
 constexpr int kWarps = kThreads / 32;
 constexpr int kMaxK = kDraftMaxCandidates;
 constexpr float kNegInf = -__builtin_huge_valf();
 static_assert(kWarps <= 32 && kMaxK <= 32);
 
-// A sorted list of the kMaxK largest keys seen (0: empty; every real key is larger).
+// A sorted list of the kList largest keys seen (0: empty; every real key is larger). Its
+// length is a template argument, the smallest of 1, 4, 8, 16 that holds K: the per-element
+// insert is most of a thread's work, and a chain (K = 1) needs only the maximum.
+template <int kList>
 struct TopList {
-  uint64_t key[kMaxK];
+  uint64_t key[kList];
   __device__ TopList() {
 #pragma unroll
-    for (int i = 0; i < kMaxK; ++i) key[i] = 0;
+    for (int i = 0; i < kList; ++i) key[i] = 0;
   }
   __device__ __forceinline__ void Insert(uint64_t k) {
-    if (k <= key[kMaxK - 1]) return;
+    if (k <= key[kList - 1]) return;
 #pragma unroll
-    for (int i = kMaxK - 1; i > 0; --i) {
+    for (int i = kList - 1; i > 0; --i) {
       // Shift down every entry smaller than k; k lands above the first larger one.
       const bool shift = key[i - 1] < k;
       key[i] = shift ? key[i - 1] : (key[i] < k ? k : key[i]);
@@ -38,14 +42,15 @@ struct TopList {
   }
   __device__ __forceinline__ void Pop() {
 #pragma unroll
-    for (int i = 0; i < kMaxK - 1; ++i) key[i] = key[i + 1];
-    key[kMaxK - 1] = 0;
+    for (int i = 0; i < kList - 1; ++i) key[i] = key[i + 1];
+    key[kList - 1] = 0;
   }
 };
 
 // The warp's `count` largest keys over every lane's list (lanes' lists are consumed); lane 0
 // gets them in out[0..count) (the lists' keys are distinct: ids differ).
-__device__ __forceinline__ void WarpTop(TopList& list, int count, uint64_t* out) {
+template <int kList>
+__device__ __forceinline__ void WarpTop(TopList<kList>& list, int count, uint64_t* out) {
   const int lane = threadIdx.x % 32;
   for (int r = 0; r < count; ++r) {
     uint64_t best = list.key[0];
@@ -102,8 +107,9 @@ struct Shared {
   MaxSum sum;
 };
 
-// kCluster CTAs per row, each over a contiguous part of it; rank 0 merges the parts.
-template <int kCluster>
+// kCluster CTAs per row, each over a contiguous part of it; rank 0 merges the parts. kSum:
+// the row's log-sum-exp, needed only for the log-probabilities (top_tokens given).
+template <int kCluster, int kList, bool kSum>
 __global__ void __launch_bounds__(kThreads) DraftCandidatesKernel(const DraftCandidatesParams p) {
   StartAfterPredecessor();
   __shared__ Shared s;
@@ -115,14 +121,25 @@ __global__ void __launch_bounds__(kThreads) DraftCandidatesKernel(const DraftCan
   const float* x = p.logits + row * static_cast<int64_t>(n);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 
-  TopList list;
+  TopList<kList> list;
   MaxSum sum;
-#pragma unroll 4
-  for (int i = lo + threadIdx.x; i < hi; i += kThreads) {
-    float v = x[i];
-    if (isnan(v)) v = kNegInf;
-    sum.Add(v);
-    list.Insert(MoreLikelyKey(v, i));
+  // Batches of kBatch loads per thread, all issued before the first is used: a row part is
+  // ~16K logits, two batches a thread, so the pass costs about two memory round trips.
+  for (int base = lo + static_cast<int>(threadIdx.x); base < hi; base += kThreads * kBatch) {
+    float v[kBatch];
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      const int i = base + j * kThreads;
+      v[j] = i < hi ? x[i] : kNegInf;
+    }
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      const int i = base + j * kThreads;
+      if (i >= hi) break;
+      const float t = isnan(v[j]) ? kNegInf : v[j];
+      if constexpr (kSum) sum.Add(t);
+      list.Insert(MoreLikelyKey(t, i));
+    }
   }
   // The warps' lists and sums, then the CTA's (warp 0: lane w holds warp w's list).
   WarpTop(list, p.k, s.warp_keys[warp]);
@@ -130,11 +147,11 @@ __global__ void __launch_bounds__(kThreads) DraftCandidatesKernel(const DraftCan
   if (lane == 0) s.warp_sums[warp] = sum;
   __syncthreads();
   if (warp == 0) {
-    TopList merged;
+    TopList<kList> merged;
     MaxSum total;
     if (lane < kWarps) {
 #pragma unroll
-      for (int i = 0; i < kMaxK; ++i) merged.key[i] = i < p.k ? s.warp_keys[lane][i] : 0;
+      for (int i = 0; i < kList; ++i) merged.key[i] = i < p.k ? s.warp_keys[lane][i] : 0;
       total = s.warp_sums[lane];
     }
     WarpTop(merged, p.k, s.keys);
@@ -144,12 +161,12 @@ __global__ void __launch_bounds__(kThreads) DraftCandidatesKernel(const DraftCan
   if constexpr (kCluster > 1) {
     ClusterSync();  // every CTA's list and sum are in its shared memory
     if (rank == 0 && warp == 0) {
-      TopList merged;
+      TopList<kList> merged;
       MaxSum total;
       if (lane < kCluster) {
         const uint64_t* peer = ClusterPeer(s.keys, lane);
 #pragma unroll
-        for (int i = 0; i < kMaxK; ++i) merged.key[i] = i < p.k ? peer[i] : 0;
+        for (int i = 0; i < kList; ++i) merged.key[i] = i < p.k ? peer[i] : 0;
         total = *ClusterPeer(&s.sum, lane);
       }
       __syncwarp();
@@ -164,7 +181,10 @@ __global__ void __launch_bounds__(kThreads) DraftCandidatesKernel(const DraftCan
   }
   if (rank != 0) return;
   __syncthreads();
-  const float log_normalizer = s.sum.m == kNegInf ? kNegInf : s.sum.m + logf(s.sum.s);
+  // As the host's ComputeRawLogprobs: a non-finite maximum is the normalizer itself (a row
+  // holding +inf sums inf - inf to NaN, which must not leak), and a difference that is NaN
+  // (+inf - +inf, -inf - -inf) is -inf.
+  const float log_normalizer = isinf(s.sum.m) ? s.sum.m : s.sum.m + logf(s.sum.s);
   for (int i = threadIdx.x; i < p.k; i += kThreads) {
     const uint64_t key = s.keys[i];
     const bool has = key != 0;
@@ -173,17 +193,32 @@ __global__ void __launch_bounds__(kThreads) DraftCandidatesKernel(const DraftCan
     if (i == 0) p.tokens[row] = token;
     if (p.top_tokens != nullptr) {
       p.top_tokens[row * p.top_pitch + i] = token;
-      p.top_logprobs[row * p.top_pitch + i] = (v == kNegInf || log_normalizer == kNegInf) ? kNegInf : v - log_normalizer;
+      const float logprob = v - log_normalizer;
+      p.top_logprobs[row * p.top_pitch + i] = isnan(logprob) ? kNegInf : logprob;
     }
   }
 }
 
-template <int kCluster>
-cudaError_t Launch(const DraftCandidatesParams& p, cudaStream_t stream) {
-  return LaunchDependent(DraftCandidatesKernel<kCluster>,
+template <int kCluster, int kList, bool kSum>
+cudaError_t LaunchShaped(const DraftCandidatesParams& p, cudaStream_t stream) {
+  return LaunchDependent(DraftCandidatesKernel<kCluster, kList, kSum>,
                          LaunchShape{dim3(static_cast<unsigned>(p.batch * kCluster)), dim3(kThreads), 0,
                                      dim3(kCluster, 1, 1)},
                          stream, p);
+}
+
+template <int kCluster, int kList>
+cudaError_t LaunchList(const DraftCandidatesParams& p, cudaStream_t stream) {
+  return p.top_tokens != nullptr ? LaunchShaped<kCluster, kList, true>(p, stream)
+                                 : LaunchShaped<kCluster, kList, false>(p, stream);
+}
+
+template <int kCluster>
+cudaError_t Launch(const DraftCandidatesParams& p, cudaStream_t stream) {
+  if (p.k == 1) return LaunchList<kCluster, 1>(p, stream);
+  if (p.k <= 4) return LaunchList<kCluster, 4>(p, stream);
+  if (p.k <= 8) return LaunchList<kCluster, 8>(p, stream);
+  return LaunchList<kCluster, kMaxK>(p, stream);
 }
 
 }  // namespace

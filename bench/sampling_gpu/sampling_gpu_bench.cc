@@ -12,7 +12,8 @@
 // the rows of the SM clock between the kernel's stamps, kernels/sampling.cuh SamplingPhase, in
 // us at each row's own clock rate as the global timer measured it) and the slowest row's time.
 //
-//   peregrine_sampling_bench [--out FILE.jsonl] [--phases]
+//   peregrine_sampling_bench [--out FILE.jsonl] [--phases] [--draft-only]   (--draft-only: the
+//   drafter's candidates alone)
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -144,14 +145,16 @@ std::string PhaseReport(cuda::SamplingArgs a, const cuda::DeviceBuffer& stamps, 
 int main(int argc, char** argv) {
   using namespace peregrine;
   const char* out_path = nullptr;
-  bool phases = false;
+  bool phases = false, draft_only = false;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--out") == 0 && i + 1 < argc) {
       out_path = argv[++i];
     } else if (std::strcmp(argv[i], "--phases") == 0) {
       phases = true;
+    } else if (std::strcmp(argv[i], "--draft-only") == 0) {
+      draft_only = true;
     } else {
-      std::fprintf(stderr, "usage: peregrine_sampling_bench [--out FILE.jsonl] [--phases]\n");
+      std::fprintf(stderr, "usage: peregrine_sampling_bench [--out FILE.jsonl] [--phases] [--draft-only]\n");
       return 2;
     }
   }
@@ -203,6 +206,7 @@ int main(int argc, char** argv) {
               "host_us", "speedup", "overflow");
   for (const Setting& setting : Settings()) {
     for (int64_t batch : {1, 16, 64, 128}) {
+      if (draft_only) break;
       std::vector<std::unique_ptr<SequenceSamplingState>> states;
       DeviceSamplingBatch rows_host;
       for (int64_t b = 0; b < batch; ++b) {

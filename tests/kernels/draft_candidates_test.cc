@@ -3,7 +3,8 @@
 // logit, then lower id; NaN as -inf), their log-probabilities within 1e-5 relative (+2e-5), the
 // first token in `tokens`, only the K requested columns written. Shapes: the V4 vocabulary
 // and odd ones (a row shorter than a CTA's part, shorter than K), batches that use one CTA per
-// row and clusters, peaked, flat, tied and NaN/-inf rows, a fully -inf row, a graph replay.
+// row and clusters, peaked, flat, tied and NaN/-inf rows, a fully -inf row, rows holding +inf,
+// a graph replay.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -30,17 +31,23 @@ std::vector<float> Row(int kind, int64_t vocab, std::mt19937& rng) {
   std::uniform_int_distribution<int> small(-3, 3);
   std::uniform_int_distribution<int64_t> pick(0, vocab - 1);
   for (float& v : x) {
-    switch (kind % 5) {
+    switch (kind % 6) {
       case 0: v = 3.0f * normal(rng); break;                        // peaked (spikes below)
       case 1: v = 0.01f * normal(rng); break;                       // flat
       case 2: v = 0.5f * static_cast<float>(small(rng)); break;     // ties everywhere
       case 3: v = 2.0f * normal(rng); break;                        // NaN and -inf sprinkled
       case 4: v = -kInf; break;                                     // nothing finite
+      case 5: v = 2.0f * normal(rng); break;                        // +inf twice (below)
     }
   }
-  if (kind % 5 == 0)
+  if (kind % 6 == 5) {
+    // The host's normalizer is +inf: every log-probability is -inf, the +inf tokens first.
+    x[static_cast<size_t>(pick(rng))] = kInf;
+    x[static_cast<size_t>(pick(rng))] = kInf;
+  }
+  if (kind % 6 == 0)
     for (int i = 0; i < 4; ++i) x[static_cast<size_t>(pick(rng))] += 10.0f + static_cast<float>(i);
-  if (kind % 5 == 3) {
+  if (kind % 6 == 3) {
     for (int64_t i = 0; i < std::max<int64_t>(1, vocab / 8); ++i)
       x[static_cast<size_t>(pick(rng))] = (i % 2 == 0) ? -kInf : std::numeric_limits<float>::quiet_NaN();
   }
@@ -50,7 +57,8 @@ std::vector<float> Row(int kind, int64_t vocab, std::mt19937& rng) {
 class DraftCandidatesTest : public GpuTest {
  protected:
   // Runs the op on `rows` (B rows of V) with K candidates written at `column` of W-wide
-  // outputs, optionally through a captured graph, and checks everything against the host.
+  // outputs (W = 0: the most likely token alone, as a chain drafts), optionally through a
+  // captured graph, and checks everything against the host.
   void Check(const std::vector<std::vector<float>>& rows, int64_t vocab, int k, int64_t width, int64_t column,
              bool graph, const std::string& what) {
     const auto batch = static_cast<int64_t>(rows.size());
@@ -58,13 +66,15 @@ class DraftCandidatesTest : public GpuTest {
     for (const auto& r : rows) all.insert(all.end(), r.begin(), r.end());
     cuda::DeviceBuffer logits = Upload(all);
     cuda::DeviceBuffer tokens = Poisoned(static_cast<size_t>(batch) * 4);
-    cuda::DeviceBuffer top_tokens = Poisoned(static_cast<size_t>(batch * width) * 4, 0x7f);
-    cuda::DeviceBuffer top_logprobs = Poisoned(static_cast<size_t>(batch * width) * 4, 0x7f);
+    cuda::DeviceBuffer top_tokens = Poisoned(static_cast<size_t>(std::max<int64_t>(batch * width, 1)) * 4, 0x7f);
+    cuda::DeviceBuffer top_logprobs = Poisoned(static_cast<size_t>(std::max<int64_t>(batch * width, 1)) * 4, 0x7f);
     cuda::DraftCandidatesArgs a;
     a.logits = View(logits, DType::kF32, {batch, vocab});
     a.tokens = View(tokens, DType::kI32, {batch});
-    a.top_tokens = View(top_tokens, DType::kI32, {batch, width});
-    a.top_logprobs = View(top_logprobs, DType::kF32, {batch, width});
+    if (width > 0) {
+      a.top_tokens = View(top_tokens, DType::kI32, {batch, width});
+      a.top_logprobs = View(top_logprobs, DType::kF32, {batch, width});
+    }
     a.column = column;
     a.k = k;
     if (graph) {
@@ -120,7 +130,8 @@ TEST_F(DraftCandidatesTest, MatchesTheHostsRawLogprobs) {
   };
   for (const Shape& s : {Shape{129280, 1}, Shape{129280, 5}, Shape{129280, 16}, Shape{129280, 40}, Shape{4099, 3},
                          Shape{1000, 7}, Shape{37, 4}, Shape{5, 2}}) {
-    for (int k : {1, 4, 8, 16}) {
+    // Every list length the kernel is built with (1, 4, 8, 16), full and part used.
+    for (int k : {1, 3, 4, 5, 8, 12, 16}) {
       std::vector<std::vector<float>> rows;
       for (int64_t b = 0; b < s.batch; ++b) rows.push_back(Row(static_cast<int>(b), s.vocab, rng));
       const std::string what = "V=" + std::to_string(s.vocab) + " B=" + std::to_string(s.batch) + " K=" + std::to_string(k);
@@ -128,6 +139,11 @@ TEST_F(DraftCandidatesTest, MatchesTheHostsRawLogprobs) {
       Check(rows, s.vocab, k, 5 * k, 3 * k, false, what);
       if (HasFatalFailure()) return;
     }
+    // The chain's call: K = 1 and no log-probabilities (the kernel skips the row's sum).
+    std::vector<std::vector<float>> rows;
+    for (int64_t b = 0; b < s.batch; ++b) rows.push_back(Row(static_cast<int>(b), s.vocab, rng));
+    Check(rows, s.vocab, 1, 0, 0, false, "V=" + std::to_string(s.vocab) + " B=" + std::to_string(s.batch) + " tokens only");
+    if (HasFatalFailure()) return;
   }
 }
 
