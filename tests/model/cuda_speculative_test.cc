@@ -5,13 +5,15 @@
 // so every request's tokens and logprobs must be the same (speculative_requests.h: greedy,
 // seeded sampling with top-p, repetition and frequency penalties, min_tokens, stop tokens,
 // logprobs). The MTP drafts must be accepted at a rate near the CPU drafter's (a drafter that
-// followed the wrong rows or positions would propose noise). Skipped without a GPU.
+// followed the wrong rows or positions would propose noise). Sampled tokens of other seeds
+// keep the plain distribution. Skipped without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "backend/cuda/device.h"
@@ -34,15 +36,18 @@ using Outcome = testing::EngineOutcome;
 using testing::ExpectIdenticalOutcomes;
 using testing::MeanAccepted;
 
-Outcome Serve(std::unique_ptr<ModelRunner> runner) {
+Outcome Serve(std::unique_ptr<ModelRunner> runner, const std::vector<EngineRequest>& requests) {
   EngineConfig ec;
   ec.scheduler.max_num_batched_tokens = 128;
   ec.scheduler.max_num_seqs = 8;
   Engine engine(ec, std::move(runner));
-  return testing::ServeToEnd(engine, testing::SpeculativeRequests());
+  return testing::ServeToEnd(engine, requests);
 }
 
-Outcome RunCuda(const speculative::SpeculativeConfig& spec, bool graphs, bool prefix_caching = true) {
+Outcome Serve(std::unique_ptr<ModelRunner> runner) { return Serve(std::move(runner), testing::SpeculativeRequests()); }
+
+Outcome RunCuda(const speculative::SpeculativeConfig& spec, bool graphs, bool prefix_caching = true,
+                const std::vector<EngineRequest>& requests = testing::SpeculativeRequests()) {
   const auto dir = testing::DemoModelDir();
   auto config = LoadModelConfig(dir);
   auto checkpoint = Checkpoint::Open(dir);
@@ -77,7 +82,7 @@ Outcome RunCuda(const speculative::SpeculativeConfig& spec, bool graphs, bool pr
   if (spec.needs_model_drafter()) {
     EXPECT_TRUE((*executor)->has_drafter());
   }
-  return Serve(std::make_unique<CudaModelRunner>(std::move(executor).value(), true, true, spec));
+  return Serve(std::make_unique<CudaModelRunner>(std::move(executor).value(), true, true, spec), requests);
 }
 
 speculative::SpeculativeConfig Spec(speculative::Algorithm algorithm, int32_t steps, int32_t draft_tokens = 0,
@@ -154,6 +159,37 @@ TEST_F(CudaSpeculativeTest, DdtreeTreesGiveTheNonSpeculativeTokens) {
     // A tree that drafted noise (wrong rows, wrong candidates) would accept far less.
     EXPECT_GT(MeanAccepted(got.stats), 0.75 * MeanAccepted(chain.stats)) << what;
   }
+}
+
+// Sampled tokens as a distribution on the device, with no shared draws (as the CPU test in
+// speculative_engine_test): the tokens of seeded temperature-1 requests with MTP chains and
+// DDTree trees and of other seeds without speculation must pass a two-sample chi-square test
+// at every generated position (p > 1e-4); temperature 0.6 against 1 must fail it.
+TEST_F(CudaSpeculativeTest, SampledTokensKeepThePlainDistribution) {
+  constexpr int kRequests = 200;
+  constexpr double kReject = 1e-4;
+  const Outcome want = RunCuda({}, /*graphs=*/true, true, testing::SampledRequests(1, kRequests, 1.0f));
+  testing::ExpectWholeSampled(want, kRequests, "plain");
+  if (HasFatalFailure()) return;
+  for (const auto& [name, spec] : {std::pair{"mtp", Spec(speculative::Algorithm::kMtp, 3)},
+                                   std::pair{"ddtree", Spec(speculative::Algorithm::kDdtree, 3, 8, 4)}}) {
+    const Outcome got = RunCuda(spec, /*graphs=*/true, true, testing::SampledRequests(1000001, kRequests, 1.0f));
+    testing::ExpectWholeSampled(got, kRequests, name);
+    if (HasFatalFailure()) return;
+    EXPECT_GT(got.stats.spec_num_accepted_tokens, 0) << name;
+    for (size_t pos = 0; pos < 5; ++pos) {
+      const double p = testing::SamePositionP(got, want, pos);
+      EXPECT_GT(p, kReject) << name << ", generated position " << pos;
+      std::printf("CUDA %s, position %zu: p = %.3g\n", name, pos, p);
+    }
+  }
+  const Outcome colder = RunCuda({}, /*graphs=*/true, true, testing::SampledRequests(2000001, kRequests, 0.6f));
+  testing::ExpectWholeSampled(colder, kRequests, "temperature 0.6");
+  if (HasFatalFailure()) return;
+  double smallest = 1.0;
+  for (size_t pos = 0; pos < 5; ++pos) smallest = std::min(smallest, testing::SamePositionP(colder, want, pos));
+  EXPECT_LT(smallest, kReject) << "the test cannot tell temperature 0.6 from 1";
+  std::printf("CUDA temperature 0.6 against 1: smallest p = %.3g\n", smallest);
 }
 
 // The verify step itself on the golden fixtures, with batch-invariant kernels: every node of a

@@ -7,12 +7,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstdio>
-#include <map>
 #include <string>
 #include <tuple>
-#include <utility>
 #include <vector>
 
 #include "demo_model_golden.h"
@@ -200,95 +197,38 @@ TEST_F(SpeculativeEngineTest, PrefixCacheHitsOnSpeculativeOutputs) {
   EXPECT_GT(got.stats.prefix_cache_hits, 0);
 }
 
-// Sampled tokens as a distribution, with no shared draws: N seeded temperature-1 requests
-// decoded with speculation and N requests of other seeds decoded without it are two samples
-// of one distribution at every generated position (the first comes from the prefill, the
-// rest from verify steps). A two-sample chi-square test per position (tokens seen fewer than
-// 10 times pooled) must not reject at p = 1e-4; the same test tells temperature 1 from 0.6,
-// so it can fail. (Same-seed runs are compared bit for bit above.)
-std::vector<EngineRequest> SampledRequests(uint64_t first_seed, int n, float temperature) {
-  auto golden = testing::ReadDemoGolden();
-  EXPECT_TRUE(golden.ok()) << golden.status().ToString();
-  if (!golden.ok()) return {};
-  std::vector<EngineRequest> out(static_cast<size_t>(n));
-  for (int i = 0; i < n; ++i) {
-    EngineRequest& r = out[static_cast<size_t>(i)];
-    r.id = "d" + std::to_string(i);
-    const std::vector<int32_t>& text = golden->mtp_tokens;  // held-out text, 83 tokens
-    r.prompt_ids.assign(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(std::min<size_t>(text.size(), 24)));
-    r.max_tokens = 5;
-    r.ignore_eos = true;
-    r.sampling.temperature = temperature;
-    r.sampling.seed = first_seed + static_cast<uint64_t>(i);
-  }
-  return out;
-}
-
-// P(X >= chi2) for X chi-square with df degrees of freedom (Wilson-Hilferty; ample for a
-// 1e-4 threshold).
-double ChiSquareUpperTail(double chi2, int df) {
-  if (df <= 0) return 1.0;
-  const double k = df, v = 2.0 / (9.0 * k);
-  const double z = (std::cbrt(chi2 / k) - (1.0 - v)) / std::sqrt(v);
-  return 0.5 * std::erfc(z / std::sqrt(2.0));
-}
-
-// Every request of `run` finished with all of its tokens.
-void ExpectWhole(const EngineRun& run, int requests, const std::string& what) {
-  ASSERT_EQ(run.out.size(), static_cast<size_t>(requests)) << what;
-  for (const testing::CollectedRequest& r : run.out) ASSERT_EQ(r.tokens.size(), 5u) << what << ": " << r.error;
-}
-
-// The two-sample test of position `pos` over equal-sized runs `a` and `b`.
-double SamePositionP(const EngineRun& a, const EngineRun& b, size_t pos) {
-  std::map<int32_t, std::pair<int, int>> counts;
-  for (const testing::CollectedRequest& r : a.out)
-    if (pos < r.tokens.size()) ++counts[r.tokens[pos]].first;
-  for (const testing::CollectedRequest& r : b.out)
-    if (pos < r.tokens.size()) ++counts[r.tokens[pos]].second;
-  std::vector<std::pair<int, int>> bins;
-  std::pair<int, int> pooled{0, 0};
-  for (const auto& [token, c] : counts) {
-    if (c.first + c.second >= 10) {
-      bins.push_back(c);
-    } else {
-      pooled.first += c.first;
-      pooled.second += c.second;
-    }
-  }
-  if (pooled.first + pooled.second > 0) bins.push_back(pooled);
-  double chi2 = 0.0;
-  for (const auto& [x, y] : bins) chi2 += static_cast<double>((x - y) * (x - y)) / static_cast<double>(x + y);
-  return ChiSquareUpperTail(chi2, static_cast<int>(bins.size()) - 1);
-}
-
+// Sampled tokens as a distribution, with no shared draws (speculative_requests.h's
+// SampledRequests and SamePositionP): N seeded temperature-1 requests decoded with
+// speculation and N requests of other seeds decoded without it are two samples of one
+// distribution at every generated position; the test must not reject at p = 1e-4, and must
+// reject temperature 0.6 against 1 (it can fail). Same-seed runs are compared bit for bit above.
 TEST(SpeculativeDistributionTest, SampledTokensKeepThePlainDistribution) {
   constexpr int kRequests = 200;
   constexpr double kReject = 1e-4;
   RunSetup plain;
   plain.max_num_seqs = 16;
-  const EngineRun want = RunEngine(plain, SampledRequests(1, kRequests, 1.0f));
-  ExpectWhole(want, kRequests, "plain");
+  const EngineRun want = RunEngine(plain, testing::SampledRequests(1, kRequests, 1.0f));
+  testing::ExpectWholeSampled(want, kRequests, "plain");
   if (HasFatalFailure()) return;
   for (const auto& [name, spec] : {std::pair{"mtp", Mtp(3)}, std::pair{"ddtree", Ddtree(3, 6, 2)}}) {
     RunSetup s = plain;
     s.spec = spec;
-    const EngineRun got = RunEngine(s, SampledRequests(1000001, kRequests, 1.0f));
-    ExpectWhole(got, kRequests, name);
+    const EngineRun got = RunEngine(s, testing::SampledRequests(1000001, kRequests, 1.0f));
+    testing::ExpectWholeSampled(got, kRequests, name);
     if (HasFatalFailure()) return;
     EXPECT_GT(got.stats.spec_num_accepted_tokens, 0) << name;
     for (size_t pos = 0; pos < 5; ++pos) {
-      const double p = SamePositionP(got, want, pos);
+      const double p = testing::SamePositionP(got, want, pos);
       EXPECT_GT(p, kReject) << name << ", generated position " << pos;
       std::printf("%s, position %zu: p = %.3g\n", name, pos, p);
     }
   }
   // The test's power: temperature 0.6 against 1 is rejected somewhere.
-  const EngineRun colder = RunEngine(plain, SampledRequests(2000001, kRequests, 0.6f));
-  ExpectWhole(colder, kRequests, "temperature 0.6");
+  const EngineRun colder = RunEngine(plain, testing::SampledRequests(2000001, kRequests, 0.6f));
+  testing::ExpectWholeSampled(colder, kRequests, "temperature 0.6");
   if (HasFatalFailure()) return;
   double smallest = 1.0;
-  for (size_t pos = 0; pos < 5; ++pos) smallest = std::min(smallest, SamePositionP(colder, want, pos));
+  for (size_t pos = 0; pos < 5; ++pos) smallest = std::min(smallest, testing::SamePositionP(colder, want, pos));
   EXPECT_LT(smallest, kReject) << "the test cannot tell temperature 0.6 from 1";
   std::printf("temperature 0.6 against 1: smallest p = %.3g\n", smallest);
 }

@@ -2,14 +2,17 @@
 // backend, cuda_speculative_test on the GPU, disaggregated_engine_test): requests over the
 // demo model's held-out text with every setting that touches a request's sampling state, the
 // collection of a request's events, a run through an engine, and the bit-for-bit comparison
-// of two runs.
+// of two runs; sampled requests and a two-sample test of their tokens' distribution.
 #pragma once
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "demo_model_golden.h"
@@ -129,6 +132,65 @@ inline void ExpectIdenticalOutcomes(const EngineOutcome& got, const EngineOutcom
 inline double MeanAccepted(const EngineStats& s) {
   return s.spec_num_drafts > 0 ? static_cast<double>(s.spec_num_accepted_tokens) / static_cast<double>(s.spec_num_drafts)
                                : 0.0;
+}
+
+// Sampled tokens as a distribution: n requests over 24 tokens of held-out text, each drawing
+// 5 tokens at `temperature` with seed first_seed + i.
+inline std::vector<EngineRequest> SampledRequests(uint64_t first_seed, int n, float temperature) {
+  auto golden = ReadDemoGolden();
+  EXPECT_TRUE(golden.ok()) << golden.status().ToString();
+  if (!golden.ok()) return {};
+  const std::vector<int32_t>& text = golden->mtp_tokens;  // 83 tokens
+  std::vector<EngineRequest> out(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    EngineRequest& r = out[static_cast<size_t>(i)];
+    r.id = "d" + std::to_string(i);
+    r.prompt_ids.assign(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(std::min<size_t>(text.size(), 24)));
+    r.max_tokens = 5;
+    r.ignore_eos = true;
+    r.sampling.temperature = temperature;
+    r.sampling.seed = first_seed + static_cast<uint64_t>(i);
+  }
+  return out;
+}
+
+// Every request of a SampledRequests run finished with all of its tokens.
+inline void ExpectWholeSampled(const EngineOutcome& run, int requests, const std::string& what) {
+  ASSERT_EQ(run.out.size(), static_cast<size_t>(requests)) << what;
+  for (const CollectedRequest& r : run.out) ASSERT_EQ(r.tokens.size(), 5u) << what << ": " << r.error;
+}
+
+// P(X >= chi2) for X chi-square with df degrees of freedom (Wilson-Hilferty; ample for a
+// 1e-4 threshold).
+inline double ChiSquareUpperTail(double chi2, int df) {
+  if (df <= 0) return 1.0;
+  const double k = df, v = 2.0 / (9.0 * k);
+  const double z = (std::cbrt(chi2 / k) - (1.0 - v)) / std::sqrt(v);
+  return 0.5 * std::erfc(z / std::sqrt(2.0));
+}
+
+// The p-value of a two-sample chi-square test that generated position `pos` has one
+// distribution in the equal-sized runs `a` and `b` (tokens seen fewer than 10 times pooled).
+inline double SamePositionP(const EngineOutcome& a, const EngineOutcome& b, size_t pos) {
+  std::map<int32_t, std::pair<int, int>> counts;
+  for (const CollectedRequest& r : a.out)
+    if (pos < r.tokens.size()) ++counts[r.tokens[pos]].first;
+  for (const CollectedRequest& r : b.out)
+    if (pos < r.tokens.size()) ++counts[r.tokens[pos]].second;
+  std::vector<std::pair<int, int>> bins;
+  std::pair<int, int> pooled{0, 0};
+  for (const auto& [token, c] : counts) {
+    if (c.first + c.second >= 10) {
+      bins.push_back(c);
+    } else {
+      pooled.first += c.first;
+      pooled.second += c.second;
+    }
+  }
+  if (pooled.first + pooled.second > 0) bins.push_back(pooled);
+  double chi2 = 0.0;
+  for (const auto& [x, y] : bins) chi2 += static_cast<double>((x - y) * (x - y)) / static_cast<double>(x + y);
+  return ChiSquareUpperTail(chi2, static_cast<int>(bins.size()) - 1);
 }
 
 }  // namespace peregrine::testing
