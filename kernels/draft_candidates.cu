@@ -235,7 +235,7 @@ cudaError_t LaunchDraftCandidates(const DraftCandidatesParams& p, cudaStream_t s
   if (const cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return e;
   if (const cudaError_t e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device); e != cudaSuccess)
     return e;
-  if (major >= 9) {
+  if (major >= 9 && !p.one_cta_per_row) {
     if (Launch<8>(p, stream) == cudaSuccess) return cudaSuccess;
     (void)cudaGetLastError();
   }

@@ -27,6 +27,7 @@ struct DraftCandidatesParams {
   int64_t batch = 0;
   int32_t vocab = 0;
   int32_t k = 1;                   // 1..kDraftMaxCandidates
+  bool one_cta_per_row = false;    // no cluster even on sm_90 (tests of the other form)
 };
 
 // Capture-safe; the grid depends on B alone. On sm_90 each row is split over a cluster of CTAs.

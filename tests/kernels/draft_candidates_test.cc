@@ -60,7 +60,7 @@ class DraftCandidatesTest : public GpuTest {
   // outputs (W = 0: the most likely token alone, as a chain drafts), optionally through a
   // captured graph, and checks everything against the host.
   void Check(const std::vector<std::vector<float>>& rows, int64_t vocab, int k, int64_t width, int64_t column,
-             bool graph, const std::string& what) {
+             bool graph, const std::string& what, bool one_cta_per_row = false) {
     const auto batch = static_cast<int64_t>(rows.size());
     std::vector<float> all;
     for (const auto& r : rows) all.insert(all.end(), r.begin(), r.end());
@@ -77,6 +77,7 @@ class DraftCandidatesTest : public GpuTest {
     }
     a.column = column;
     a.k = k;
+    a.one_cta_per_row = one_cta_per_row;
     if (graph) {
       PG_ASSERT_OK(cuda::Graph::BeginCapture(stream_.get()));
       const Status launched = cuda::DraftCandidates(a, stream_.get());
@@ -135,14 +136,20 @@ TEST_F(DraftCandidatesTest, MatchesTheHostsRawLogprobs) {
       std::vector<std::vector<float>> rows;
       for (int64_t b = 0; b < s.batch; ++b) rows.push_back(Row(static_cast<int>(b), s.vocab, rng));
       const std::string what = "V=" + std::to_string(s.vocab) + " B=" + std::to_string(s.batch) + " K=" + std::to_string(k);
-      // Columns [3k, 4k) of rows 5k wide: the drafter's [depths, K] layout at depth 3.
+      // Columns [3k, 4k) of rows 5k wide: the drafter's [depths, K] layout at depth 3; both
+      // forms (a cluster per row on sm_90, one CTA per row elsewhere).
       Check(rows, s.vocab, k, 5 * k, 3 * k, false, what);
+      if (HasFatalFailure()) return;
+      Check(rows, s.vocab, k, 5 * k, 3 * k, false, what + ", one CTA per row", true);
       if (HasFatalFailure()) return;
     }
     // The chain's call: K = 1 and no log-probabilities (the kernel skips the row's sum).
     std::vector<std::vector<float>> rows;
     for (int64_t b = 0; b < s.batch; ++b) rows.push_back(Row(static_cast<int>(b), s.vocab, rng));
-    Check(rows, s.vocab, 1, 0, 0, false, "V=" + std::to_string(s.vocab) + " B=" + std::to_string(s.batch) + " tokens only");
+    const std::string what = "V=" + std::to_string(s.vocab) + " B=" + std::to_string(s.batch) + " tokens only";
+    Check(rows, s.vocab, 1, 0, 0, false, what);
+    if (HasFatalFailure()) return;
+    Check(rows, s.vocab, 1, 0, 0, false, what + ", one CTA per row", true);
     if (HasFatalFailure()) return;
   }
 }

@@ -96,6 +96,7 @@ Status DraftCandidates(const DraftCandidatesArgs& a, cudaStream_t stream) {
   p.batch = batch.value();
   p.vocab = static_cast<int32_t>(vocab.value());
   p.k = static_cast<int32_t>(a.k);
+  p.one_cta_per_row = a.one_cta_per_row;
   PG_CUDA_RETURN_IF_ERROR(kernels::LaunchDraftCandidates(p, stream));
   return Status::Ok();
 }

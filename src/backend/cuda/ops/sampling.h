@@ -41,6 +41,7 @@ struct DraftCandidatesArgs {
   Tensor top_logprobs;  // optional [B, W] f32 out (-inf past the row's count; tokens -1 there)
   int64_t column = 0;
   int64_t k = 1;  // 1..kernels::kDraftMaxCandidates (16)
+  bool one_cta_per_row = false;  // tests: the form taken where clusters are not available
 };
 
 Status DraftCandidates(const DraftCandidatesArgs& args, cudaStream_t stream);
