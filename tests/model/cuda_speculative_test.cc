@@ -166,30 +166,12 @@ TEST_F(CudaSpeculativeTest, DdtreeTreesGiveTheNonSpeculativeTokens) {
 // DDTree trees and of other seeds without speculation must pass a two-sample chi-square test
 // at every generated position (p > 1e-4); temperature 0.6 against 1 must fail it.
 TEST_F(CudaSpeculativeTest, SampledTokensKeepThePlainDistribution) {
-  constexpr int kRequests = 200;
-  constexpr double kReject = 1e-4;
-  const Outcome want = RunCuda({}, /*graphs=*/true, true, testing::SampledRequests(1, kRequests, 1.0f));
-  testing::ExpectWholeSampled(want, kRequests, "plain");
-  if (HasFatalFailure()) return;
-  for (const auto& [name, spec] : {std::pair{"mtp", Spec(speculative::Algorithm::kMtp, 3)},
-                                   std::pair{"ddtree", Spec(speculative::Algorithm::kDdtree, 3, 8, 4)}}) {
-    const Outcome got = RunCuda(spec, /*graphs=*/true, true, testing::SampledRequests(1000001, kRequests, 1.0f));
-    testing::ExpectWholeSampled(got, kRequests, name);
-    if (HasFatalFailure()) return;
-    EXPECT_GT(got.stats.spec_num_accepted_tokens, 0) << name;
-    for (size_t pos = 0; pos < 5; ++pos) {
-      const double p = testing::SamePositionP(got, want, pos);
-      EXPECT_GT(p, kReject) << name << ", generated position " << pos;
-      std::printf("CUDA %s, position %zu: p = %.3g\n", name, pos, p);
-    }
-  }
-  const Outcome colder = RunCuda({}, /*graphs=*/true, true, testing::SampledRequests(2000001, kRequests, 0.6f));
-  testing::ExpectWholeSampled(colder, kRequests, "temperature 0.6");
-  if (HasFatalFailure()) return;
-  double smallest = 1.0;
-  for (size_t pos = 0; pos < 5; ++pos) smallest = std::min(smallest, testing::SamePositionP(colder, want, pos));
-  EXPECT_LT(smallest, kReject) << "the test cannot tell temperature 0.6 from 1";
-  std::printf("CUDA temperature 0.6 against 1: smallest p = %.3g\n", smallest);
+  testing::ExpectSampledDistributionKept(
+      [](const speculative::SpeculativeConfig& spec, const std::vector<EngineRequest>& requests) {
+        return RunCuda(spec, /*graphs=*/true, true, requests);
+      },
+      {{"mtp", Spec(speculative::Algorithm::kMtp, 3)}, {"ddtree", Spec(speculative::Algorithm::kDdtree, 3, 8, 4)}},
+      "CUDA ");
 }
 
 // The verify step itself on the golden fixtures, with batch-invariant kernels: every node of a

@@ -198,39 +198,20 @@ TEST_F(SpeculativeEngineTest, PrefixCacheHitsOnSpeculativeOutputs) {
 }
 
 // Sampled tokens as a distribution, with no shared draws (speculative_requests.h's
-// SampledRequests and SamePositionP): N seeded temperature-1 requests decoded with
-// speculation and N requests of other seeds decoded without it are two samples of one
-// distribution at every generated position; the test must not reject at p = 1e-4, and must
-// reject temperature 0.6 against 1 (it can fail). Same-seed runs are compared bit for bit above.
+// ExpectSampledDistributionKept): N seeded temperature-1 requests decoded with speculation
+// and N requests of other seeds decoded without it are two samples of one distribution at
+// every generated position; the test must not reject at p = 1e-4, and must reject
+// temperature 0.6 against 1 (it can fail). Same-seed runs are compared bit for bit above.
 TEST(SpeculativeDistributionTest, SampledTokensKeepThePlainDistribution) {
-  constexpr int kRequests = 200;
-  constexpr double kReject = 1e-4;
   RunSetup plain;
   plain.max_num_seqs = 16;
-  const EngineRun want = RunEngine(plain, testing::SampledRequests(1, kRequests, 1.0f));
-  testing::ExpectWholeSampled(want, kRequests, "plain");
-  if (HasFatalFailure()) return;
-  for (const auto& [name, spec] : {std::pair{"mtp", Mtp(3)}, std::pair{"ddtree", Ddtree(3, 6, 2)}}) {
-    RunSetup s = plain;
-    s.spec = spec;
-    const EngineRun got = RunEngine(s, testing::SampledRequests(1000001, kRequests, 1.0f));
-    testing::ExpectWholeSampled(got, kRequests, name);
-    if (HasFatalFailure()) return;
-    EXPECT_GT(got.stats.spec_num_accepted_tokens, 0) << name;
-    for (size_t pos = 0; pos < 5; ++pos) {
-      const double p = testing::SamePositionP(got, want, pos);
-      EXPECT_GT(p, kReject) << name << ", generated position " << pos;
-      std::printf("%s, position %zu: p = %.3g\n", name, pos, p);
-    }
-  }
-  // The test's power: temperature 0.6 against 1 is rejected somewhere.
-  const EngineRun colder = RunEngine(plain, testing::SampledRequests(2000001, kRequests, 0.6f));
-  testing::ExpectWholeSampled(colder, kRequests, "temperature 0.6");
-  if (HasFatalFailure()) return;
-  double smallest = 1.0;
-  for (size_t pos = 0; pos < 5; ++pos) smallest = std::min(smallest, testing::SamePositionP(colder, want, pos));
-  EXPECT_LT(smallest, kReject) << "the test cannot tell temperature 0.6 from 1";
-  std::printf("temperature 0.6 against 1: smallest p = %.3g\n", smallest);
+  testing::ExpectSampledDistributionKept(
+      [&](const speculative::SpeculativeConfig& spec, const std::vector<EngineRequest>& requests) {
+        RunSetup s = plain;
+        s.spec = spec;
+        return RunEngine(s, requests);
+      },
+      {{"mtp", Mtp(3)}, {"ddtree", Ddtree(3, 6, 2)}}, "");
 }
 
 // The block drafter (DSpark's layout, random weights: tests/fixtures/dspark_tiny) behind
