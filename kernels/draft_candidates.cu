@@ -108,7 +108,8 @@ struct Shared {
 };
 
 // kCluster CTAs per row, each over a contiguous part of it; rank 0 merges the parts. kSum:
-// the row's log-sum-exp, needed only for the log-probabilities (top_tokens given).
+// the row's log-sum-exp and the K columns, only when top_tokens is given (the launcher
+// chooses it so).
 template <int kCluster, int kList, bool kSum>
 __global__ void __launch_bounds__(kThreads) DraftCandidatesKernel(const DraftCandidatesParams p) {
   StartAfterPredecessor();
@@ -143,8 +144,10 @@ __global__ void __launch_bounds__(kThreads) DraftCandidatesKernel(const DraftCan
   }
   // The warps' lists and sums, then the CTA's (warp 0: lane w holds warp w's list).
   WarpTop(list, p.k, s.warp_keys[warp]);
-  sum = WarpMaxSum(sum);
-  if (lane == 0) s.warp_sums[warp] = sum;
+  if constexpr (kSum) {
+    sum = WarpMaxSum(sum);
+    if (lane == 0) s.warp_sums[warp] = sum;
+  }
   __syncthreads();
   if (warp == 0) {
     TopList<kList> merged;
@@ -152,11 +155,13 @@ __global__ void __launch_bounds__(kThreads) DraftCandidatesKernel(const DraftCan
     if (lane < kWarps) {
 #pragma unroll
       for (int i = 0; i < kList; ++i) merged.key[i] = i < p.k ? s.warp_keys[lane][i] : 0;
-      total = s.warp_sums[lane];
+      if constexpr (kSum) total = s.warp_sums[lane];
     }
     WarpTop(merged, p.k, s.keys);
-    total = WarpMaxSum(total);
-    if (lane == 0) s.sum = total;
+    if constexpr (kSum) {
+      total = WarpMaxSum(total);
+      if (lane == 0) s.sum = total;
+    }
   }
   if constexpr (kCluster > 1) {
     ClusterSync();  // every CTA's list and sum are in its shared memory
@@ -167,13 +172,15 @@ __global__ void __launch_bounds__(kThreads) DraftCandidatesKernel(const DraftCan
         const uint64_t* peer = ClusterPeer(s.keys, lane);
 #pragma unroll
         for (int i = 0; i < kList; ++i) merged.key[i] = i < p.k ? peer[i] : 0;
-        total = *ClusterPeer(&s.sum, lane);
+        if constexpr (kSum) total = *ClusterPeer(&s.sum, lane);
       }
       __syncwarp();
       // Lane 0 read this CTA's own list above; only it writes the row's list over it.
       WarpTop(merged, p.k, s.keys);
-      total = WarpMaxSum(total);
-      if (lane == 0) s.sum = total;
+      if constexpr (kSum) {
+        total = WarpMaxSum(total);
+        if (lane == 0) s.sum = total;
+      }
     }
     ClusterSync();  // the peers' shared memory stays until rank 0 has read it
   } else {
@@ -181,17 +188,17 @@ __global__ void __launch_bounds__(kThreads) DraftCandidatesKernel(const DraftCan
   }
   if (rank != 0) return;
   __syncthreads();
-  // As the host's ComputeRawLogprobs: a non-finite maximum is the normalizer itself (a row
-  // holding +inf sums inf - inf to NaN, which must not leak), and a difference that is NaN
-  // (+inf - +inf, -inf - -inf) is -inf.
-  const float log_normalizer = isinf(s.sum.m) ? s.sum.m : s.sum.m + logf(s.sum.s);
   for (int i = threadIdx.x; i < p.k; i += kThreads) {
     const uint64_t key = s.keys[i];
     const bool has = key != 0;
     const float v = has ? KeyLogit(key) : kNegInf;
     const int32_t token = has ? KeyId(key) : -1;
     if (i == 0) p.tokens[row] = token;
-    if (p.top_tokens != nullptr) {
+    if constexpr (kSum) {  // top_tokens and top_logprobs given
+      // As the host's ComputeRawLogprobs: a non-finite maximum is the normalizer itself (a
+      // row holding +inf sums inf - inf to NaN, which must not leak), and a difference that
+      // is NaN (+inf - +inf, -inf - -inf) is -inf.
+      const float log_normalizer = isinf(s.sum.m) ? s.sum.m : s.sum.m + logf(s.sum.s);
       p.top_tokens[row * p.top_pitch + i] = token;
       const float logprob = v - log_normalizer;
       p.top_logprobs[row * p.top_pitch + i] = isnan(logprob) ? kNegInf : logprob;
