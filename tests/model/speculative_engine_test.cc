@@ -6,7 +6,6 @@
 // of other seeds keep the distribution of decoding without speculation.
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <cstdio>
 #include <string>
 #include <tuple>
