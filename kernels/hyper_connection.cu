@@ -530,6 +530,43 @@ cudaError_t LaunchHcCollapse(const HcCollapseParams& p, cudaStream_t stream) {
   return LaunchHcFinalize(p, stream);
 }
 
+// ---- Lane mean ---------------------------------------------------------------------------
+
+__global__ void __launch_bounds__(kThreads) HcLaneMeanKernel(const HcLaneMeanParams p) {
+  StartAfterPredecessor();
+  const int64_t per_token = p.dim / 8;
+  const int64_t idx = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+  if (idx >= p.num_tokens * per_token) return;
+  const int64_t t = idx / per_token;
+  const int64_t e = (idx % per_token) * 8;
+  const float* s = p.streams + t * p.hc * p.dim + e;
+  float sum[8] = {};
+  for (int j = 0; j < p.hc; ++j) {
+    const float4 a = *reinterpret_cast<const float4*>(s + static_cast<int64_t>(j) * p.dim);
+    const float4 b = *reinterpret_cast<const float4*>(s + static_cast<int64_t>(j) * p.dim + 4);
+    const float v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+    for (int i = 0; i < 8; ++i) sum[i] = __fadd_rn(sum[i], v[i]);
+  }
+  const float n = static_cast<float>(p.hc);
+  uint4 packed;
+  __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&packed);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) h[i] = __floats2bfloat162_rn(__fdiv_rn(sum[2 * i], n), __fdiv_rn(sum[2 * i + 1], n));
+  *reinterpret_cast<uint4*>(static_cast<__nv_bfloat16*>(p.out) + t * p.out_stride + e) = packed;
+}
+
+cudaError_t LaunchHcLaneMean(const HcLaneMeanParams& p, cudaStream_t stream) {
+  if (p.num_tokens <= 0) return cudaSuccess;
+  if (p.hc < 1 || p.hc > kHcMaxMult || p.dim <= 0 || p.dim % 8 != 0 || p.out_stride < p.dim || p.out_stride % 8 != 0)
+    return cudaErrorInvalidValue;
+  const int64_t threads = p.num_tokens * (p.dim / 8);
+  if ((threads + kThreads - 1) / kThreads > (int64_t{1} << 31) - 1) return cudaErrorInvalidValue;
+  return LaunchDependent(HcLaneMeanKernel,
+                         LaunchShape{dim3(static_cast<unsigned>((threads + kThreads - 1) / kThreads)), dim3(kThreads)},
+                         stream, p);
+}
+
 cudaError_t LaunchHcExpand(const HcExpandParams& p, cudaStream_t stream) {
   if (p.num_tokens <= 0) return cudaSuccess;
   if (p.hc < 1 || p.hc > kHcMaxMult || p.dim <= 0 || p.dim % 8 != 0) return cudaErrorInvalidValue;

@@ -110,4 +110,18 @@ struct HcExpandParams {
 
 cudaError_t LaunchHcExpand(const HcExpandParams& p, cudaStream_t stream);
 
+// The mean of a row's hc streams (the block drafter's taps, deepseek_v4::Model::Forward):
+// out[t * out_stride + e] = bf16((((0 + s_0) + s_1) + ...) / hc) for e in [0, D), sums and the
+// divide rounded as the host's float loop does.
+struct HcLaneMeanParams {
+  const float* streams;  // [N, hc, D]
+  void* out;             // bf16 rows out_stride elements apart, 16-byte aligned
+  int64_t out_stride = 0;  // a multiple of 8, >= D
+  int64_t num_tokens = 0;
+  int hc = 0;
+  int dim = 0;  // a multiple of 8
+};
+
+cudaError_t LaunchHcLaneMean(const HcLaneMeanParams& p, cudaStream_t stream);
+
 }  // namespace peregrine::kernels

@@ -1,6 +1,7 @@
 // mHC kernels vs the CPU model functions (HyperConnectionPre/Post/Head + cpu::RmsNorm) with
 // random weights over N x hc x D x Sinkhorn iterations; head over a row subset; a captured
-// pre -> post -> head chain replayed on rewritten streams; argument checks.
+// pre -> post -> head chain replayed on rewritten streams; the lane mean (StreamMean);
+// argument checks.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -294,6 +295,48 @@ TEST_F(HyperConnectionTest, CapturedChainReplaysOnNewStreams) {
     cpu::RmsNorm(y.data(), head_w.norm.data(), y.data(), r_n, c.d, 1e-6f);
     EXPECT_TRUE(AllClose(DownloadBF16(y_d, y.size()), y, ToleranceFor(DType::kBF16), "y"));
   }
+}
+
+// The lane mean into one column block of wider rows (the block drafter's taps): bit for bit
+// the CPU model's StreamMean rounded to bf16; the other columns are left alone.
+TEST_F(HyperConnectionTest, LaneMeanMatchesTheHostBitForBit) {
+  uint32_t seed = 5000;
+  for (int64_t d : {64, 4096})
+    for (int64_t hc : {1, 2, 3, 4, 8})
+      for (int64_t n : {1, 5, 130}) {
+        const HcCase c{n, hc, d, 0};
+        SCOPED_TRACE(Name(c));
+        std::mt19937 rng(seed++);
+        const std::vector<float> streams = RandomStreams(rng, n, hc, d);
+        const int64_t taps = 3, column = d;  // the middle block of three
+        std::vector<float> want(static_cast<size_t>(n * taps * d), 0.0f);
+        deepseek_v4::StreamMean(Config(c), streams.data(), n, want.data() + column, taps * d);
+        cuda::DeviceBuffer streams_d = Upload(streams), out_d = Poisoned(want.size() * 2);
+        const std::vector<float> before = DownloadBF16(out_d, want.size());
+        cuda::HcLaneMeanArgs a;
+        a.streams = View(streams_d, DType::kF32, {n, hc, d});
+        a.out = View(out_d, DType::kBF16, {n, taps * d});
+        a.column = column;
+        PG_ASSERT_OK(cuda::HyperConnectionLaneMean(a, stream_.get()));
+        const std::vector<uint16_t> got = ToBF16(DownloadBF16(out_d, want.size()));
+        const std::vector<uint16_t> expected = ToBF16(want), old = ToBF16(before);
+        int64_t mismatches = 0;
+        for (int64_t t = 0; t < n; ++t)
+          for (int64_t e = 0; e < taps * d; ++e) {
+            const auto i = static_cast<size_t>(t * taps * d + e);
+            const bool inside = e >= column && e < column + d;
+            mismatches += got[i] != (inside ? expected[i] : old[i]);
+          }
+        EXPECT_EQ(mismatches, 0);
+      }
+  cuda::DeviceBuffer buf = Poisoned(size_t{1} << 16);
+  cuda::HcLaneMeanArgs bad;
+  bad.streams = View(buf, DType::kF32, {2, 2, 64});
+  bad.out = View(buf, DType::kBF16, {2, 128});
+  bad.column = 72;  // past the row
+  EXPECT_EQ(cuda::HyperConnectionLaneMean(bad, stream_.get()).code(), StatusCode::kInvalidArgument);
+  bad.column = 4;  // not a multiple of 8
+  EXPECT_EQ(cuda::HyperConnectionLaneMean(bad, stream_.get()).code(), StatusCode::kInvalidArgument);
 }
 
 TEST_F(HyperConnectionTest, RejectsBadArguments) {

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -114,6 +115,20 @@ void HyperConnectionHead(const ModelConfig& c, const HyperConnectionWeights& w, 
       for (int64_t i = 0; i < hc; ++i) acc += mixes[static_cast<size_t>(i)] * s[i * d + k];
       y[t * d + k] = acc;
     }
+  }
+}
+
+void StreamMean(const ModelConfig& c, const float* streams, int64_t num_tokens, float* out, int64_t out_stride) {
+  const int64_t hc = c.hc_mult;
+  const int64_t d = c.hidden_size;
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    float* dst = out + t * out_stride;
+    std::fill_n(dst, d, 0.0f);
+    for (int64_t j = 0; j < hc; ++j) {
+      const float* src = streams + (t * hc + j) * d;
+      for (int64_t x = 0; x < d; ++x) dst[x] += src[x];
+    }
+    for (int64_t x = 0; x < d; ++x) dst[x] /= static_cast<float>(hc);
   }
 }
 

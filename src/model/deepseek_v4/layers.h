@@ -30,6 +30,10 @@ void HyperConnectionPost(const ModelConfig& c, float* streams, const float* f, c
 void HyperConnectionHead(const ModelConfig& c, const HyperConnectionWeights& w, const float* streams,
                          int64_t num_tokens, float* y);
 
+// The mean of each row's hc streams (the block drafter's taps), rows `out_stride` apart.
+//   streams [T, hc, D] -> out[t * out_stride + e], e < D
+void StreamMean(const ModelConfig& c, const float* streams, int64_t num_tokens, float* out, int64_t out_stride);
+
 struct AttentionContext {
   const ModelConfig& config;
   const RopeTable& rope;  // the layer's table (plain or compressed)

@@ -227,17 +227,9 @@ Status Model::Run(std::span<const Segment> segments, std::span<const int32_t> id
   for (int64_t i = 0; i < c.num_layers; ++i) {
     PG_RETURN_IF_ERROR(RunLayer(c, weights_.layers[static_cast<size_t>(i)], i, segments, ids, streams.data(), t_n));
     if (taps == nullptr) continue;
-    for (int64_t k = 0; k < num_taps; ++k) {
-      if (c.dspark_target_layer_ids[static_cast<size_t>(k)] != i) continue;
-      for (int64_t t = 0; t < t_n; ++t) {
-        float* dst = taps->data() + (t * num_taps + k) * d;
-        for (int64_t j = 0; j < hc; ++j) {
-          const float* src = streams.data() + (t * hc + j) * d;
-          for (int64_t x = 0; x < d; ++x) dst[x] += src[x];
-        }
-        for (int64_t x = 0; x < d; ++x) dst[x] /= static_cast<float>(hc);
-      }
-    }
+    for (int64_t k = 0; k < num_taps; ++k)
+      if (c.dspark_target_layer_ids[static_cast<size_t>(k)] == i)
+        StreamMean(c, streams.data(), t_n, taps->data() + k * d, num_taps * d);
   }
   if (final_streams != nullptr) *final_streams = streams;
 

@@ -133,4 +133,25 @@ Status HyperConnectionHead(const HcHeadArgs& a, cudaStream_t stream) {
   return Status::Ok();
 }
 
+Status HyperConnectionLaneMean(const HcLaneMeanArgs& a, cudaStream_t stream) {
+  TensorChecker check("hyper_connection_lane_mean");
+  Dim n("N"), hc("hc"), d("D"), w("W");
+  PG_RETURN_IF_ERROR(check.Check("streams", a.streams, DType::kF32, {&n, &hc, &d}));
+  PG_RETURN_IF_ERROR(CheckStreamShape(check, hc, d));
+  PG_RETURN_IF_ERROR(check.Check("out", a.out, DType::kBF16, {&n, &w}));
+  PG_RETURN_IF_ERROR(check.Require(w.value() % 8 == 0, "out rows of a multiple of 8 elements"));
+  PG_RETURN_IF_ERROR(check.Require(a.column >= 0 && a.column % 8 == 0 && a.column + d.value() <= w.value(),
+                                   "column a multiple of 8 with column + D <= W"));
+
+  kernels::HcLaneMeanParams p;
+  p.streams = a.streams.as<const float>();
+  p.out = static_cast<uint16_t*>(a.out.data) + a.column;
+  p.out_stride = w.value();
+  p.num_tokens = n.value();
+  p.hc = static_cast<int>(hc.value());
+  p.dim = static_cast<int>(d.value());
+  PG_CUDA_RETURN_IF_ERROR(kernels::LaunchHcLaneMean(p, stream));
+  return Status::Ok();
+}
+
 }  // namespace peregrine::cuda

@@ -74,4 +74,14 @@ struct HcHeadArgs {
 };
 Status HyperConnectionHead(const HcHeadArgs& args, cudaStream_t stream);
 
+// The mean of each row's hc streams, in bf16, into columns [column, column + D) of `out`
+// (the block drafter's taps: one column block per target layer). Rounded as the CPU model's
+// float loop (sum in lane order, then divide by hc), then to bf16.
+struct HcLaneMeanArgs {
+  Tensor streams;  // [N, hc, D] f32
+  Tensor out;      // [N, W] bf16, W >= column + D
+  int64_t column = 0;  // a multiple of 8
+};
+Status HyperConnectionLaneMean(const HcLaneMeanArgs& args, cudaStream_t stream);
+
 }  // namespace peregrine::cuda
