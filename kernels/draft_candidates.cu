@@ -120,6 +120,7 @@ __global__ void __launch_bounds__(kThreads) DraftCandidatesKernel(const DraftCan
   const int part = (n + kCluster - 1) / kCluster;
   const int lo = min(n, rank * part), hi = min(n, lo + part);
   const float* x = p.logits + row * static_cast<int64_t>(n);
+  const float* bias = p.bias != nullptr ? p.bias + row * static_cast<int64_t>(n) : nullptr;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 
   TopList<kList> list;
@@ -132,6 +133,13 @@ __global__ void __launch_bounds__(kThreads) DraftCandidatesKernel(const DraftCan
     for (int j = 0; j < kBatch; ++j) {
       const int i = base + j * kThreads;
       v[j] = i < hi ? x[i] : kNegInf;
+    }
+    if (bias != nullptr) {
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j) {
+        const int i = base + j * kThreads;
+        if (i < hi) v[j] = __fadd_rn(v[j], bias[i]);
+      }
     }
 #pragma unroll
     for (int j = 0; j < kBatch; ++j) {

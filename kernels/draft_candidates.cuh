@@ -20,6 +20,8 @@ inline constexpr int kDraftMaxCandidates = 16;  // --speculative-eagle-topk's li
 
 struct DraftCandidatesParams {
   const float* logits = nullptr;   // [B, V]
+  const float* bias = nullptr;     // optional [B, V] added to the logits first (a float add: the
+                                   // block drafter's Markov term); log-probabilities are of the sums
   int32_t* tokens = nullptr;       // [B] out: the most likely token of each row
   int32_t* top_tokens = nullptr;   // out: row b's K tokens at top_tokens[b * top_pitch + i]; may be null
   float* top_logprobs = nullptr;   // out: their log-probabilities (-inf where the row has fewer)

@@ -60,16 +60,21 @@ class DraftCandidatesTest : public GpuTest {
   // outputs (W = 0: the most likely token alone, as a chain drafts), optionally through a
   // captured graph, and checks everything against the host.
   void Check(const std::vector<std::vector<float>>& rows, int64_t vocab, int k, int64_t width, int64_t column,
-             bool graph, const std::string& what, bool one_cta_per_row = false) {
+             bool graph, const std::string& what, bool one_cta_per_row = false,
+             const std::vector<std::vector<float>>* bias = nullptr) {
     const auto batch = static_cast<int64_t>(rows.size());
-    std::vector<float> all;
+    std::vector<float> all, all_bias;
     for (const auto& r : rows) all.insert(all.end(), r.begin(), r.end());
+    if (bias != nullptr)
+      for (const auto& r : *bias) all_bias.insert(all_bias.end(), r.begin(), r.end());
     cuda::DeviceBuffer logits = Upload(all);
+    cuda::DeviceBuffer bias_d = bias != nullptr ? Upload(all_bias) : cuda::DeviceBuffer{};
     cuda::DeviceBuffer tokens = Poisoned(static_cast<size_t>(batch) * 4);
     cuda::DeviceBuffer top_tokens = Poisoned(static_cast<size_t>(std::max<int64_t>(batch * width, 1)) * 4, 0x7f);
     cuda::DeviceBuffer top_logprobs = Poisoned(static_cast<size_t>(std::max<int64_t>(batch * width, 1)) * 4, 0x7f);
     cuda::DraftCandidatesArgs a;
     a.logits = View(logits, DType::kF32, {batch, vocab});
+    if (bias != nullptr) a.bias = View(bias_d, DType::kF32, {batch, vocab});
     a.tokens = View(tokens, DType::kI32, {batch});
     if (width > 0) {
       a.top_tokens = View(top_tokens, DType::kI32, {batch, width});
@@ -95,7 +100,10 @@ class DraftCandidatesTest : public GpuTest {
     int32_t untouched = 0;
     std::memset(&untouched, 0x7f, 4);
     for (int64_t b = 0; b < batch; ++b) {
-      const RawLogprobs want = ComputeRawLogprobs(rows[static_cast<size_t>(b)], k);
+      std::vector<float> host = rows[static_cast<size_t>(b)];
+      if (bias != nullptr)
+        for (size_t v = 0; v < host.size(); ++v) host[v] += (*bias)[static_cast<size_t>(b)][v];
+      const RawLogprobs want = ComputeRawLogprobs(host, k);
       const std::string row = what + ", row " + std::to_string(b);
       ASSERT_FALSE(want.top.empty()) << row;
       EXPECT_EQ(got_first[static_cast<size_t>(b)], want.top[0].token) << row;
@@ -151,6 +159,27 @@ TEST_F(DraftCandidatesTest, MatchesTheHostsRawLogprobs) {
     if (HasFatalFailure()) return;
     Check(rows, s.vocab, 1, 0, 0, false, what + ", one CTA per row", true);
     if (HasFatalFailure()) return;
+  }
+}
+
+// The block drafter's call: a bias row (its Markov term) added to each logits row first; the
+// candidates and log-probabilities are those of the sums.
+TEST_F(DraftCandidatesTest, AddsTheBiasFirst) {
+  std::mt19937 rng(7);
+  for (const auto& [vocab, batch] : {std::pair<int64_t, int64_t>{129280, 3}, {1000, 5}, {37, 2}}) {
+    std::vector<std::vector<float>> rows, bias;
+    for (int64_t b = 0; b < batch; ++b) {
+      rows.push_back(Row(static_cast<int>(b), vocab, rng));
+      // Large enough to reorder the row's leaders.
+      bias.push_back(Row(static_cast<int>(b) + 1, vocab, rng));
+    }
+    for (int k : {1, 4}) {
+      const std::string what = "bias, V=" + std::to_string(vocab) + " B=" + std::to_string(batch) + " K=" + std::to_string(k);
+      Check(rows, vocab, k, 2 * k, k, false, what, false, &bias);
+      if (HasFatalFailure()) return;
+      Check(rows, vocab, k, 2 * k, k, false, what + ", one CTA per row", true, &bias);
+      if (HasFatalFailure()) return;
+    }
   }
 }
 

@@ -78,6 +78,7 @@ Status DraftCandidates(const DraftCandidatesArgs& a, cudaStream_t stream) {
   TensorChecker check("draft_candidates");
   Dim batch("B"), vocab("V"), width("W");
   PG_RETURN_IF_ERROR(check.Check("logits", a.logits, DType::kF32, {&batch, &vocab}));
+  PG_RETURN_IF_ERROR(check.CheckOptional("bias", a.bias, DType::kF32, {&batch, &vocab}));
   PG_RETURN_IF_ERROR(check.Check("tokens", a.tokens, DType::kI32, {&batch}, Device::kCuda, 4));
   PG_RETURN_IF_ERROR(check.CheckOptional("top_tokens", a.top_tokens, DType::kI32, {&batch, &width}, Device::kCuda, 4));
   PG_RETURN_IF_ERROR(check.CheckOptional("top_logprobs", a.top_logprobs, DType::kF32, {&batch, &width}, Device::kCuda, 4));
@@ -89,6 +90,7 @@ Status DraftCandidates(const DraftCandidatesArgs& a, cudaStream_t stream) {
   PG_RETURN_IF_ERROR(check.Require(vocab.value() < (int64_t{1} << 31), "V must be below 2^31"));
   kernels::DraftCandidatesParams p;
   p.logits = a.logits.as<const float>();
+  p.bias = a.bias.data != nullptr ? a.bias.as<const float>() : nullptr;
   p.tokens = a.tokens.as<int32_t>();
   p.top_tokens = top ? a.top_tokens.as<int32_t>() + a.column : nullptr;
   p.top_logprobs = top ? a.top_logprobs.as<float>() + a.column : nullptr;

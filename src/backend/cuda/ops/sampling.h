@@ -36,6 +36,7 @@ Status Sample(const SamplingArgs& args, cudaStream_t stream);
 // of the host's raw logprobs; one pass over the row, no edits, no draws.
 struct DraftCandidatesArgs {
   Tensor logits;        // [B, V] f32
+  Tensor bias;          // optional [B, V] f32 added to the logits first (the block drafter's Markov term)
   Tensor tokens;        // [B] i32 out: each row's most likely token
   Tensor top_tokens;    // optional [B, W] i32 out: columns [column, column + k)
   Tensor top_logprobs;  // optional [B, W] f32 out (-inf past the row's count; tokens -1 there)
