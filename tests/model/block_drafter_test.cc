@@ -11,55 +11,16 @@
 #include <vector>
 
 #include "drafter_feed.h"
+#include "dspark_golden.h"
 #include "golden.h"
 #include "model/deepseek_v4/model.h"
-#include "model/mapped_file.h"
-#include "model/safetensors.h"
 
 namespace peregrine::deepseek_v4 {
 namespace {
 
-std::filesystem::path FixtureDir() { return testing::SourceRoot() / "tests" / "fixtures" / "dspark_tiny"; }
-
-struct DrafterGolden {
-  std::vector<int32_t> tokens, anchors, block_tokens;
-  std::vector<float> block_logits, confidence;  // [A, B, V], [A, B]
-  int64_t block = 0, vocab = 0;
-};
-
-Result<DrafterGolden> ReadDrafterGolden() {
-  const std::filesystem::path file = FixtureDir() / "drafter_golden.safetensors";
-  PG_ASSIGN_OR_RETURN(MappedFile mapped, MappedFile::Open(file));
-  PG_ASSIGN_OR_RETURN(SafetensorsHeader header, ParseSafetensors(mapped.bytes(), file.string()));
-  DrafterGolden g;
-  for (const SafetensorsEntry& e : header.entries) {
-    const uint8_t* p = mapped.bytes().data() + e.offset;
-    const int64_t n = e.shape.numel();
-    if (e.dtype == DType::kI64) {
-      std::vector<int32_t> v(static_cast<size_t>(n));
-      for (int64_t i = 0; i < n; ++i) {
-        int64_t x;
-        std::memcpy(&x, p + i * 8, 8);
-        v[static_cast<size_t>(i)] = static_cast<int32_t>(x);
-      }
-      if (e.name == "tokens") g.tokens = std::move(v);
-      if (e.name == "anchors") g.anchors = std::move(v);
-      if (e.name == "block_tokens") g.block_tokens = std::move(v);
-    } else if (e.dtype == DType::kF32) {
-      std::vector<float> v(static_cast<size_t>(n));
-      std::memcpy(v.data(), p, static_cast<size_t>(n) * 4);
-      if (e.name == "block_logits") {
-        g.block = e.shape[1];
-        g.vocab = e.shape[2];
-        g.block_logits = std::move(v);
-      }
-      if (e.name == "confidence") g.confidence = std::move(v);
-    }
-  }
-  if (g.tokens.empty() || g.anchors.empty() || g.block_logits.empty() || g.confidence.empty())
-    return DataLoss(file.string() + ": a tensor is missing");
-  return g;
-}
+using drafter_test::DrafterGolden;
+using drafter_test::FixtureDir;
+using drafter_test::ReadDrafterGolden;
 
 class BlockDrafterTest : public ::testing::Test {
  protected:
