@@ -142,8 +142,11 @@ Result<std::unique_ptr<ModelRunner>> MakeRunner(const EngineOptions& o, ModelSou
   if (o.kv_cache_dtype == "fp8")
     return InvalidArgument("--kv-cache-dtype fp8 runs on the CPU backend only so far (the CUDA kernels read bf16 KV)");
   PG_RETURN_IF_ERROR(speculative::Validate(o.speculative));
-  if (o.speculative.needs_model_drafter() && source.config.has_block_drafter())
-    return Unimplemented("the block drafter runs on the CPU backend only so far (--device cpu)");
+  if (o.speculative.needs_model_drafter() && source.config.has_block_drafter() &&
+      o.speculative.num_steps > source.config.dspark_block_size)
+    return InvalidArgument("--speculative-num-steps " + std::to_string(o.speculative.num_steps) +
+                           " exceeds the block drafter's block (" + std::to_string(source.config.dspark_block_size) +
+                           " positions)");
   if (o.speculative.enabled() && (!o.device_sampling || o.parallel.is_distributed()))
     return Unimplemented("speculative decoding on the GPU needs device sampling and one GPU (no --host-sampling, "
                          "no --tp)");
@@ -171,15 +174,18 @@ Result<std::unique_ptr<ModelRunner>> MakeRunner(const EngineOptions& o, ModelSou
           static_cast<double>(executor->weight_bytes()) / 1e9, executor->sharded() ? " on rank 0" : "",
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   LogLines(LogLevel::kInfo, executor->Describe());
-  if (o.speculative.algorithm == speculative::Algorithm::kMtp && !executor->has_drafter())
-    return InvalidArgument("speculative decoding needs a drafter: the checkpoint has no MTP layer");
+  const bool block_drafter = source.config.has_block_drafter();
+  if (o.speculative.needs_model_drafter() && !executor->has_drafter())
+    return InvalidArgument(std::string("speculative decoding needs a drafter: the checkpoint has no ") +
+                           (block_drafter ? "block drafter (mtp.0.main_proj.weight)" : "MTP layer"));
   auto runner = std::make_unique<CudaModelRunner>(std::move(executor), o.device_sampling, o.overlap, o.speculative);
   if (o.speculative.enabled())
     LogInfo("speculative decoding: {} ({}), {} steps, {} tokens verified per step (steps do not overlap while "
             "speculating)",
             speculative::AlgorithmName(o.speculative.algorithm),
-            o.speculative.algorithm == speculative::Algorithm::kMtp ? "the MTP layer on the GPU"
-                                                                    : "the sequence's own tokens",
+            !o.speculative.needs_model_drafter() ? "the sequence's own tokens"
+            : block_drafter                      ? "the block drafter on the GPU"
+                                                 : "the MTP layer on the GPU",
             o.speculative.num_steps, o.speculative.max_nodes() + 1);
   if (staging != nullptr) runner->SetKvStaging(std::move(staging));
   return std::unique_ptr<ModelRunner>(std::move(runner));

@@ -102,8 +102,8 @@ struct DeviceModelLimits {
   int64_t max_verify_rows = 0;
   // The deepest draft-tree node below its root a verify step may hold.
   int32_t max_tree_depth = 16;
-  // Speculative drafting on the device (the checkpoint's MTP layer): chains up to this deep;
-  // 0: no drafter is loaded.
+  // Speculative drafting on the device (the checkpoint's MTP layer, or its block drafter, which
+  // drafts at most one block): up to this deep; 0: no drafter is loaded.
   int32_t max_draft_steps = 0;
   // The drafter's candidates per depth (DDTree's top-k, at most kDraftMaxCandidates = 16);
   // 1: its greedy chain alone.

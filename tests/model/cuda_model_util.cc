@@ -23,6 +23,8 @@ Result<std::unique_ptr<SlotModel>> SlotModel::Create(const ModelConfig& config, 
   eo.prefix_caching = false;
   eo.batch_invariant = o.batch_invariant;
   eo.max_verify_rows = o.max_verify_rows;
+  eo.max_draft_steps = o.max_draft_steps;
+  eo.draft_candidates = o.draft_candidates;
   const KvLayout layout = deepseek_v4::KvGeometry::For(config, o.block_tokens, {2, 2}).Layout();
   const int64_t per_slot = std::max<int64_t>(layout.BlocksFor(o.max_context), 1);
   eo.kv_tokens = o.num_slots * per_slot * layout.block_tokens;

@@ -33,6 +33,8 @@ struct SlotModelOptions {
   int64_t block_tokens = 256;
   bool batch_invariant = false;  // --enable-deterministic-inference
   int64_t max_verify_rows = 0;   // draft-tree nodes a step may verify
+  int32_t max_draft_steps = 0;   // > 0: load the checkpoint's drafter (DeviceModelLimits)
+  int32_t draft_candidates = 1;
   deepseek_v4::cuda::WeightLoadOptions weights;
   DeviceParallel parallel;  // this rank's part and group (size 1: the whole model)
 };

@@ -44,13 +44,7 @@ Status CudaModel::Impl::AllocateDrafter() {
     out->view = Tensor::Contiguous(out->buffer.data(), dtype, shape, Device::kCuda);
     return Status::Ok();
   };
-  PG_RETURN_IF_ERROR(alloc(DType::kF32, {n, hc, d}, &mtp_h));
-  PG_RETURN_IF_ERROR(alloc(DType::kF32, {n, d}, &mtp_e));
-  PG_RETURN_IF_ERROR(alloc(DType::kBF16, {n * hc, d}, &mtp_hn));
-  PG_RETURN_IF_ERROR(alloc(DType::kF32, {n, hc}, &mtp_post));
-  PG_RETURN_IF_ERROR(alloc(DType::kF32, {n, hc, hc}, &mtp_comb));
-  PG_RETURN_IF_ERROR(alloc(DType::kF32, {slots, hc, d}, &mtp_pending));
-  PG_RETURN_IF_ERROR(alloc(DType::kBF16, {std::max<int64_t>(slots * (steps - 1), 1), hd}, &mtp_ring_save));
+  // What both drafters leave: each depth's greedy token and candidates, per slot.
   PG_RETURN_IF_ERROR(alloc(DType::kI32, {slots, steps}, &draft_out));
   const int64_t k = limits.draft_candidates;
   if (k < 1 || k > kMaxCandidates)
@@ -59,23 +53,31 @@ Status CudaModel::Impl::AllocateDrafter() {
     PG_RETURN_IF_ERROR(alloc(DType::kI32, {slots, steps, k}, &draft_cand_tokens));
     PG_RETURN_IF_ERROR(alloc(DType::kF32, {slots, steps, k}, &draft_cand_logprobs));
   }
+  // Each drafting slot's greedy token of the latest depth (the next depth's input).
+  PG_RETURN_IF_ERROR(alloc(DType::kI32, {slots}, &sample_tokens));
+  mtp_floor.assign(static_cast<size_t>(slots), 0);
+  if (block.has_value()) return AllocateBlockDrafter();
+  PG_RETURN_IF_ERROR(alloc(DType::kF32, {n, hc, d}, &mtp_h));
+  PG_RETURN_IF_ERROR(alloc(DType::kF32, {n, d}, &mtp_e));
+  PG_RETURN_IF_ERROR(alloc(DType::kBF16, {n * hc, d}, &mtp_hn));
+  PG_RETURN_IF_ERROR(alloc(DType::kF32, {n, hc}, &mtp_post));
+  PG_RETURN_IF_ERROR(alloc(DType::kF32, {n, hc, hc}, &mtp_comb));
+  PG_RETURN_IF_ERROR(alloc(DType::kF32, {slots, hc, d}, &mtp_pending));
+  PG_RETURN_IF_ERROR(alloc(DType::kBF16, {std::max<int64_t>(slots * (steps - 1), 1), hd}, &mtp_ring_save));
   // The pairs' streams get e added on every stream: the mHC post-mix with post = 1 and comb = I.
   std::vector<float> ones(static_cast<size_t>(n * hc), 1.0f), identity(static_cast<size_t>(n * hc * hc), 0.0f);
   for (int64_t t = 0; t < n; ++t)
     for (int64_t j = 0; j < hc; ++j) identity[static_cast<size_t>((t * hc + j) * hc + j)] = 1.0f;
   PG_CUDA_RETURN_IF_ERROR(cudaMemcpy(mtp_post.view.data, ones.data(), ones.size() * 4, cudaMemcpyHostToDevice));
   PG_CUDA_RETURN_IF_ERROR(cudaMemcpy(mtp_comb.view.data, identity.data(), identity.size() * 4, cudaMemcpyHostToDevice));
-  // Each drafting slot's greedy token of the latest depth (the next depth's input).
-  PG_RETURN_IF_ERROR(alloc(DType::kI32, {slots}, &sample_tokens));
-  mtp_floor.assign(static_cast<size_t>(slots), 0);
   return Status::Ok();
 }
 
-bool CudaModel::has_drafter() const { return impl_->mtp.has_value(); }
+bool CudaModel::has_drafter() const { return impl_->drafts(); }
 
 Tensor CudaModel::draft_tokens() const {
   const Impl& m = *impl_;
-  return m.mtp.has_value() ? m.draft_out.view : Tensor{};
+  return m.drafts() ? m.draft_out.view : Tensor{};
 }
 
 Tensor CudaModel::draft_candidate_tokens() const { return impl_->draft_cand_tokens.view; }
@@ -83,6 +85,11 @@ Tensor CudaModel::draft_candidate_logprobs() const { return impl_->draft_cand_lo
 
 int64_t CudaModel::draft_meta_capacity() const {
   const Impl& m = *impl_;
+  if (m.block.has_value()) {
+    // The committed pairs' step, the blocks' step (slots x block rows), the row lists.
+    const int64_t n = m.limits.max_tokens, slots = m.pools.num_slots;
+    return meta_capacity(n, n) + meta_capacity(slots * m.config.dspark_block_size, slots) + m.block_list_ints();
+  }
   if (!m.mtp.has_value()) return 0;
   const int64_t n = m.limits.max_tokens, slots = m.pools.num_slots, steps = m.limits.max_draft_steps;
   // Step 0 over up to n pairs, one row per slot for each chain step, and the row lists.
@@ -90,19 +97,29 @@ int64_t CudaModel::draft_meta_capacity() const {
          2 * (2 * n + 2 * slots + slots * steps) + 64;
 }
 
-namespace {
-
-int64_t PowerOfTwoAtLeast(int64_t n) {
-  int64_t b = 1;
-  while (b < n) b *= 2;
-  return b;
+Result<CudaModel::Impl::RowCopies> CudaModel::Impl::PlaceRows(StepMeta& meta, std::span<const int32_t> src,
+                                                               std::span<const int32_t> dst, int64_t n) {
+  RowCopies c;
+  c.n = n;
+  c.src = meta.Place(c.n);
+  c.dst = meta.Place(c.n);
+  if (c.src < 0 || c.dst < 0 || static_cast<int64_t>(src.size()) > n || src.size() != dst.size())
+    return Internal("draft metadata exceeds its buffer");
+  std::fill_n(std::copy(src.begin(), src.end(), meta.host(c.src)), n - static_cast<int64_t>(src.size()), -1);
+  std::fill_n(std::copy(dst.begin(), dst.end(), meta.host(c.dst)), n - static_cast<int64_t>(dst.size()), -1);
+  return c;
 }
 
-}  // namespace
+Status CudaModel::Impl::CopyRowsOf(const RowCopies& c, const Tensor& src, const Tensor& dst, bool reverse) {
+  if (c.n == 0) return Status::Ok();
+  const Tensor a = MetaView(c.src, {c.n}), b = MetaView(c.dst, {c.n});
+  return pc::CopyRows({src, dst, reverse ? b : a, reverse ? a : b}, stream);
+}
 
 Result<DeviceModel::DraftShape> CudaModel::PlanDraft(std::span<const DevicePairs> inputs, int32_t num_steps,
                                                      StepMeta& meta) {
   Impl& m = *impl_;
+  if (m.block.has_value()) return m.PlanBlockDraft(inputs, num_steps, meta);
   if (!m.mtp.has_value()) return Unimplemented("this model has no drafter on the device");
   if (!m.bound) return Internal("CUDA model: a draft before the KV pools were bound");
   if (num_steps < 1 || num_steps > m.limits.max_draft_steps)
@@ -175,17 +192,7 @@ Result<DeviceModel::DraftShape> CudaModel::PlanDraft(std::span<const DevicePairs
   const int64_t rows0 = views.empty() ? 0 : std::min(PowerOfTwoAtLeast(pairs), m.limits.max_tokens);
   const int64_t drafting_rows = drafting > 0 ? std::min(PowerOfTwoAtLeast(drafting), slots) : 0;
   auto place = [&](const std::vector<int32_t>& src, const std::vector<int32_t>& dst,
-                   int64_t n) -> Result<Impl::RowCopies> {
-    Impl::RowCopies c;
-    c.n = n;
-    c.src = meta.Place(c.n);
-    c.dst = meta.Place(c.n);
-    if (c.src < 0 || c.dst < 0 || static_cast<int64_t>(src.size()) > n)
-      return Internal("draft metadata exceeds its buffer");
-    std::fill_n(std::copy(src.begin(), src.end(), meta.host(c.src)), n - static_cast<int64_t>(src.size()), -1);
-    std::fill_n(std::copy(dst.begin(), dst.end(), meta.host(c.dst)), n - static_cast<int64_t>(dst.size()), -1);
-    return c;
-  };
+                   int64_t n) -> Result<Impl::RowCopies> { return m.PlaceRows(meta, src, dst, n); };
   PG_ASSIGN_OR_RETURN(p.gather_step, place(gather_src, gather_dst, rows0));
   PG_ASSIGN_OR_RETURN(p.gather_pending, place(pending_src, pending_dst, rows0));
   PG_ASSIGN_OR_RETURN(p.keep_pending, place(keep_src, keep_dst, slots));
@@ -238,6 +245,7 @@ Result<DeviceModel::DraftShape> CudaModel::PlanDraft(std::span<const DevicePairs
 
 Status CudaModel::EnqueueDraft(const StepMeta& meta, cudaStream_t stream) {
   Impl& m = *impl_;
+  if (m.block.has_value()) return m.EnqueueBlockDraft(meta, stream);
   if (!m.mtp.has_value()) return Unimplemented("this model has no drafter on the device");
   m.meta = &meta;
   m.stream = stream;
@@ -250,9 +258,7 @@ Status CudaModel::EnqueueDraft(const StepMeta& meta, cudaStream_t stream) {
   const Tensor pending = View(m.mtp_pending, DType::kF32, {slots, hc * d});
   const Tensor saved = m.mtp_ring_save.view;
   auto copy = [&](const Impl::RowCopies& c, const Tensor& src, const Tensor& dst, bool reverse = false) -> Status {
-    if (c.n == 0) return Status::Ok();
-    const Tensor a = m.MetaView(c.src, {c.n}), b = m.MetaView(c.dst, {c.n});
-    return pc::CopyRows({src, dst, reverse ? b : a, reverse ? a : b}, stream);
+    return m.CopyRowsOf(c, src, dst, reverse);
   };
   // Every pair's streams before the new pending rows replace the old ones.
   PG_RETURN_IF_ERROR(copy(p.gather_step, streams, pairs_h));
@@ -260,7 +266,7 @@ Status CudaModel::EnqueueDraft(const StepMeta& meta, cudaStream_t stream) {
   PG_RETURN_IF_ERROR(copy(p.keep_pending, streams, pending));
   for (size_t k = 0; k < p.steps.size(); ++k) {
     // Step 0's rows are committed; the chain's ring rows are put back after it.
-    if (k == 1) PG_RETURN_IF_ERROR(copy(p.ring, m.mtp_kv.window, saved));
+    if (k == 1) PG_RETURN_IF_ERROR(copy(p.ring, m.drafter_kv[0].window, saved));
     if (k > 0) {
       // Continue from each drafting slot's previous row, with the token drafted there.
       PG_RETURN_IF_ERROR(copy(p.chain[k], streams, pairs_h));
@@ -271,7 +277,7 @@ Status CudaModel::EnqueueDraft(const StepMeta& meta, cudaStream_t stream) {
     m.layout = p.steps[k];
     PG_RETURN_IF_ERROR(m.EnqueueDraftStep(static_cast<int64_t>(k)));
   }
-  return p.steps.size() > 1 ? copy(p.ring, saved, m.mtp_kv.window, /*reverse=*/true) : Status::Ok();
+  return p.steps.size() > 1 ? copy(p.ring, saved, m.drafter_kv[0].window, /*reverse=*/true) : Status::Ok();
 }
 
 Status CudaModel::Impl::EnqueueDraftStep(int64_t k) {

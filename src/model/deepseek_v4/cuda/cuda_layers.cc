@@ -43,8 +43,11 @@ Status ProjectWith(pc::Blas& blas, const Tensor& fp8_workspace, const Tensor& x,
 }  // namespace
 
 CudaModel::Impl::LayerRefs CudaModel::Impl::LayerAt(int64_t i) const {
-  if (i == config.num_layers && mtp.has_value())
-    return {&mtp->layer, &mtp_kv, nullptr, AttentionType::kSliding, MoeType::kLearned};
+  if (i >= config.num_layers) {
+    const auto s = static_cast<size_t>(i - config.num_layers);
+    return {block.has_value() ? &block->stages[s] : &mtp->layer, &drafter_kv[s], nullptr, AttentionType::kSliding,
+            MoeType::kLearned};
+  }
   const auto at = static_cast<size_t>(i);
   return {&weights.layers[at], &kv[at], stages.empty() ? nullptr : &stages[at], config.layer_types[at],
           config.mlp_layer_types[at]};

@@ -214,7 +214,19 @@ Status CudaModel::Impl::EnqueueStep(int64_t rows, int64_t chunks, int64_t logit_
     a.streams = View(ws.streams, DType::kF32, {rows, hc, d});
     return pc::EmbeddingLookup(a, stream);
   }));
-  for (int64_t i = 0; i < c.num_layers; ++i) PG_RETURN_IF_ERROR(EnqueueLayer(i, rows, chunks));
+  const auto num_taps = static_cast<int64_t>(c.dspark_target_layer_ids.size());
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    PG_RETURN_IF_ERROR(EnqueueLayer(i, rows, chunks));
+    if (!block.has_value()) continue;
+    // The block drafter's taps: this layer's lane means of every row, at its column block.
+    for (int64_t k = 0; k < num_taps; ++k) {
+      if (c.dspark_target_layer_ids[static_cast<size_t>(k)] != i) continue;
+      PG_RETURN_IF_ERROR(Op(OpKind::kMhc, [&] {
+        return pc::HyperConnectionLaneMean(
+            {View(ws.streams, DType::kF32, {rows, hc, d}), View(taps, DType::kBF16, {rows, num_taps * d}), k * d}, stream);
+      }));
+    }
+  }
   if (logit_rows == 0) return Status::Ok();
   return EnqueueHead(rows, logit_rows);
 }
@@ -229,11 +241,11 @@ Status CudaModel::Impl::EnqueueHead(int64_t rows, int64_t logit_rows, bool draft
     pc::HcHeadArgs a;
     a.streams = View(ws.streams, DType::kF32, {rows, hc, d});
     a.rows = MetaView(layout.logit_rows, {logit_rows});
-    const DeviceHyperConnection& mix = drafter ? mtp->hc_head : weights.hc_head;
+    const DeviceHyperConnection& mix = !drafter ? weights.hc_head : block.has_value() ? block->hc_head : mtp->hc_head;
     a.fn = mix.fn.view;
     a.base = mix.base.view;
     a.scale = mix.scale.view;
-    a.norm_weight = drafter ? mtp->norm.view : weights.norm.view;
+    a.norm_weight = !drafter ? weights.norm.view : block.has_value() ? block->norm.view : mtp->norm.view;
     a.workspace = ws.hc_workspace.view;
     a.y = View(ws.head_x, DType::kBF16, {logit_rows, d});
     a.hc_eps = static_cast<float>(c.hc_eps);
@@ -336,15 +348,26 @@ Result<std::unique_ptr<CudaModel>> CudaModel::Create(const ModelConfig& config, 
   PG_ASSIGN_OR_RETURN(impl->join_event, pc::Event::Create(false));
   PG_ASSIGN_OR_RETURN(impl->weights, LoadDeviceWeights(impl->config, checkpoint, w, allocator, stream));
   if (limits.max_draft_steps > 0) {
-    if (parallel.size > 1) return InvalidArgument("CUDA model: the MTP drafter runs on one GPU only");
+    if (parallel.size > 1) return InvalidArgument("CUDA model: the drafter runs on one GPU only");
     if (limits.max_verify_rows <= 0) return InvalidArgument("CUDA model: a drafter needs verify rows");
-    // Without an MTP layer in the checkpoint the model has no drafter (has_drafter() says so).
-    Result<DeviceMtp> mtp = LoadDeviceMtp(impl->config, checkpoint, w, allocator, stream);
-    if (mtp.ok()) {
-      impl->weights.bytes += mtp->bytes;
-      impl->mtp.emplace(std::move(mtp).value());
-    } else if (mtp.status().code() != StatusCode::kNotFound) {
-      return mtp.status();
+    // Without a drafter in the checkpoint the model has none (has_drafter() says so). A config
+    // with DSpark's keys names a block drafter; otherwise the drafter is the MTP layer.
+    if (impl->config.has_block_drafter()) {
+      Result<DeviceBlockDrafter> block = LoadDeviceBlockDrafter(impl->config, checkpoint, w, allocator, stream);
+      if (block.ok()) {
+        impl->weights.bytes += block->bytes;
+        impl->block.emplace(std::move(block).value());
+      } else if (block.status().code() != StatusCode::kNotFound) {
+        return block.status();
+      }
+    } else {
+      Result<DeviceMtp> mtp = LoadDeviceMtp(impl->config, checkpoint, w, allocator, stream);
+      if (mtp.ok()) {
+        impl->weights.bytes += mtp->bytes;
+        impl->mtp.emplace(std::move(mtp).value());
+      } else if (mtp.status().code() != StatusCode::kNotFound) {
+        return mtp.status();
+      }
     }
   }
   PG_RETURN_IF_ERROR(impl->Allocate(stream));
@@ -358,10 +381,11 @@ KvLayout CudaModel::kv_layout() const {
   for (KvKind& k : layout.per_request)
     if (k.name == "window")
       k.fixed_bytes = static_cast<int64_t>(m.geometry.layers.size()) * m.limits.max_tokens * m.geometry.head_dim * 2;
-  // The MTP drafter's window: a ring per slot and its step rows, as one layer's window.
-  if (m.mtp.has_value())
-    layout.per_request.push_back({"mtp_window", m.geometry.window * m.geometry.head_dim * 2,
-                                  m.limits.max_tokens * m.geometry.head_dim * 2});
+  // The drafter's windows: per layer of it (the MTP layer, or each block-drafter stage) a ring
+  // per slot and its step rows, as the main layers' windows.
+  if (const int64_t layers = m.drafter_layers(); layers > 0)
+    layout.per_request.push_back({"mtp_window", layers * m.geometry.window * m.geometry.head_dim * 2,
+                                  layers * m.limits.max_tokens * m.geometry.head_dim * 2});
   return layout;
 }
 
@@ -441,12 +465,15 @@ Status CudaModel::BindKv(const DeviceKvPools& pools) {
                                    {std::max<int64_t>(blocks, 1), l.entries_per_page, hd}, Device::kCuda);
     }
   }
-  if (m.mtp.has_value()) {
-    void* mtp_window = nullptr;
+  if (m.drafts()) {
+    char* mtp_window = nullptr;
     for (size_t i = 0; i < layout.per_request.size(); ++i)
-      if (layout.per_request[i].name == "mtp_window") mtp_window = pools.per_request[i];
+      if (layout.per_request[i].name == "mtp_window") mtp_window = static_cast<char*>(pools.per_request[i]);
     if (mtp_window == nullptr) return InvalidArgument("KV pools without the drafter's window");
-    m.mtp_kv.window = Tensor::Contiguous(mtp_window, DType::kBF16, {m.window_layer_rows, hd}, Device::kCuda);
+    m.drafter_kv.assign(static_cast<size_t>(m.drafter_layers()), LayerKv{});
+    for (size_t s = 0; s < m.drafter_kv.size(); ++s)
+      m.drafter_kv[s].window = Tensor::Contiguous(mtp_window + static_cast<int64_t>(s) * m.window_layer_rows * hd * 2,
+                                                  DType::kBF16, {m.window_layer_rows, hd}, Device::kCuda);
     PG_RETURN_IF_ERROR(m.AllocateDrafter());
   }
   m.bound = true;

@@ -50,8 +50,9 @@ class CudaModel final : public DeviceModel {
   // Speculative verify of draft trees (step_plan.h): the kept root path's staged window rows,
   // compressor rows and entries into the slot (cuda_verify.cc).
   Status EnqueueCommit(std::span<const TreeCommit> commits, cudaStream_t stream) override;
-  // The MTP drafter (cuda_drafter.cc), loaded when limits.max_draft_steps > 0 and the
-  // checkpoint has mtp.0.*.
+  // The drafter, loaded when limits.max_draft_steps > 0: the block drafter
+  // (cuda_block_drafter.cc) when the config has DSpark's keys and the checkpoint
+  // mtp.0.main_proj.weight, else the MTP layer (cuda_drafter.cc) when it has mtp.0.e_proj.weight.
   bool has_drafter() const override;
   int64_t draft_meta_capacity() const override;
   Result<DraftShape> PlanDraft(std::span<const DevicePairs> inputs, int32_t num_steps, StepMeta& meta) override;

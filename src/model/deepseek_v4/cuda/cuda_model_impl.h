@@ -155,8 +155,18 @@ struct CudaModel::Impl {
   // layer's window), per slot the target position of its local position 0 (the drafter runs
   // at positions relative to where it started: window attention depends on offsets only).
   std::optional<DeviceMtp> mtp;
-  LayerKv mtp_kv;
+  // Or the block drafter (cuda_block_drafter.cc; the config's dspark keys and
+  // mtp.0.main_proj.weight in the checkpoint): its weights and the target layers' lane means
+  // of the last step's rows (written by the target step itself).
+  std::optional<DeviceBlockDrafter> block;
+  // The drafter's layers' windows (the MTP layer's, or each block-drafter stage's), in the
+  // runtime's "mtp_window" pool laid out as that many layers' windows.
+  std::vector<LayerKv> drafter_kv;
   std::vector<int64_t> mtp_floor;
+  bool drafts() const { return mtp.has_value() || block.has_value(); }
+  int64_t drafter_layers() const {
+    return block.has_value() ? static_cast<int64_t>(block->stages.size()) : mtp.has_value() ? 1 : 0;
+  }
   // Row copies of a drafter call: metadata offsets of the source and destination row lists.
   struct RowCopies {
     int64_t src = 0, dst = 0, n = 0;
@@ -174,6 +184,11 @@ struct CudaModel::Impl {
     int32_t num_steps = 0;
   };
   DraftPlan draft;
+  // Lists src and dst (padded with -1 to n) placed in `meta`; the copies dst[d] = src[s] they
+  // describe, on `stream` (reverse: src[s] = dst[d]).
+  static Result<RowCopies> PlaceRows(StepMeta& meta, std::span<const int32_t> src, std::span<const int32_t> dst,
+                                     int64_t n);
+  Status CopyRowsOf(const RowCopies& c, const Tensor& src, const Tensor& dst, bool reverse = false);
   int64_t last_step_rows = 0;      // rows of the last planned target step (what pairs may read)
   DeviceTensor mtp_h;              // [max_tokens, hc, D] f32: the pairs' streams
   DeviceTensor mtp_e;              // [max_tokens, D] f32: the pairs' token embeddings
@@ -187,7 +202,35 @@ struct CudaModel::Impl {
   Status AllocateDrafter();        // after BindKv (per-slot buffers)
   Status EnqueueDraftStep(int64_t step);
 
-  // Layer i's weights, KV views, verify staging rows and kinds; i == config.num_layers is the MTP layer.
+  // The block drafter's buffers and its last planned call (cuda_block_drafter.cc).
+  DeviceTensor taps;             // [max_tokens, taps * D] bf16: the last target step's lane means
+  DeviceTensor block_in;         // [max_tokens, taps * D] bf16: the pairs' taps
+  DeviceTensor block_pending;    // [num_slots, taps * D] bf16
+  DeviceTensor block_x;          // [max_tokens, D] f32: main_x
+  DeviceTensor block_r;          // [num_slots, rank] bf16: markov_w1 rows of the tokens before
+  DeviceTensor block_markov;     // [num_slots, vocab] f32: their Markov terms
+  DeviceTensor block_ring_save;  // [stages, num_slots * block, Dh] bf16
+  struct BlockPlan {
+    MetaLayout committed, block;     // the two steps' metadata
+    int64_t rows = 0, chunks = 0;    // the committed rows' step (padded)
+    int64_t block_rows = 0, block_chunks = 0;
+    int64_t drafting_rows = 0;       // drafting slots, padded to a power of two
+    int64_t depth = 0;               // block positions drafted per slot
+    // Taps into block_in (the last step's rows, the slots' pending rows), the new pending
+    // rows out of the last step, main_x onto every stream, the ring rows the block overwrites.
+    RowCopies gather_step, gather_pending, keep_pending, spread, ring;
+    int64_t logit_rows = 0;          // [depth, drafting_rows] block rows, depth-major
+    int64_t before = 0, iota = 0;    // [drafting_rows] the token before depth 0; 0 .. rows - 1
+  };
+  BlockPlan block_plan;
+  Status AllocateBlockDrafter();
+  Result<DeviceModel::DraftShape> PlanBlockDraft(std::span<const DevicePairs> inputs, int32_t num_steps,
+                                                 StepMeta& meta);
+  Status EnqueueBlockDraft(const StepMeta& meta, cudaStream_t stream);
+  int64_t block_list_ints() const;  // the row lists' metadata ints (besides the two steps')
+
+  // Layer i's weights, KV views, verify staging rows and kinds; i >= config.num_layers is the
+  // drafter's layer i - num_layers (the MTP layer, or a block-drafter stage).
   struct LayerRefs {
     const DeviceLayer* weights;
     const LayerKv* kv;
@@ -273,6 +316,12 @@ template <typename F>
 Status CudaModel::Impl::Op(OpKind kind, F&& op) {
   if (profiler == nullptr) return op();
   return profiler->Run(static_cast<int>(kind), [&]() -> Status { return op(); });
+}
+
+inline int64_t PowerOfTwoAtLeast(int64_t n) {
+  int64_t b = 1;
+  while (b < n) b *= 2;
+  return b;
 }
 
 // A contiguous device view of `buffer`'s first elements.

@@ -535,6 +535,38 @@ Result<DeviceMtp> LoadDeviceMtp(const ModelConfig& c, const Checkpoint& checkpoi
   return m;
 }
 
+Result<DeviceBlockDrafter> LoadDeviceBlockDrafter(const ModelConfig& c, const Checkpoint& checkpoint,
+                                                  const WeightLoadOptions& options, CachingAllocator& allocator,
+                                                  cudaStream_t stream) {
+  if (!c.has_block_drafter() || c.num_nextn_predict_layers < 1 || !checkpoint.Has("mtp.0.main_proj.weight"))
+    return NotFound("the checkpoint has no block drafter (mtp.0.main_proj.weight)");
+  PG_ASSIGN_OR_RETURN(std::unique_ptr<peregrine::cuda::Uploader> up,
+                      peregrine::cuda::Uploader::Create(stream, size_t{64} << 20));
+  Loader ld(checkpoint, options, allocator, stream, *up);
+  const int64_t d = c.hidden_size, stages = c.num_nextn_predict_layers;
+  const auto taps = static_cast<int64_t>(c.dspark_target_layer_ids.size());
+  DeviceBlockDrafter b;
+  PG_RETURN_IF_ERROR(ld.Matrix("mtp.0.main_proj.weight", {d, taps * d}, &b.main_proj));
+  PG_RETURN_IF_ERROR(ld.F32("mtp.0.main_norm.weight", {d}, &b.main_norm));
+  const ModelConfig dc = BlockDrafterConfig(c);
+  b.stages.resize(static_cast<size_t>(stages));
+  for (int64_t s = 0; s < stages; ++s)
+    PG_RETURN_IF_ERROR(ld.Layer(dc, s, &b.stages[static_cast<size_t>(s)], "mtp." + std::to_string(s) + "."));
+  const std::string last = "mtp." + std::to_string(stages - 1) + ".";
+  PG_RETURN_IF_ERROR(ld.F32(last + "norm.weight", {d}, &b.norm));
+  PG_RETURN_IF_ERROR(ld.Hc(last + "hc_head_", c.hc_mult, c.hc_mult * d, 1, &b.hc_head));
+  // The Markov tables are stored bare or as a module's weight.
+  const Shape markov{c.vocab_size, c.dspark_markov_rank};
+  const std::string mp = last + "markov_head.";
+  for (auto [name, out] : {std::pair{std::string("markov_w1"), &b.markov_w1}, std::pair{std::string("markov_w2"), &b.markov_w2}}) {
+    const std::string bare = mp + name;
+    PG_RETURN_IF_ERROR(ld.Matrix(checkpoint.Has(bare) ? bare : bare + ".weight", markov, out));
+  }
+  PG_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+  b.bytes = ld.bytes();
+  return b;
+}
+
 Result<DeviceWeights> LoadDeviceWeights(const ModelConfig& c, const Checkpoint& checkpoint,
                                         const WeightLoadOptions& options, CachingAllocator& allocator,
                                         cudaStream_t stream) {

@@ -109,6 +109,19 @@ struct DeviceMtp {
   uint64_t bytes = 0;
 };
 
+// DSpark's block drafter (`mtp.0` .. `mtp.S-1`, ../weights.h BlockDrafterWeights): main_x =
+// main_norm(main_proj(the target's lane-averaged streams at its tap layers)), S window-attention
+// stages with learned routing, the last stage's head mixer and norm, the main model's embedding
+// and head, and a Markov correction of each block position's logits by the token before it.
+struct DeviceBlockDrafter {
+  DeviceTensor main_proj;            // [D, taps * D] bf16
+  DeviceTensor main_norm, norm;      // [D] f32
+  std::vector<DeviceLayer> stages;   // [S]
+  DeviceHyperConnection hc_head;
+  DeviceTensor markov_w1, markov_w2;  // [vocab, rank] bf16 (w1: rows gathered by token; w2: a projection)
+  uint64_t bytes = 0;
+};
+
 struct WeightLoadOptions {
   // Generate every matrix on the device (uniform with variance 1/fan_in, the synthetic
   // checkpoint's rule) instead of reading it; vectors and tables still come from `checkpoint`
@@ -143,5 +156,11 @@ Result<DeviceWeights> LoadDeviceWeights(const ModelConfig& config, const Checkpo
 Result<DeviceMtp> LoadDeviceMtp(const ModelConfig& config, const Checkpoint& checkpoint,
                                 const WeightLoadOptions& options, peregrine::cuda::CachingAllocator& allocator,
                                 cudaStream_t stream);
+
+// The block drafter (whole, unsharded), its stages in the main layers' format. NotFound when
+// the config names none (no dspark keys) or the checkpoint lacks `mtp.0.main_proj.weight`.
+Result<DeviceBlockDrafter> LoadDeviceBlockDrafter(const ModelConfig& config, const Checkpoint& checkpoint,
+                                                  const WeightLoadOptions& options,
+                                                  peregrine::cuda::CachingAllocator& allocator, cudaStream_t stream);
 
 }  // namespace peregrine::deepseek_v4::cuda
