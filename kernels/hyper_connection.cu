@@ -390,16 +390,24 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // ---- Expand -----------------------------------------------------------------------------
+// This thread's token t and first column e when each of num_tokens x dim / 8 threads takes 8
+// columns of a token (the expand and the lane mean); false past the last.
+__device__ __forceinline__ bool TokenAndColumn(int64_t num_tokens, int dim, int64_t* t, int64_t* e) {
+  const int64_t per_token = dim / 8;
+  const int64_t idx = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+  if (idx >= num_tokens * per_token) return false;
+  *t = idx / per_token;
+  *e = (idx % per_token) * 8;
+  return true;
+}
+
 // One thread per 8 columns of a token: reads the hc old streams and f there, writes the hc
 // new ones (every read precedes every write of the same elements, so in place is safe).
 template <int kHc>
 __global__ void __launch_bounds__(kThreads) HcExpandKernel(const HcExpandParams p) {
   StartAfterPredecessor();
-  const int64_t per_token = p.dim / 8;
-  const int64_t idx = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
-  if (idx >= p.num_tokens * per_token) return;
-  const int64_t t = idx / per_token;
-  const int64_t e = (idx % per_token) * 8;
+  int64_t t = 0, e = 0;
+  if (!TokenAndColumn(p.num_tokens, p.dim, &t, &e)) return;
 
   float f[8];
   {
@@ -444,6 +452,35 @@ __global__ void __launch_bounds__(kThreads) HcExpandKernel(const HcExpandParams 
   }
 }
 
+// ---- Lane mean ---------------------------------------------------------------------------
+
+__global__ void __launch_bounds__(kThreads) HcLaneMeanKernel(const HcLaneMeanParams p) {
+  StartAfterPredecessor();
+  int64_t t = 0, e = 0;
+  if (!TokenAndColumn(p.num_tokens, p.dim, &t, &e)) return;
+  const float* s = p.streams + t * p.hc * p.dim + e;
+  float sum[8] = {};
+  for (int j = 0; j < p.hc; ++j) {
+    const float4 a = *reinterpret_cast<const float4*>(s + static_cast<int64_t>(j) * p.dim);
+    const float4 b = *reinterpret_cast<const float4*>(s + static_cast<int64_t>(j) * p.dim + 4);
+    const float v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+    for (int i = 0; i < 8; ++i) sum[i] = __fadd_rn(sum[i], v[i]);
+  }
+  const float n = static_cast<float>(p.hc);
+  uint4 packed;
+  __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&packed);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) h[i] = __floats2bfloat162_rn(__fdiv_rn(sum[2 * i], n), __fdiv_rn(sum[2 * i + 1], n));
+  *reinterpret_cast<uint4*>(static_cast<__nv_bfloat16*>(p.out) + t * p.out_stride + e) = packed;
+}
+
+// One thread per 8 columns of every token (the expand and the lane mean).
+LaunchShape EightColumnsPerThread(int64_t num_tokens, int dim) {
+  const int64_t threads = num_tokens * (dim / 8);
+  return LaunchShape{dim3(static_cast<unsigned>((threads + kThreads - 1) / kThreads)), dim3(kThreads)};
+}
+
 // ---- Dispatch ---------------------------------------------------------------------------
 
 template <size_t kIndex = 0>
@@ -468,10 +505,7 @@ cudaError_t LaunchFinalize(const HcCollapseParams& p, int num_mixes, int64_t num
 
 template <int kHc>
 cudaError_t LaunchExpandTyped(const HcExpandParams& p, cudaStream_t stream) {
-  const int64_t threads = p.num_tokens * (p.dim / 8);
-  return LaunchDependent(HcExpandKernel<kHc>,
-                         LaunchShape{dim3(static_cast<unsigned>((threads + kThreads - 1) / kThreads)), dim3(kThreads)},
-                         stream, p);
+  return LaunchDependent(HcExpandKernel<kHc>, EightColumnsPerThread(p.num_tokens, p.dim), stream, p);
 }
 
 // hc -> the instantiation for it (1 .. kHcMaxMult).
@@ -530,41 +564,12 @@ cudaError_t LaunchHcCollapse(const HcCollapseParams& p, cudaStream_t stream) {
   return LaunchHcFinalize(p, stream);
 }
 
-// ---- Lane mean ---------------------------------------------------------------------------
-
-__global__ void __launch_bounds__(kThreads) HcLaneMeanKernel(const HcLaneMeanParams p) {
-  StartAfterPredecessor();
-  const int64_t per_token = p.dim / 8;
-  const int64_t idx = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
-  if (idx >= p.num_tokens * per_token) return;
-  const int64_t t = idx / per_token;
-  const int64_t e = (idx % per_token) * 8;
-  const float* s = p.streams + t * p.hc * p.dim + e;
-  float sum[8] = {};
-  for (int j = 0; j < p.hc; ++j) {
-    const float4 a = *reinterpret_cast<const float4*>(s + static_cast<int64_t>(j) * p.dim);
-    const float4 b = *reinterpret_cast<const float4*>(s + static_cast<int64_t>(j) * p.dim + 4);
-    const float v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-#pragma unroll
-    for (int i = 0; i < 8; ++i) sum[i] = __fadd_rn(sum[i], v[i]);
-  }
-  const float n = static_cast<float>(p.hc);
-  uint4 packed;
-  __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&packed);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) h[i] = __floats2bfloat162_rn(__fdiv_rn(sum[2 * i], n), __fdiv_rn(sum[2 * i + 1], n));
-  *reinterpret_cast<uint4*>(static_cast<__nv_bfloat16*>(p.out) + t * p.out_stride + e) = packed;
-}
-
 cudaError_t LaunchHcLaneMean(const HcLaneMeanParams& p, cudaStream_t stream) {
   if (p.num_tokens <= 0) return cudaSuccess;
   if (p.hc < 1 || p.hc > kHcMaxMult || p.dim <= 0 || p.dim % 8 != 0 || p.out_stride < p.dim || p.out_stride % 8 != 0)
     return cudaErrorInvalidValue;
-  const int64_t threads = p.num_tokens * (p.dim / 8);
-  if ((threads + kThreads - 1) / kThreads > (int64_t{1} << 31) - 1) return cudaErrorInvalidValue;
-  return LaunchDependent(HcLaneMeanKernel,
-                         LaunchShape{dim3(static_cast<unsigned>((threads + kThreads - 1) / kThreads)), dim3(kThreads)},
-                         stream, p);
+  if ((p.num_tokens * (p.dim / 8) + kThreads - 1) / kThreads > (int64_t{1} << 31) - 1) return cudaErrorInvalidValue;
+  return LaunchDependent(HcLaneMeanKernel, EightColumnsPerThread(p.num_tokens, p.dim), stream, p);
 }
 
 cudaError_t LaunchHcExpand(const HcExpandParams& p, cudaStream_t stream) {

@@ -18,6 +18,7 @@
 
 #include "backend/cuda/device.h"
 #include "cuda_model_util.h"
+#include "cuda_serve.h"
 #include "demo_model_golden.h"
 #include "golden.h"
 #include "speculative_requests.h"
@@ -48,41 +49,10 @@ Outcome Serve(std::unique_ptr<ModelRunner> runner) { return Serve(std::move(runn
 
 Outcome RunCuda(const speculative::SpeculativeConfig& spec, bool graphs, bool prefix_caching = true,
                 const std::vector<EngineRequest>& requests = testing::SpeculativeRequests()) {
-  const auto dir = testing::DemoModelDir();
-  auto config = LoadModelConfig(dir);
-  auto checkpoint = Checkpoint::Open(dir);
-  EXPECT_TRUE(config.ok() && checkpoint.ok());
-  if (!config.ok() || !checkpoint.ok()) return {};
-  DeviceModelRegistry registry;
-  deepseek_v4::cuda::RegisterDeviceModel(registry);
-  auto factory = registry.Find(config->model_type);
-  EXPECT_TRUE(factory.ok());
-  if (!factory.ok()) return {};
-  ExecutorOptions o;
-  o.num_slots = 8;
-  o.max_tokens = 128;
-  o.max_context = 512;
-  o.block_tokens = 64;  // snapshot boundaries inside the generated text
-  o.kv_tokens = 8 * 512;
+  testing::CudaServeOptions o;
+  o.graphs = graphs;
   o.prefix_caching = prefix_caching;
-  o.snapshot_fraction = 0.5;
-  o.batch_invariant = true;
-  o.max_verify_rows = CudaModelRunner::VerifyRows(spec, o.num_slots);
-  o.max_logit_rows = std::max(o.num_slots, o.max_verify_rows);
-  if (spec.needs_model_drafter()) {
-    o.max_draft_steps = spec.num_steps;
-    o.draft_candidates = spec.candidates();
-  }
-  auto executor = DeviceExecutor::Create(*config, **checkpoint, *factory, o);
-  EXPECT_TRUE(executor.ok()) << executor.status().ToString();
-  if (!executor.ok()) return {};
-  if (graphs) {
-    EXPECT_TRUE((*executor)->EnableGraphs(8).ok());
-  }
-  if (spec.needs_model_drafter()) {
-    EXPECT_TRUE((*executor)->has_drafter());
-  }
-  return Serve(std::make_unique<CudaModelRunner>(std::move(executor).value(), true, true, spec), requests);
+  return testing::ServeOnCuda(testing::DemoModelDir(), spec, o, requests);
 }
 
 speculative::SpeculativeConfig Spec(speculative::Algorithm algorithm, int32_t steps, int32_t draft_tokens = 0,

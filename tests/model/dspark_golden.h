@@ -3,6 +3,8 @@
 // blocks at a few anchors of one token sequence (block_drafter_test, cuda_block_drafter_test).
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
@@ -20,6 +22,17 @@ struct DrafterGolden {
   std::vector<int32_t> tokens, anchors, block_tokens;
   std::vector<float> block_logits, confidence;  // [A, B, V], [A, B]
   int64_t block = 0, vocab = 0;
+
+  // Row a * block + i of block_logits (anchor a, block position i) and its log-normaliser.
+  const float* Logits(size_t row) const { return block_logits.data() + row * static_cast<size_t>(vocab); }
+  double LogZ(size_t row) const {
+    const float* ref = Logits(row);
+    const auto v = static_cast<size_t>(vocab);
+    const double mx = *std::max_element(ref, ref + v);
+    double sum = 0.0;
+    for (size_t k = 0; k < v; ++k) sum += std::exp(static_cast<double>(ref[k]) - mx);
+    return mx + std::log(sum);
+  }
 };
 
 inline Result<DrafterGolden> ReadDrafterGolden() {

@@ -71,32 +71,13 @@ int64_t CudaModel::Impl::block_list_ints() const {
 Result<DeviceModel::DraftShape> CudaModel::Impl::PlanBlockDraft(std::span<const DevicePairs> inputs,
                                                                 int32_t num_steps, StepMeta& meta) {
   const ModelConfig& c = config;
-  if (!bound) return Internal("CUDA model: a draft before the KV pools were bound");
   if (num_steps < 1 || num_steps > limits.max_draft_steps || num_steps > c.dspark_block_size)
     return InvalidArgument("draft steps must be in [1, " +
                            std::to_string(std::min<int64_t>(limits.max_draft_steps, c.dspark_block_size)) +
                            "] (the block drafter drafts at most one block)");
+  PG_ASSIGN_OR_RETURN(DraftPairs pairs, GatherDraftPairs(inputs, num_steps));
   const int64_t slots = pools.num_slots;
   const int64_t depth = num_steps;
-  std::vector<uint8_t> seen(static_cast<size_t>(slots), 0);
-  for (const DevicePairs& in : inputs) {
-    if (in.slot < 0 || in.slot >= slots || seen[static_cast<size_t>(in.slot)])
-      return InvalidArgument("a draft input's slot is out of range or repeated");
-    seen[static_cast<size_t>(in.slot)] = 1;
-    if (in.rows.size() != in.next.size()) return InvalidArgument("a draft input needs one next token per row");
-    for (size_t j = 0; j < in.rows.size(); ++j) {
-      if (in.rows[j] < -1 || in.rows[j] >= last_step_rows || (in.rows[j] == -1 && j > 0))
-        return InvalidArgument("a draft pair's row is outside the last step (or a pending row not first)");
-      if (in.next[j] < 0 || in.next[j] >= c.vocab_size) return InvalidArgument("draft token id out of range");
-    }
-    if (in.pending_row < -1 || in.pending_row >= last_step_rows) return InvalidArgument("pending row out of range");
-    if (in.draft && in.rows.empty()) return InvalidArgument("drafting needs a pair to draft from");
-    const int64_t floor = in.restart ? in.first_position : mtp_floor[static_cast<size_t>(in.slot)];
-    const int64_t local = in.first_position - floor;
-    const int64_t end = local + static_cast<int64_t>(in.rows.size()) + (in.draft ? depth : 0);
-    if (local < 0 || end > limits.max_context) return InvalidArgument("draft positions outside the context");
-  }
-
   const ModelConfig dc = BlockDrafterConfig(c);
   StepLimits lim;
   lim.num_slots = slots;
@@ -105,64 +86,34 @@ Result<DeviceModel::DraftShape> CudaModel::Impl::PlanBlockDraft(std::span<const 
   BlockPlan& p = block_plan;
   p = {};
   p.depth = depth;
-  std::vector<ChunkView> views;
-  std::vector<int32_t> gather_src, gather_dst, pending_src, pending_dst, keep_src, keep_dst;
-  std::vector<int32_t> drafting_slots, before;
-  std::vector<int64_t> next_local;
-  int64_t pairs = 0;
-  for (const DevicePairs& in : inputs) {
-    int64_t& floor = mtp_floor[static_cast<size_t>(in.slot)];
-    if (in.restart) floor = in.first_position;
-    const auto n = static_cast<int64_t>(in.rows.size());
-    if (n > 0) {
-      ChunkView v;
-      v.slot = in.slot;
-      v.first_position = in.first_position - floor;
-      v.num_tokens = n;
-      v.tokens = in.next;  // not read: the stages route by learned gates
-      views.push_back(v);
-      for (int64_t j = 0; j < n; ++j) {
-        const int32_t row = in.rows[static_cast<size_t>(j)];
-        (row >= 0 ? gather_src : pending_src).push_back(row >= 0 ? row : in.slot);
-        (row >= 0 ? gather_dst : pending_dst).push_back(static_cast<int32_t>(pairs + j));
-      }
-      if (in.draft) {
-        drafting_slots.push_back(in.slot);
-        before.push_back(in.next.back());
-        next_local.push_back(v.first_position + n);
-      }
-      pairs += n;
-    }
-    if (in.pending_row >= 0) {
-      keep_src.push_back(in.pending_row);
-      keep_dst.push_back(in.slot);
-    }
-  }
   // Every list has a size that depends on the shape alone (padded with -1, the steps with
   // padding rows), so one captured graph replays any draft of its shape.
-  const auto drafting = static_cast<int64_t>(drafting_slots.size());
-  p.rows = views.empty() ? 0 : std::min(PowerOfTwoAtLeast(pairs), limits.max_tokens);
-  p.drafting_rows = drafting > 0 ? std::min(PowerOfTwoAtLeast(drafting), slots) : 0;
-  PG_ASSIGN_OR_RETURN(p.gather_step, PlaceRows(meta, gather_src, gather_dst, p.rows));
-  PG_ASSIGN_OR_RETURN(p.gather_pending, PlaceRows(meta, pending_src, pending_dst, p.rows));
-  PG_ASSIGN_OR_RETURN(p.keep_pending, PlaceRows(meta, keep_src, keep_dst, slots));
+  const auto drafting = static_cast<int64_t>(pairs.drafting_slots.size());
+  p.rows = pairs.rows;
+  p.drafting_rows = pairs.drafting_rows;
+  PG_ASSIGN_OR_RETURN(p.gather_step, PlaceRows(meta, pairs.gather_src, pairs.gather_dst, p.rows));
+  PG_ASSIGN_OR_RETURN(p.gather_pending, PlaceRows(meta, pairs.pending_src, pairs.pending_dst, p.rows));
+  PG_ASSIGN_OR_RETURN(p.keep_pending, PlaceRows(meta, pairs.keep_src, pairs.keep_dst, slots));
   DraftShape shape;
   shape.num_drafting = drafting;
   shape.rows = p.rows;
   shape.drafting_rows = p.drafting_rows;
   shape.num_steps = num_steps;
-  if (views.empty()) return shape;
+  if (pairs.views.empty()) return shape;
 
   // main_x of pair t onto each of its hc streams (rows t * hc + j of the streams).
   const int64_t hc = c.hc_mult;
   std::vector<int32_t> spread_src, spread_dst;
-  for (int64_t t = 0; t < pairs; ++t)
+  const auto num_pairs = static_cast<int64_t>(pairs.gather_src.size() + pairs.pending_src.size());
+  for (int64_t t = 0; t < num_pairs; ++t)
     for (int64_t j = 0; j < hc; ++j) {
       spread_src.push_back(static_cast<int32_t>(t));
       spread_dst.push_back(static_cast<int32_t>(t * hc + j));
     }
   PG_ASSIGN_OR_RETURN(p.spread, PlaceRows(meta, spread_src, spread_dst, p.rows * hc));
-  PG_ASSIGN_OR_RETURN(StepPlan committed, PlanStep(views, dc, lim));
+  // The committed pairs need no logits (the stages' outputs there only fill the windows).
+  for (ChunkView& v : pairs.views) v.needs_logits = false;
+  PG_ASSIGN_OR_RETURN(StepPlan committed, PlanStep(pairs.views, dc, lim));
   PG_RETURN_IF_ERROR(WritePlan(committed, p.rows, meta).status());
   p.committed = layout;
   p.chunks = p.rows;  // padding chunks are empty and skipped, as in decode graphs
@@ -174,14 +125,14 @@ Result<DeviceModel::DraftShape> CudaModel::Impl::PlanBlockDraft(std::span<const 
   std::vector<std::vector<int32_t>> block_tokens(static_cast<size_t>(drafting));
   std::vector<int32_t> ring_src, ring_dst;
   const int64_t w = c.sliding_window;
-  views.clear();
+  std::vector<ChunkView> views;
   for (int64_t i = 0; i < drafting; ++i) {
     std::vector<int32_t>& ids = block_tokens[static_cast<size_t>(i)];
     ids.assign(static_cast<size_t>(depth), static_cast<int32_t>(c.dspark_noise_token_id));
-    ids[0] = before[static_cast<size_t>(i)];
+    ids[0] = pairs.last_next[static_cast<size_t>(i)];
     ChunkView v;
-    v.slot = drafting_slots[static_cast<size_t>(i)];
-    v.first_position = next_local[static_cast<size_t>(i)];
+    v.slot = pairs.drafting_slots[static_cast<size_t>(i)];
+    v.first_position = pairs.next_local[static_cast<size_t>(i)];
     v.num_tokens = depth;
     v.tokens = ids;
     v.needs_logits = true;
@@ -204,7 +155,7 @@ Result<DeviceModel::DraftShape> CudaModel::Impl::PlanBlockDraft(std::span<const 
     for (int64_t i = 0; i < p.drafting_rows; ++i)
       meta.host(p.logit_rows)[k * p.drafting_rows + i] = i < drafting ? static_cast<int32_t>(i * depth + k) : -1;
   for (int64_t i = 0; i < p.drafting_rows; ++i) {
-    meta.host(p.before)[i] = i < drafting ? before[static_cast<size_t>(i)] : -1;
+    meta.host(p.before)[i] = i < drafting ? pairs.last_next[static_cast<size_t>(i)] : -1;
     meta.host(p.iota)[i] = static_cast<int32_t>(i);
   }
   return shape;
@@ -255,28 +206,14 @@ Status CudaModel::Impl::EnqueueBlockDraft(const StepMeta& step_meta, cudaStream_
   PG_RETURN_IF_ERROR(EnqueueHead(p.block_rows, p.block_rows, /*drafter=*/true));
 
   // Depth by depth: the Markov term of the token before, added inside the candidates pass.
-  const int64_t b = p.drafting_rows, k_n = limits.draft_candidates, vocab = c.vocab_size;
+  const int64_t b = p.drafting_rows, vocab = c.vocab_size;
   const Tensor r = View(block_r, DType::kBF16, {b, c.dspark_markov_rank});
   const Tensor markov = View(block_markov, DType::kF32, {b, vocab});
-  const auto pitch = static_cast<size_t>(limits.max_draft_steps) * 4;
   for (int64_t k = 0; k < p.depth; ++k) {
     const Tensor before = k == 0 ? MetaView(p.before, {b}) : View(sample_tokens, DType::kI32, {b});
     PG_RETURN_IF_ERROR(pc::CopyRows({bw.markov_w1.view, r, before, MetaView(p.iota, {b})}, s));
     PG_RETURN_IF_ERROR(pc::Linear(blas, {r, bw.markov_w2.view, markov}, s));
-    pc::DraftCandidatesArgs a;
-    a.logits = ViewAt(ws.logits, k * b * vocab * 4, DType::kF32, {b, vocab});
-    a.bias = markov;
-    a.tokens = View(sample_tokens, DType::kI32, {b});
-    a.k = k_n;
-    if (k_n > 1) {
-      a.top_tokens = View(draft_cand_tokens, DType::kI32, {b, limits.max_draft_steps * k_n});
-      a.top_logprobs = View(draft_cand_logprobs, DType::kF32, {b, limits.max_draft_steps * k_n});
-      a.column = k * k_n;
-    }
-    PG_RETURN_IF_ERROR(pc::DraftCandidates(a, s));
-    PG_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(static_cast<int32_t*>(draft_out.view.data) + k, pitch,
-                                              sample_tokens.view.data, 4, 4, static_cast<size_t>(b),
-                                              cudaMemcpyDeviceToDevice, s));
+    PG_RETURN_IF_ERROR(EnqueueDepthCandidates(ViewAt(ws.logits, k * b * vocab * 4, DType::kF32, {b, vocab}), markov, b, k));
   }
   for (int64_t st = 0; st < stages; ++st)
     PG_RETURN_IF_ERROR(CopyRowsOf(p.ring, saved(st), drafter_kv[static_cast<size_t>(st)].window, /*reverse=*/true));

@@ -116,15 +116,10 @@ Status CudaModel::Impl::CopyRowsOf(const RowCopies& c, const Tensor& src, const 
   return pc::CopyRows({src, dst, reverse ? b : a, reverse ? a : b}, stream);
 }
 
-Result<DeviceModel::DraftShape> CudaModel::PlanDraft(std::span<const DevicePairs> inputs, int32_t num_steps,
-                                                     StepMeta& meta) {
-  Impl& m = *impl_;
-  if (m.block.has_value()) return m.PlanBlockDraft(inputs, num_steps, meta);
-  if (!m.mtp.has_value()) return Unimplemented("this model has no drafter on the device");
-  if (!m.bound) return Internal("CUDA model: a draft before the KV pools were bound");
-  if (num_steps < 1 || num_steps > m.limits.max_draft_steps)
-    return InvalidArgument("draft steps must be in [1, " + std::to_string(m.limits.max_draft_steps) + "]");
-  const int64_t slots = m.pools.num_slots;
+Result<CudaModel::Impl::DraftPairs> CudaModel::Impl::GatherDraftPairs(std::span<const DevicePairs> inputs,
+                                                                       int64_t drafted) {
+  if (!bound) return Internal("CUDA model: a draft before the KV pools were bound");
+  const int64_t slots = pools.num_slots;
   std::vector<uint8_t> seen(static_cast<size_t>(slots), 0);
   for (const DevicePairs& in : inputs) {
     if (in.slot < 0 || in.slot >= slots || seen[static_cast<size_t>(in.slot)])
@@ -132,33 +127,21 @@ Result<DeviceModel::DraftShape> CudaModel::PlanDraft(std::span<const DevicePairs
     seen[static_cast<size_t>(in.slot)] = 1;
     if (in.rows.size() != in.next.size()) return InvalidArgument("a draft input needs one next token per row");
     for (size_t j = 0; j < in.rows.size(); ++j) {
-      if (in.rows[j] < -1 || in.rows[j] >= m.last_step_rows || (in.rows[j] == -1 && j > 0))
+      if (in.rows[j] < -1 || in.rows[j] >= last_step_rows || (in.rows[j] == -1 && j > 0))
         return InvalidArgument("a draft pair's row is outside the last step (or a pending row not first)");
-      if (in.next[j] < 0 || in.next[j] >= m.config.vocab_size) return InvalidArgument("draft token id out of range");
+      if (in.next[j] < 0 || in.next[j] >= config.vocab_size) return InvalidArgument("draft token id out of range");
     }
-    if (in.pending_row < -1 || in.pending_row >= m.last_step_rows) return InvalidArgument("pending row out of range");
+    if (in.pending_row < -1 || in.pending_row >= last_step_rows) return InvalidArgument("pending row out of range");
     if (in.draft && in.rows.empty()) return InvalidArgument("drafting needs a pair to draft from");
-    const int64_t floor = in.restart ? in.first_position : m.mtp_floor[static_cast<size_t>(in.slot)];
+    const int64_t floor = in.restart ? in.first_position : mtp_floor[static_cast<size_t>(in.slot)];
     const int64_t local = in.first_position - floor;
-    const int64_t end = local + static_cast<int64_t>(in.rows.size()) + (in.draft ? num_steps - 1 : 0);
-    if (local < 0 || end > m.limits.max_context) return InvalidArgument("draft positions outside the context");
+    const int64_t end = local + static_cast<int64_t>(in.rows.size()) + (in.draft ? drafted : 0);
+    if (local < 0 || end > limits.max_context) return InvalidArgument("draft positions outside the context");
   }
-
-  const ModelConfig mc = MtpLayerConfig(m.config);
-  StepLimits lim;
-  lim.num_slots = slots;
-  lim.max_tokens = m.limits.max_tokens;
-  lim.max_context = m.limits.max_context;
-  Impl::DraftPlan& p = m.draft;
-  p = {};
-  p.num_steps = num_steps;
-  std::vector<ChunkView> views;
-  std::vector<int32_t> gather_src, gather_dst, pending_src, pending_dst, keep_src, keep_dst;
-  std::vector<int32_t> drafting_slots, last_rows;
-  std::vector<int64_t> next_local;
+  DraftPairs d;
   int64_t pairs = 0;
   for (const DevicePairs& in : inputs) {
-    int64_t& floor = m.mtp_floor[static_cast<size_t>(in.slot)];
+    int64_t& floor = mtp_floor[static_cast<size_t>(in.slot)];
     if (in.restart) floor = in.first_position;
     const auto n = static_cast<int64_t>(in.rows.size());
     if (n > 0) {
@@ -168,34 +151,61 @@ Result<DeviceModel::DraftShape> CudaModel::PlanDraft(std::span<const DevicePairs
       v.num_tokens = n;
       v.tokens = in.next;
       v.needs_logits = in.draft;
-      views.push_back(v);
+      d.views.push_back(v);
       for (int64_t j = 0; j < n; ++j) {
         const int32_t row = in.rows[static_cast<size_t>(j)];
-        (row >= 0 ? gather_src : pending_src).push_back(row >= 0 ? row : in.slot);
-        (row >= 0 ? gather_dst : pending_dst).push_back(static_cast<int32_t>(pairs + j));
+        (row >= 0 ? d.gather_src : d.pending_src).push_back(row >= 0 ? row : in.slot);
+        (row >= 0 ? d.gather_dst : d.pending_dst).push_back(static_cast<int32_t>(pairs + j));
       }
       if (in.draft) {
-        drafting_slots.push_back(in.slot);
-        last_rows.push_back(static_cast<int32_t>(pairs + n - 1));
-        next_local.push_back(v.first_position + n);
+        d.drafting_slots.push_back(in.slot);
+        d.last_rows.push_back(static_cast<int32_t>(pairs + n - 1));
+        d.last_next.push_back(in.next.back());
+        d.next_local.push_back(v.first_position + n);
       }
       pairs += n;
     }
     if (in.pending_row >= 0) {
-      keep_src.push_back(in.pending_row);
-      keep_dst.push_back(in.slot);
+      d.keep_src.push_back(in.pending_row);
+      d.keep_dst.push_back(in.slot);
     }
   }
+  const auto drafting = static_cast<int64_t>(d.drafting_slots.size());
+  d.rows = d.views.empty() ? 0 : std::min(PowerOfTwoAtLeast(pairs), limits.max_tokens);
+  d.drafting_rows = drafting > 0 ? std::min(PowerOfTwoAtLeast(drafting), slots) : 0;
+  return d;
+}
+
+Result<DeviceModel::DraftShape> CudaModel::PlanDraft(std::span<const DevicePairs> inputs, int32_t num_steps,
+                                                     StepMeta& meta) {
+  Impl& m = *impl_;
+  if (m.block.has_value()) return m.PlanBlockDraft(inputs, num_steps, meta);
+  if (!m.mtp.has_value()) return Unimplemented("this model has no drafter on the device");
+  if (num_steps < 1 || num_steps > m.limits.max_draft_steps)
+    return InvalidArgument("draft steps must be in [1, " + std::to_string(m.limits.max_draft_steps) + "]");
+  PG_ASSIGN_OR_RETURN(Impl::DraftPairs pairs, m.GatherDraftPairs(inputs, num_steps - 1));
+  const int64_t slots = m.pools.num_slots;
+  const ModelConfig mc = MtpLayerConfig(m.config);
+  StepLimits lim;
+  lim.num_slots = slots;
+  lim.max_tokens = m.limits.max_tokens;
+  lim.max_context = m.limits.max_context;
+  Impl::DraftPlan& p = m.draft;
+  p = {};
+  p.num_steps = num_steps;
+  std::vector<ChunkView>& views = pairs.views;
+  const std::vector<int32_t>& drafting_slots = pairs.drafting_slots;
+  const std::vector<int32_t>& last_rows = pairs.last_rows;
+  const std::vector<int64_t>& next_local = pairs.next_local;
   // Every section has a size that depends on the shape alone (lists padded with -1, steps
   // with padding rows), so one captured graph replays any draft of its shape.
   const auto drafting = static_cast<int64_t>(drafting_slots.size());
-  const int64_t rows0 = views.empty() ? 0 : std::min(PowerOfTwoAtLeast(pairs), m.limits.max_tokens);
-  const int64_t drafting_rows = drafting > 0 ? std::min(PowerOfTwoAtLeast(drafting), slots) : 0;
+  const int64_t rows0 = pairs.rows, drafting_rows = pairs.drafting_rows;
   auto place = [&](const std::vector<int32_t>& src, const std::vector<int32_t>& dst,
                    int64_t n) -> Result<Impl::RowCopies> { return m.PlaceRows(meta, src, dst, n); };
-  PG_ASSIGN_OR_RETURN(p.gather_step, place(gather_src, gather_dst, rows0));
-  PG_ASSIGN_OR_RETURN(p.gather_pending, place(pending_src, pending_dst, rows0));
-  PG_ASSIGN_OR_RETURN(p.keep_pending, place(keep_src, keep_dst, slots));
+  PG_ASSIGN_OR_RETURN(p.gather_step, place(pairs.gather_src, pairs.gather_dst, rows0));
+  PG_ASSIGN_OR_RETURN(p.gather_pending, place(pairs.pending_src, pairs.pending_dst, rows0));
+  PG_ASSIGN_OR_RETURN(p.keep_pending, place(pairs.keep_src, pairs.keep_dst, slots));
   DraftShape shape;
   shape.num_drafting = drafting;
   shape.rows = rows0;
@@ -314,24 +324,30 @@ Status CudaModel::Impl::EnqueueDraftStep(int64_t k) {
   const int64_t b = draft.drafting_rows;
   if (b == 0) return Status::Ok();
   PG_RETURN_IF_ERROR(EnqueueHead(rows, b, /*drafter=*/true));
-  // The greedy token and, for DDTree, depth k's candidates of [slots, max_draft_steps, K]:
-  // one pass over each row (the sampling kernel's top-logprobs path took several on one CTA).
+  // The greedy token and, for DDTree, depth k's candidates: one pass over each row (the
+  // sampling kernel's top-logprobs path took several on one CTA).
+  return EnqueueDepthCandidates(View(ws.logits, DType::kF32, {b, c.vocab_size}), Tensor{}, b, k);
+}
+
+Status CudaModel::Impl::EnqueueDepthCandidates(const Tensor& logits, const Tensor& bias, int64_t b, int64_t k) {
   const int64_t n = limits.draft_candidates;
   pc::DraftCandidatesArgs a;
-  a.logits = View(ws.logits, DType::kF32, {b, c.vocab_size});
+  a.logits = logits;
+  a.bias = bias;
   a.tokens = View(sample_tokens, DType::kI32, {b});
   a.k = n;
   if (n > 1) {
+    // Depth k's columns of [slots, max_draft_steps, K].
     a.top_tokens = View(draft_cand_tokens, DType::kI32, {b, limits.max_draft_steps * n});
     a.top_logprobs = View(draft_cand_logprobs, DType::kF32, {b, limits.max_draft_steps * n});
     a.column = k * n;
   }
-  PG_RETURN_IF_ERROR(pc::DraftCandidates(a, s));
+  PG_RETURN_IF_ERROR(pc::DraftCandidates(a, stream));
   // Column k of draft_out [slots, max_draft_steps].
   const auto pitch = static_cast<size_t>(limits.max_draft_steps) * 4;
   PG_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(static_cast<int32_t*>(draft_out.view.data) + k, pitch,
                                             sample_tokens.view.data, 4, 4, static_cast<size_t>(b),
-                                            cudaMemcpyDeviceToDevice, s));
+                                            cudaMemcpyDeviceToDevice, stream));
   return Status::Ok();
 }
 

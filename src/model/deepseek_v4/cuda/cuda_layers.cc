@@ -1,5 +1,6 @@
 // The sub-layers of one DeepSeek-V4 layer on the CUDA backend, in the order of the CPU
-// reference (model.cc, attention.cc, moe.cc), for `rows` tokens of a step.
+// reference (model.cc, attention.cc, moe.cc), for `rows` tokens of a step; and the head
+// (the main model's, or the drafter's mixer and norm before it).
 #include <cmath>
 
 #include "backend/cuda/cuda_status.h"
@@ -16,6 +17,8 @@
 #include "backend/cuda/ops/rope.h"
 #include "backend/cuda/ops/sparse_attention.h"
 #include "backend/cuda/ops/swiglu.h"
+#include "distributed/communicator.h"
+#include "distributed/parallel_config.h"
 #include "kernels/indexer_topk.cuh"
 #include "model/deepseek_v4/cuda/cuda_model_impl.h"
 
@@ -431,6 +434,50 @@ Status CudaModel::Impl::EnqueueMoe(int64_t i, int64_t rows) {
     return pc::MoeCombine(a, s);
   }));
   return SumOverRanks(ws.f.view.data, rows * d);
+}
+
+Status CudaModel::Impl::EnqueueHead(int64_t rows, int64_t logit_rows, bool drafter) {
+  const ModelConfig& c = config;
+  const int64_t d = c.hidden_size;
+  const int64_t hc = c.hc_mult;
+  const bool sharded = parallel.size > 1;
+  const int64_t part = weights.head_rows;
+  PG_RETURN_IF_ERROR(Op(OpKind::kHead, [&]() -> Status {
+    pc::HcHeadArgs a;
+    a.streams = View(ws.streams, DType::kF32, {rows, hc, d});
+    a.rows = MetaView(layout.logit_rows, {logit_rows});
+    const DeviceHyperConnection& mix = !drafter ? weights.hc_head : block.has_value() ? block->hc_head : mtp->hc_head;
+    a.fn = mix.fn.view;
+    a.base = mix.base.view;
+    a.scale = mix.scale.view;
+    a.norm_weight = !drafter ? weights.norm.view : block.has_value() ? block->norm.view : mtp->norm.view;
+    a.workspace = ws.hc_workspace.view;
+    a.y = View(ws.head_x, DType::kBF16, {logit_rows, d});
+    a.hc_eps = static_cast<float>(c.hc_eps);
+    a.rms_norm_eps = static_cast<float>(c.rms_norm_eps);
+    a.batch_invariant = limits.batch_invariant;
+    PG_RETURN_IF_ERROR(pc::HyperConnectionHead(a, stream));
+    const Tensor out = sharded ? View(ws.head_logits, DType::kF32, {logit_rows, part})
+                               : View(ws.logits, DType::kF32, {logit_rows, c.vocab_size});
+    return pc::Linear(blas, {View(ws.head_x, DType::kBF16, {logit_rows, d}), weights.head.view, out}, stream);
+  }));
+  if (!sharded) return Status::Ok();
+  // Every rank's part, then each into its columns of the logits (the padding rows of the
+  // last parts dropped).
+  return Op(OpKind::kCollective, [&]() -> Status {
+    PG_RETURN_IF_ERROR(parallel.comm->AllGather(ws.head_logits.view.data, ws.gathered_logits.view.data,
+                                                logit_rows * part, DType::kF32));
+    for (int r = 0; r < parallel.size; ++r) {
+      const distributed::ShardRange v = distributed::PaddedShard(c.vocab_size, r, parallel.size);
+      if (v.size() == 0) continue;
+      const auto* src = static_cast<const float*>(ws.gathered_logits.view.data) + r * logit_rows * part;
+      auto* dst = static_cast<float*>(ws.logits.view.data) + v.begin;
+      PG_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(dst, static_cast<size_t>(c.vocab_size) * 4, src,
+                                                static_cast<size_t>(part) * 4, static_cast<size_t>(v.size()) * 4,
+                                                static_cast<size_t>(logit_rows), cudaMemcpyDeviceToDevice, stream));
+    }
+    return Status::Ok();
+  });
 }
 
 }  // namespace peregrine::deepseek_v4::cuda

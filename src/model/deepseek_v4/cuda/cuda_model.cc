@@ -231,50 +231,6 @@ Status CudaModel::Impl::EnqueueStep(int64_t rows, int64_t chunks, int64_t logit_
   return EnqueueHead(rows, logit_rows);
 }
 
-Status CudaModel::Impl::EnqueueHead(int64_t rows, int64_t logit_rows, bool drafter) {
-  const ModelConfig& c = config;
-  const int64_t d = c.hidden_size;
-  const int64_t hc = c.hc_mult;
-  const bool sharded = parallel.size > 1;
-  const int64_t part = weights.head_rows;
-  PG_RETURN_IF_ERROR(Op(OpKind::kHead, [&]() -> Status {
-    pc::HcHeadArgs a;
-    a.streams = View(ws.streams, DType::kF32, {rows, hc, d});
-    a.rows = MetaView(layout.logit_rows, {logit_rows});
-    const DeviceHyperConnection& mix = !drafter ? weights.hc_head : block.has_value() ? block->hc_head : mtp->hc_head;
-    a.fn = mix.fn.view;
-    a.base = mix.base.view;
-    a.scale = mix.scale.view;
-    a.norm_weight = !drafter ? weights.norm.view : block.has_value() ? block->norm.view : mtp->norm.view;
-    a.workspace = ws.hc_workspace.view;
-    a.y = View(ws.head_x, DType::kBF16, {logit_rows, d});
-    a.hc_eps = static_cast<float>(c.hc_eps);
-    a.rms_norm_eps = static_cast<float>(c.rms_norm_eps);
-    a.batch_invariant = limits.batch_invariant;
-    PG_RETURN_IF_ERROR(pc::HyperConnectionHead(a, stream));
-    const Tensor out = sharded ? View(ws.head_logits, DType::kF32, {logit_rows, part})
-                               : View(ws.logits, DType::kF32, {logit_rows, c.vocab_size});
-    return pc::Linear(blas, {View(ws.head_x, DType::kBF16, {logit_rows, d}), weights.head.view, out}, stream);
-  }));
-  if (!sharded) return Status::Ok();
-  // Every rank's part, then each into its columns of the logits (the padding rows of the
-  // last parts dropped).
-  return Op(OpKind::kCollective, [&]() -> Status {
-    PG_RETURN_IF_ERROR(parallel.comm->AllGather(ws.head_logits.view.data, ws.gathered_logits.view.data,
-                                                logit_rows * part, DType::kF32));
-    for (int r = 0; r < parallel.size; ++r) {
-      const distributed::ShardRange v = distributed::PaddedShard(c.vocab_size, r, parallel.size);
-      if (v.size() == 0) continue;
-      const auto* src = static_cast<const float*>(ws.gathered_logits.view.data) + r * logit_rows * part;
-      auto* dst = static_cast<float*>(ws.logits.view.data) + v.begin;
-      PG_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(dst, static_cast<size_t>(c.vocab_size) * 4, src,
-                                                static_cast<size_t>(part) * 4, static_cast<size_t>(v.size()) * 4,
-                                                static_cast<size_t>(logit_rows), cudaMemcpyDeviceToDevice, stream));
-    }
-    return Status::Ok();
-  });
-}
-
 Result<cudaStream_t> CudaModel::Impl::Fork(int64_t rows) {
   if (profiler != nullptr || rows > kBranchMaxRows) return stream;
   // Only while capturing: a graph replays its branches for free, while an eager step would pay
@@ -352,23 +308,15 @@ Result<std::unique_ptr<CudaModel>> CudaModel::Create(const ModelConfig& config, 
     if (limits.max_verify_rows <= 0) return InvalidArgument("CUDA model: a drafter needs verify rows");
     // Without a drafter in the checkpoint the model has none (has_drafter() says so). A config
     // with DSpark's keys names a block drafter; otherwise the drafter is the MTP layer.
-    if (impl->config.has_block_drafter()) {
-      Result<DeviceBlockDrafter> block = LoadDeviceBlockDrafter(impl->config, checkpoint, w, allocator, stream);
-      if (block.ok()) {
-        impl->weights.bytes += block->bytes;
-        impl->block.emplace(std::move(block).value());
-      } else if (block.status().code() != StatusCode::kNotFound) {
-        return block.status();
-      }
-    } else {
-      Result<DeviceMtp> mtp = LoadDeviceMtp(impl->config, checkpoint, w, allocator, stream);
-      if (mtp.ok()) {
-        impl->weights.bytes += mtp->bytes;
-        impl->mtp.emplace(std::move(mtp).value());
-      } else if (mtp.status().code() != StatusCode::kNotFound) {
-        return mtp.status();
-      }
-    }
+    auto keep = [&](auto loaded, auto& into) -> Status {
+      if (!loaded.ok()) return loaded.status().code() == StatusCode::kNotFound ? Status::Ok() : loaded.status();
+      impl->weights.bytes += loaded->bytes;
+      into.emplace(std::move(loaded).value());
+      return Status::Ok();
+    };
+    PG_RETURN_IF_ERROR(impl->config.has_block_drafter()
+                           ? keep(LoadDeviceBlockDrafter(impl->config, checkpoint, w, allocator, stream), impl->block)
+                           : keep(LoadDeviceMtp(impl->config, checkpoint, w, allocator, stream), impl->mtp));
   }
   PG_RETURN_IF_ERROR(impl->Allocate(stream));
   return std::unique_ptr<CudaModel>(new CudaModel(std::move(impl)));

@@ -189,6 +189,22 @@ struct CudaModel::Impl {
   static Result<RowCopies> PlaceRows(StepMeta& meta, std::span<const int32_t> src, std::span<const int32_t> dst,
                                      int64_t n);
   Status CopyRowsOf(const RowCopies& c, const Tensor& src, const Tensor& dst, bool reverse = false);
+  // A draft call's inputs as both drafters plan them: the first step's views over every
+  // input's pairs (at positions relative to where each slot's drafter started; a restart moves
+  // that), the row lists into the pairs' buffer (from the last step's rows, from the slots'
+  // pending rows; the new pending rows), and per drafting input its slot, the index of its
+  // last pair, its last next token and the position after that pair.
+  struct DraftPairs {
+    std::vector<ChunkView> views;
+    std::vector<int32_t> gather_src, gather_dst, pending_src, pending_dst, keep_src, keep_dst;
+    std::vector<int32_t> drafting_slots, last_rows, last_next;
+    std::vector<int64_t> next_local;
+    int64_t rows = 0;           // the pairs, padded to a power of two (at most max_tokens)
+    int64_t drafting_rows = 0;  // the drafting inputs, padded to a power of two (at most the slots)
+  };
+  // InvalidArgument, with nothing changed, for a bad input (a drafting one takes `drafted`
+  // positions past its last pair); else each restarting slot's new start is recorded.
+  Result<DraftPairs> GatherDraftPairs(std::span<const DevicePairs> inputs, int64_t drafted);
   int64_t last_step_rows = 0;      // rows of the last planned target step (what pairs may read)
   DeviceTensor mtp_h;              // [max_tokens, hc, D] f32: the pairs' streams
   DeviceTensor mtp_e;              // [max_tokens, D] f32: the pairs' token embeddings
@@ -201,6 +217,10 @@ struct CudaModel::Impl {
   DeviceTensor sample_tokens;      // the drafter's greedy token per drafting slot
   Status AllocateDrafter();        // after BindKv (per-slot buffers)
   Status EnqueueDraftStep(int64_t step);
+  // Depth k's greedy token of each of the b drafting rows (into sample_tokens and column k of
+  // draft_out) and, with draft_candidates > 1, its candidates, from `logits` [b, vocab] plus
+  // `bias` when given.
+  Status EnqueueDepthCandidates(const Tensor& logits, const Tensor& bias, int64_t b, int64_t k);
 
   // The block drafter's buffers and its last planned call (cuda_block_drafter.cc).
   DeviceTensor taps;             // [max_tokens, taps * D] bf16: the last target step's lane means
