@@ -44,12 +44,7 @@ Status CudaModel::Impl::AllocateBlockDrafter() {
     return InvalidArgument("the block drafter drafts " + std::to_string(slots * depth) +
                            " rows per call (slots x block): the model takes " + std::to_string(n) +
                            " tokens and " + std::to_string(limits.max_logit_rows) + " logits rows per step");
-  auto alloc = [&](DType dtype, Shape shape, DeviceTensor* out) -> Status {
-    const size_t bytes = DTypeBytes(dtype, static_cast<size_t>(shape.numel()));
-    PG_ASSIGN_OR_RETURN(out->buffer, allocator->Allocate(std::max<size_t>(bytes, 16)));
-    out->view = Tensor::Contiguous(out->buffer.data(), dtype, shape, Device::kCuda);
-    return Status::Ok();
-  };
+  auto alloc = [&](DType dtype, Shape shape, DeviceTensor* out) { return AllocateTensor(dtype, shape, out); };
   PG_RETURN_IF_ERROR(alloc(DType::kBF16, {n, width}, &taps));
   PG_RETURN_IF_ERROR(alloc(DType::kBF16, {n, width}, &block_in));
   PG_RETURN_IF_ERROR(alloc(DType::kBF16, {slots, width}, &block_pending));

@@ -38,12 +38,7 @@ constexpr int64_t kMaxCandidates = kernels::kDraftMaxCandidates;
 Status CudaModel::Impl::AllocateDrafter() {
   const int64_t n = limits.max_tokens, hc = config.hc_mult, d = config.hidden_size, hd = config.head_dim;
   const int64_t slots = pools.num_slots, steps = limits.max_draft_steps;
-  auto alloc = [&](DType dtype, Shape shape, DeviceTensor* out) -> Status {
-    const size_t bytes = DTypeBytes(dtype, static_cast<size_t>(shape.numel()));
-    PG_ASSIGN_OR_RETURN(out->buffer, allocator->Allocate(std::max<size_t>(bytes, 16)));
-    out->view = Tensor::Contiguous(out->buffer.data(), dtype, shape, Device::kCuda);
-    return Status::Ok();
-  };
+  auto alloc = [&](DType dtype, Shape shape, DeviceTensor* out) { return AllocateTensor(dtype, shape, out); };
   // What both drafters leave: each depth's greedy token and candidates, per slot.
   PG_RETURN_IF_ERROR(alloc(DType::kI32, {slots, steps}, &draft_out));
   const int64_t k = limits.draft_candidates;

@@ -70,12 +70,7 @@ Status CudaModel::Impl::Allocate(cudaStream_t load_stream) {
   const int64_t d = c.hidden_size;
   const int64_t hc = c.hc_mult;
   const int64_t hd = c.head_dim;
-  auto alloc = [&](DType dtype, Shape shape, DeviceTensor* out) -> Status {
-    const size_t bytes = DTypeBytes(dtype, static_cast<size_t>(shape.numel()));
-    PG_ASSIGN_OR_RETURN(out->buffer, allocator->Allocate(std::max<size_t>(bytes, 16)));
-    out->view = Tensor::Contiguous(out->buffer.data(), dtype, shape, Device::kCuda);
-    return Status::Ok();
-  };
+  auto alloc = [&](DType dtype, Shape shape, DeviceTensor* out) { return AllocateTensor(dtype, shape, out); };
   // RoPE tables up to the state's context.
   const int64_t half = c.rope_head_dim / 2;
   for (int table = 0; table < 2; ++table) {
@@ -193,6 +188,13 @@ Status CudaModel::Impl::Allocate(cudaStream_t load_stream) {
   }
 
   PG_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(load_stream));
+  return Status::Ok();
+}
+
+Status CudaModel::Impl::AllocateTensor(DType dtype, Shape shape, DeviceTensor* out) {
+  const size_t bytes = DTypeBytes(dtype, static_cast<size_t>(shape.numel()));
+  PG_ASSIGN_OR_RETURN(out->buffer, allocator->Allocate(std::max<size_t>(bytes, 16)));
+  out->view = Tensor::Contiguous(out->buffer.data(), dtype, shape, Device::kCuda);
   return Status::Ok();
 }
 

@@ -314,6 +314,8 @@ struct CudaModel::Impl {
 
   // Setup (cuda_model.cc).
   Status Allocate(cudaStream_t load_stream);
+  // A device buffer of `shape` (at least 16 bytes) from the allocator, viewed contiguously.
+  Status AllocateTensor(DType dtype, Shape shape, DeviceTensor* out);
   // Views of the metadata buffer for the current step.
   Tensor MetaView(int64_t offset, Shape shape) const;
   Tensor BlockTables() const;  // [num_slots, max_blocks] i32
