@@ -596,8 +596,11 @@ __global__ void __launch_bounds__(kThreads, 1) SamplingKernel(const SamplingKern
       Stamp(s, kSamplingPhase1Cycles);
     } else if (has_top_k) {
       // Valid logits (not NaN, not -inf) compared on the value alone: ties at the k-th kept.
-      got = GatherTop(x, static_cast<uint32_t>(r.top_k), 32,
-                      [](int i, float v) { return v >= -3.402823466e38f ? MoreLikelyKey(v, i) : uint64_t{0}; }, part, s);
+      // The bounded gather usually suffices; radix passes when it cannot say.
+      got = GatherTopBounded(x, static_cast<uint32_t>(r.top_k), part, s);
+      if (got < 0)
+        got = GatherTop(x, static_cast<uint32_t>(r.top_k), 32,
+                        [](int i, float v) { return TopKValid(v) ? MoreLikelyKey(v, i) : uint64_t{0}; }, part, s);
       Stamp(s, kSamplingPhase2Cycles);
     } else {
       m = ClusterRowMax(x, part, s);

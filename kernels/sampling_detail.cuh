@@ -420,6 +420,45 @@ __device__ int GatherTop(const float* x, uint32_t k, int bits, KeyFn key, RowPar
   return ClusterCollect(part, s);
 }
 
+// Valid logits for top-k: not NaN, not -inf.
+__device__ __forceinline__ bool TopKValid(float v) { return v >= -3.402823466e38f; }
+
+// Top-k's candidates in two plain passes when a lower bound on the k-th largest valid logit
+// comes cheaply: each thread's largest valid logit, then t = the k-th largest of this CTA's
+// thread maxima (k threads hold an element >= t, so at least k elements of the part, and of the
+// row, are >= t: t is at most the row's k-th largest), the largest such t over the cluster, and
+// one gather of every valid logit >= t. That set holds the k largest and every tie of the k-th,
+// as GatherTop's does, so the caller's sort and tie count give the same kept set. On rows of a
+// normal bulk the gather keeps about k per CTA of the cluster. Returns the number gathered
+// (on every rank), or -1 when no CTA has k threads with a valid logit (k > kThreads included)
+// or the set exceeds kCap; the caller then takes GatherTop.
+template <int kCluster>
+__device__ int GatherTopBounded(const float* x, uint32_t k, RowPart<kCluster>& part, Shared& s) {
+  uint32_t best = 0;  // ordered bits of the thread's largest valid logit; 0 for none
+  ForRange(x, part.lo, part.hi, [&](int, float v) {
+    const uint32_t o = TopKValid(v) ? Ordered(v) : 0u;  // Ordered is >= 1 for every valid logit
+    best = o > best ? o : best;
+  });
+  // The k-th largest thread maximum, bit by bit from the top (k threads at or above it).
+  uint32_t bound = 0;
+  for (int bit = 31; bit >= 0; --bit) {
+    const uint32_t c = bound | (1u << bit);
+    if (static_cast<uint32_t>(__syncthreads_count(best >= c)) >= k) bound = c;
+  }
+  bound = static_cast<uint32_t>(ClusterCombine(part, bound, MaxU64{}, s));
+  Stamp(s, kSamplingPhase1Cycles);
+  if (bound == 0) return -1;
+  if (threadIdx.x == 0) s.count = 0;
+  __syncthreads();
+  ForRange(x, part.lo, part.hi, [&](int i, float v) {
+    if (!TopKValid(v) || Ordered(v) < bound) return;
+    const uint32_t slot = atomicAdd(&s.count, 1u);
+    if (slot < static_cast<uint32_t>(kCap)) s.cand[slot] = MoreLikelyKey(v, i);
+  });
+  __syncthreads();
+  return ClusterCollect(part, s);
+}
+
 // Every element with TemperatureWeight > floor (>= when inclusive) into s.cand as MoreLikely
 // keys, each rank over its part, collected on rank 0; -1 when more than kCap. The exponent
 // pre-test only skips the exponential (truncation.cc). Once a rank's count is seen past kCap
