@@ -296,9 +296,30 @@ __device__ int ClusterCollect(RowPart<kCluster>& part, Shared& s) {
   }
 }
 
-// Descending bitonic sort of s.cand[0, n) (padded with 0 to a power of two); with `weights`,
-// s.cand_w moves along.
+// Descending sort of s.cand[0, n); with `weights`, s.cand_w moves along. Up to kRankSortMax
+// keys without weights (most candidate sets: top-k's, the kept tokens) go by rank counting:
+// thread i counts the keys above its own (equal keys, only the dropped zeros, by position),
+// then writes its key at that rank; one pass of n shared loads per thread and two barriers,
+// where the bitonic network below costs a barrier per stage (21 stages for 64 keys, 36 for 256).
+constexpr int kRankSortMax = 256;
+static_assert(kRankSortMax <= kThreads, "one thread per key");
 __device__ inline void SortDescending(Shared& s, int n, bool weights) {
+  if (!weights && n <= kRankSortMax) {
+    const int i = static_cast<int>(threadIdx.x);
+    uint64_t mine = 0;
+    int rank = 0;
+    if (i < n) {
+      mine = s.cand[i];
+      for (int j = 0; j < n; ++j) {
+        const uint64_t other = s.cand[j];
+        rank += (other > mine || (other == mine && j < i)) ? 1 : 0;
+      }
+    }
+    __syncthreads();
+    if (i < n) s.cand[rank] = mine;
+    __syncthreads();
+    return;
+  }
   int size = 1;
   while (size < n) size <<= 1;
   for (int i = n + static_cast<int>(threadIdx.x); i < size; i += kThreads) s.cand[i] = 0;
