@@ -422,7 +422,7 @@ __device__ __forceinline__ int32_t SerialWalk(const uint64_t* keys, int m, doubl
 // top_p < 1 with the sum taken here), min-p filter, ascending-id walk. WalkKept's contract.
 __device__ int32_t FinishKept(int count, float max_logit_or_nan, float inv_t, float top_p, double nucleus_target,
                               float min_p, double u, bool sorted_prefix, bool presorted, Shared& s) {
-  if (!presorted) SortDescending(s, count, false);
+  if (!presorted) SortDescending(s, count);
   // Weights relative to the largest kept logit (top-k) or the row maximum (nucleus, min-p).
   const float max_logit = isnan(max_logit_or_nan) ? (count > 0 ? KeyLogit(s.cand[0]) : kNegInf) : max_logit_or_nan;
   for (int i = threadIdx.x; i < count; i += kThreads) s.cand_w[i] = TemperatureWeight(KeyLogit(s.cand[i]), max_logit, inv_t);
@@ -449,7 +449,7 @@ __device__ int32_t FinishKept(int count, float max_logit_or_nan, float inv_t, fl
     kept_here += keep ? 1u : 0u;
   }
   const int m = static_cast<int>(BlockReduce(kept_here, SumU{}, s));  // its barriers order the writes above
-  SortDescending(s, kept, false);  // entries from `kept` on are all dropped (key 0)
+  SortDescending(s, kept);  // entries from `kept` on are all dropped (key 0)
   if (threadIdx.x == 0) s.found = SerialWalk(s.cand, m, u);
   __syncthreads();
   const int32_t token = s.found;
@@ -548,7 +548,7 @@ __global__ void __launch_bounds__(kThreads, 1) SamplingKernel(const SamplingKern
         RowPart<1> whole(n);
         got = GatherTop(x, static_cast<uint32_t>(num_top), 64,
                         [](int i, float v) { return MoreLikelyKey(Sanitized(v), i); }, whole, s);
-        if (got > 0) SortDescending(s, got, false);
+        if (got > 0) SortDescending(s, got);
       }
       for (int i = tid; i < kSamplingMaxTopLogprobs; i += kThreads) {
         const bool has = i < num_top && i < got;
@@ -622,7 +622,7 @@ __global__ void __launch_bounds__(kThreads, 1) SamplingKernel(const SamplingKern
     if (r.temperature > 0.0f && got < 0) {
       overflow = true;
     } else if (r.temperature > 0.0f && has_top_k) {
-      SortDescending(s, got, false);
+      SortDescending(s, got);
       int count = got;
       if (got > r.top_k) {
         const uint32_t kth = static_cast<uint32_t>(s.cand[r.top_k - 1] >> 32);

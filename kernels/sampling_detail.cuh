@@ -296,15 +296,15 @@ __device__ int ClusterCollect(RowPart<kCluster>& part, Shared& s) {
   }
 }
 
-// Descending sort of s.cand[0, n); with `weights`, s.cand_w moves along. Up to kRankSortMax
-// keys without weights (most candidate sets: top-k's, the kept tokens) go by rank counting:
+// Descending sort of s.cand[0, n). Up to kRankSortMax keys (most candidate sets: top-k's,
+// the kept tokens) go by rank counting:
 // thread i counts the keys above its own (equal keys, only the dropped zeros, by position),
 // then writes its key at that rank; one pass of n shared loads per thread and two barriers,
 // where the bitonic network below costs a barrier per stage (21 stages for 64 keys, 36 for 256).
 constexpr int kRankSortMax = 256;
 static_assert(kRankSortMax <= kThreads, "one thread per key");
-__device__ inline void SortDescending(Shared& s, int n, bool weights) {
-  if (!weights && n <= kRankSortMax) {
+__device__ inline void SortDescending(Shared& s, int n) {
+  if (n <= kRankSortMax) {
     const int i = static_cast<int>(threadIdx.x);
     uint64_t mine = 0;
     int rank = 0;
@@ -333,11 +333,6 @@ __device__ inline void SortDescending(Shared& s, int n, bool weights) {
         if ((i & k) == 0 ? a < b : a > b) {
           s.cand[i] = b;
           s.cand[l] = a;
-          if (weights) {
-            const float t = s.cand_w[i];
-            s.cand_w[i] = s.cand_w[l];
-            s.cand_w[l] = t;
-          }
         }
       }
       __syncthreads();
@@ -455,6 +450,7 @@ __device__ __forceinline__ bool TopKValid(float v) { return v >= -3.402823466e38
 // or the set exceeds kCap; the caller then takes GatherTop.
 template <int kCluster>
 __device__ int GatherTopBounded(const float* x, uint32_t k, RowPart<kCluster>& part, Shared& s) {
+  if (k > static_cast<uint32_t>(kThreads)) return -1;  // no k threads to bound by (k is the row's: every rank leaves)
   uint32_t best = 0;  // ordered bits of the thread's largest valid logit; 0 for none
   ForRange(x, part.lo, part.hi, [&](int, float v) {
     const uint32_t o = TopKValid(v) ? Ordered(v) : 0u;  // Ordered is >= 1 for every valid logit
