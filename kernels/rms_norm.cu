@@ -5,6 +5,7 @@
 
 #include "kernels/common/warp.cuh"
 #include "kernels/common/dependent_launch.cuh"
+#include "kernels/common/rope_pair.cuh"
 
 namespace peregrine::kernels {
 
@@ -98,11 +99,32 @@ __global__ void __launch_bounds__(kBlockThreads) RmsNormKernel(const RmsNormPara
   const float scale = rsqrtf(ss / static_cast<float>(n) + p.eps);
   const float* w = p.weight;
   if (vectorised) {
+    // Fused RoPE: this row's table row, or null (no rotation, or a position off the table).
+    const int rope_begin = n - p.rope_dim;
+    const float* cos_row = nullptr;
+    const float* sin_row = nullptr;
+    if (p.rope_positions != nullptr) {
+      const int pos = p.rope_positions[row / p.rope_rows_per_position];
+      if (pos >= 0 && pos < p.rope_num_positions) {
+        cos_row = p.rope_cos + static_cast<int64_t>(pos) * (p.rope_dim / 2);
+        sin_row = p.rope_sin + static_cast<int64_t>(pos) * (p.rope_dim / 2);
+      }
+    }
     for (int i = lane * 8; i < n; i += kThreadsPerRow * 8) {
       float v[8];
       Load8(x + i, v);
 #pragma unroll
       for (int k = 0; k < 8; ++k) v[k] = v[k] * scale * (w != nullptr ? w[i + k] : 1.0f);
+      if (cos_row != nullptr && i >= rope_begin) {  // rope_begin is a multiple of 8
+        const int pair0 = (i - rope_begin) / 2;
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          const float2 r = RotatePair(ToFloat(FromFloat<Out>(v[2 * k])), ToFloat(FromFloat<Out>(v[2 * k + 1])),
+                                      cos_row[pair0 + k], sin_row[pair0 + k]);
+          v[2 * k] = r.x;
+          v[2 * k + 1] = r.y;
+        }
+      }
       Store8(y + i, v);
     }
   } else {
@@ -131,6 +153,10 @@ cudaError_t LaunchTyped(const RmsNormParams& p, cudaStream_t stream) {
 cudaError_t LaunchRmsNorm(const RmsNormParams& p, cudaStream_t stream) {
   if (p.rows <= 0) return cudaSuccess;
   if (p.rows > (int64_t{1} << 31) * (kBlockThreads / 32) || p.n <= 0) return cudaErrorInvalidValue;
+  if (p.rope_positions != nullptr &&
+      (p.rope_dim <= 0 || p.rope_dim % 8 != 0 || p.rope_dim > p.n || p.n % 8 != 0 || p.rope_cos == nullptr ||
+       p.rope_sin == nullptr || p.rope_rows_per_position <= 0))
+    return cudaErrorInvalidValue;
   const bool in_bf16 = p.in_type == ElementType::kBF16;
   const bool out_bf16 = p.out_type == ElementType::kBF16;
   if (in_bf16 && out_bf16) return LaunchTyped<__nv_bfloat16, __nv_bfloat16>(p, stream);

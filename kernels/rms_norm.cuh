@@ -19,6 +19,15 @@ struct RmsNormParams {
   float eps = 1e-6f;
   ElementType in_type = ElementType::kF32;
   ElementType out_type = ElementType::kF32;
+  // Optional RoPE on y's trailing rope_dim values, fused: each pair is rotated from its
+  // rounded y values as LaunchRope would rotate y afterwards (the same bits). Needs n and
+  // rope_dim multiples of 8. rope_positions null: no rotation.
+  const int32_t* rope_positions = nullptr;  // [rows / rope_rows_per_position]
+  const float* rope_cos = nullptr;          // [rope_num_positions, rope_dim / 2]
+  const float* rope_sin = nullptr;
+  int rope_dim = 0;
+  int rope_rows_per_position = 1;
+  int rope_num_positions = 0;  // rows whose position is outside [0, this) are not rotated
 };
 
 // Rows of `n` go to one warp up to this width, to a whole 256-thread block above it.

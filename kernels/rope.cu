@@ -6,6 +6,7 @@
 
 #include "kernels/common/warp.cuh"
 #include "kernels/common/dependent_launch.cuh"
+#include "kernels/common/rope_pair.cuh"
 
 namespace peregrine::kernels {
 
@@ -30,10 +31,9 @@ __global__ void __launch_bounds__(kThreads) RopeKernel(const RopeParams p) {
     const float c = p.cos[static_cast<int64_t>(pos) * half + i];
     const float s = sign * p.sin[static_cast<int64_t>(pos) * half + i];
     T* pair = x + row * p.n + (p.n - p.rope_dim) + 2 * i;
-    const float x0 = ToFloat(pair[0]);
-    const float x1 = ToFloat(pair[1]);
-    pair[0] = FromFloat<T>(x0 * c - x1 * s);
-    pair[1] = FromFloat<T>(x1 * c + x0 * s);
+    const float2 r = RotatePair(ToFloat(pair[0]), ToFloat(pair[1]), c, s);
+    pair[0] = FromFloat<T>(r.x);
+    pair[1] = FromFloat<T>(r.y);
   }
 }
 

@@ -1,9 +1,12 @@
 // RMSNorm kernel vs cpu::RmsNorm over dtype x shape (awkward widths, warp and block rows),
-// weighted and unweighted, in place.
+// weighted and unweighted, in place; with RoPE fused against the norm then Rope.
 #include <cuda_runtime_api.h>
+
+#include <cmath>
 
 #include "backend/cpu/cpu_ops.h"
 #include "backend/cuda/ops/rms_norm.h"
+#include "backend/cuda/ops/rope.h"
 #include "gpu_test_util.h"
 
 namespace peregrine::testing {
@@ -69,6 +72,67 @@ TEST_F(RmsNormTest, PerHeadInPlace) {
   Run({DType::kF32, DType::kF32, 5, 4096, true, true}, 103);
 }
 
+// The norm with RoPE fused (the model's per-head q norm and its kv norm) gives the bits of
+// RmsNorm followed by Rope: one and several rows per position, warp and block rows, positions
+// off the table (left unrotated), f32 and bf16 out, in place.
+TEST_F(RmsNormTest, FusedRopeMatchesNormThenRope) {
+  struct Case {
+    DType in, out;
+    int64_t tokens, heads, n, rope_dim;
+    bool weighted, in_place;
+  };
+  uint32_t seed = 500;
+  for (const Case& c : {Case{DType::kF32, DType::kBF16, 3, 64, 512, 64, false, false},
+                        Case{DType::kF32, DType::kBF16, 5, 1, 512, 64, true, false},
+                        Case{DType::kBF16, DType::kBF16, 2, 4, 2048, 64, true, true},
+                        Case{DType::kF32, DType::kF32, 7, 3, 40, 16, false, false},
+                        Case{DType::kF32, DType::kBF16, 1, 1, 64, 64, true, false}}) {
+    SCOPED_TRACE("tokens=" + std::to_string(c.tokens) + " heads=" + std::to_string(c.heads) + " n=" +
+                 std::to_string(c.n) + " rope=" + std::to_string(c.rope_dim));
+    std::mt19937 rng(seed++);
+    const int64_t rows = c.tokens * c.heads, num_positions = 9;
+    const size_t count = static_cast<size_t>(rows * c.n);
+    std::vector<float> x = RandomNormal(rng, count, 2.0f);
+    if (c.in == DType::kBF16) x = RoundedBF16(x);
+    const std::vector<float> w = RandomUniform(rng, static_cast<size_t>(c.n), 0.5f, 1.5f);
+    const std::vector<float> angles = RandomUniform(rng, static_cast<size_t>(num_positions * c.rope_dim / 2), -3.0f, 3.0f);
+    std::vector<float> cos_table(angles.size()), sin_table(angles.size());
+    for (size_t i = 0; i < angles.size(); ++i) cos_table[i] = std::cos(angles[i]), sin_table[i] = std::sin(angles[i]);
+    std::vector<int32_t> positions(static_cast<size_t>(c.tokens));
+    for (size_t t = 0; t < positions.size(); ++t) positions[t] = t % 4 == 2 ? -1 : static_cast<int32_t>((3 * t + 1) % 11);
+    cuda::DeviceBuffer w_d = Upload(w), cos_d = Upload(cos_table), sin_d = Upload(sin_table), pos_d = Upload(positions);
+    const size_t out_bytes = count * (c.out == DType::kBF16 ? 2 : 4);
+    auto run = [&](bool fused) {
+      cuda::DeviceBuffer x_d = c.in == DType::kBF16 ? Upload(ToBF16(x)) : Upload(x);
+      cuda::DeviceBuffer y_d = c.in_place ? cuda::DeviceBuffer{} : Poisoned(out_bytes);
+      cuda::RmsNormArgs args;
+      args.x = View(x_d, c.in, {rows, c.n});
+      args.weight = c.weighted ? View(w_d, DType::kF32, {c.n}) : Tensor{};
+      args.y = c.in_place ? args.x : View(y_d, c.out, {rows, c.n});
+      cuda::RopeArgs rope;
+      rope.x = args.y;
+      rope.positions = View(pos_d, DType::kI32, {c.tokens});
+      rope.cos = View(cos_d, DType::kF32, {num_positions, c.rope_dim / 2});
+      rope.sin = View(sin_d, DType::kF32, {num_positions, c.rope_dim / 2});
+      rope.rope_dim = c.rope_dim;
+      if (fused) {
+        args.rope_positions = rope.positions;
+        args.rope_cos = rope.cos;
+        args.rope_sin = rope.sin;
+        args.rope_dim = c.rope_dim;
+      }
+      EXPECT_TRUE(cuda::RmsNorm(args, stream_.get()).ok());
+      if (!fused) {
+        EXPECT_TRUE(cuda::Rope(rope, stream_.get()).ok());
+      }
+      const cuda::DeviceBuffer& result = c.in_place ? x_d : y_d;
+      return Download<uint8_t>(result, c.in_place ? count * (c.in == DType::kBF16 ? 2 : 4) : out_bytes);
+    };
+    const std::vector<uint8_t> separate = run(false);
+    EXPECT_EQ(run(true), separate);
+  }
+}
+
 TEST_F(RmsNormTest, RejectsBadArguments) {
   cuda::DeviceBuffer buf = Poisoned(4096);
   cuda::RmsNormArgs args;
@@ -82,6 +146,28 @@ TEST_F(RmsNormTest, RejectsBadArguments) {
   args.y = args.x;
   args.x.device = Device::kCpu;
   EXPECT_EQ(cuda::RmsNorm(args, stream_.get()).code(), StatusCode::kInvalidArgument);
+  // Fused RoPE: rope_dim a multiple of 8 within N, tables [positions, rope_dim / 2], R a
+  // multiple of T.
+  args.x = View(buf, DType::kF32, {4, 64});
+  args.y = args.x;
+  args.rope_positions = View(buf, DType::kI32, {2});
+  args.rope_cos = View(buf, DType::kF32, {3, 8});
+  args.rope_sin = View(buf, DType::kF32, {3, 8});
+  args.rope_dim = 16;
+  EXPECT_TRUE(cuda::RmsNorm(args, stream_.get()).ok());
+  Sync();
+  cuda::RmsNormArgs bad = args;
+  bad.rope_dim = 12;
+  EXPECT_EQ(cuda::RmsNorm(bad, stream_.get()).code(), StatusCode::kInvalidArgument);
+  bad = args;
+  bad.rope_cos = View(buf, DType::kF32, {3, 4});
+  EXPECT_EQ(cuda::RmsNorm(bad, stream_.get()).code(), StatusCode::kInvalidArgument);
+  bad = args;
+  bad.rope_positions = View(buf, DType::kI32, {3});
+  EXPECT_EQ(cuda::RmsNorm(bad, stream_.get()).code(), StatusCode::kInvalidArgument);
+  bad = args;
+  bad.rope_dim = 72;
+  EXPECT_EQ(cuda::RmsNorm(bad, stream_.get()).code(), StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -14,6 +14,12 @@ struct RmsNormArgs {
   Tensor weight;  // [N] f32, or absent (null data) for the unweighted norm
   Tensor y;       // [R, N] bf16 or f32; may be x itself when the dtypes match
   float eps = 1e-6f;
+  // Optional RoPE on y's trailing rope_dim values, fused (the same bits as Rope on y after the
+  // norm, rows per position R / T). Absent rope_positions: none. N and rope_dim multiples of 8.
+  Tensor rope_positions;  // [T] i32
+  Tensor rope_cos;        // [num_positions, rope_dim / 2] f32
+  Tensor rope_sin;        // [num_positions, rope_dim / 2] f32
+  int64_t rope_dim = 0;
 };
 
 // y = x * rsqrt(mean(x^2) + eps) * weight per row. InvalidArgument (naming the tensor) for
