@@ -4,6 +4,7 @@
 #include <cuda_bf16.h>
 
 #include "kernels/common/dependent_launch.cuh"
+#include "kernels/common/moe_combine.cuh"
 #include "kernels/common/warp.cuh"
 
 namespace peregrine::kernels {
@@ -411,7 +412,11 @@ __global__ void __launch_bounds__(kThreads) HcExpandKernel(const HcExpandParams 
 
   float f[8];
   {
-    const uint4 raw = __ldg(reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(p.f) + t * p.dim + e));
+    const uint4 raw =
+        p.f != nullptr
+            ? __ldg(reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(p.f) + t * p.dim + e))
+            : CombineEight(p.moe_y, p.moe_topk_weights, p.moe_topk_ids, p.moe_shared, p.moe_top_k, p.dim, t,
+                           static_cast<int>(e));
     const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
@@ -575,6 +580,9 @@ cudaError_t LaunchHcLaneMean(const HcLaneMeanParams& p, cudaStream_t stream) {
 cudaError_t LaunchHcExpand(const HcExpandParams& p, cudaStream_t stream) {
   if (p.num_tokens <= 0) return cudaSuccess;
   if (p.hc < 1 || p.hc > kHcMaxMult || p.dim <= 0 || p.dim % 8 != 0) return cudaErrorInvalidValue;
+  if (p.f == nullptr && (p.moe_y == nullptr || p.moe_topk_weights == nullptr || p.moe_topk_ids == nullptr ||
+                         p.moe_top_k <= 0))
+    return cudaErrorInvalidValue;
   if ((p.num_tokens * (p.dim / 8) + kThreads - 1) / kThreads > (int64_t{1} << 31) - 1) return cudaErrorInvalidValue;
   return ForHc<ExpandFn>(p.hc, p, stream);
 }

@@ -100,12 +100,19 @@ cudaError_t LaunchHcFinalize(const HcCollapseParams& p, cudaStream_t stream);
 // streams[t, k, :] = post[t, k] * f[t, :] + sum_j comb[t, j, k] * streams_old[t, j, :]
 struct HcExpandParams {
   float* streams;       // [N, hc, D] in place
-  const void* f;        // [N, D] bf16
+  const void* f;        // [N, D] bf16, or null when the MoE combine below gives it
   const float* post;    // [N, hc]
   const float* comb;    // [N, hc, hc]
   int64_t num_tokens = 0;
   int hc = 0;
   int dim = 0;  // a multiple of 8
+  // With f null: f is the routed experts' combine, the bf16 row LaunchMoeCombine would write
+  // (kernels/common/moe_combine.cuh), formed in the expansion instead of read.
+  const float* moe_y = nullptr;             // [N * K, D]
+  const float* moe_topk_weights = nullptr;  // [N, K]
+  const int32_t* moe_topk_ids = nullptr;    // [N, K]; ids < 0 skipped
+  const void* moe_shared = nullptr;         // [N, D] bf16 shared expert output, or null
+  int moe_top_k = 0;                        // K
 };
 
 cudaError_t LaunchHcExpand(const HcExpandParams& p, cudaStream_t stream);

@@ -6,6 +6,7 @@
 
 #include "kernels/common/warp.cuh"
 #include "kernels/common/dependent_launch.cuh"
+#include "kernels/common/moe_combine.cuh"
 
 namespace peregrine::kernels {
 
@@ -31,11 +32,8 @@ __device__ __forceinline__ bool IsBetter(float key, int expert, float other_key,
   return key > other_key || (key == other_key && expert < other_expert);
 }
 
-__global__ void __launch_bounds__(kRouteWarps* kWarpSize) MoeRouteKernel(const MoeRouteParams p) {
-  StartAfterPredecessor();
-  const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
-  const int t = static_cast<int>(blockIdx.x) * kRouteWarps + static_cast<int>(threadIdx.x) / kWarpSize;
-  if (t >= p.num_tokens) return;  // the whole warp leaves together
+// Token t's routing by one whole warp (shuffles over every lane).
+__device__ __forceinline__ void RouteToken(const MoeRouteParams& p, int t, int lane) {
   const float* logits = p.logits + static_cast<int64_t>(t) * p.num_experts;
   const int num_experts = p.num_experts;
   const int top_k = p.top_k;
@@ -110,6 +108,43 @@ __global__ void __launch_bounds__(kRouteWarps* kWarpSize) MoeRouteKernel(const M
   }
 }
 
+__global__ void __launch_bounds__(kRouteWarps* kWarpSize) MoeRouteKernel(const MoeRouteParams p) {
+  StartAfterPredecessor();
+  const int lane = static_cast<int>(threadIdx.x) % kWarpSize;
+  const int t = static_cast<int>(blockIdx.x) * kRouteWarps + static_cast<int>(threadIdx.x) / kWarpSize;
+  if (t >= p.num_tokens) return;  // the whole warp leaves together
+  RouteToken(p, t, lane);
+}
+
+// Routing and alignment of a few tokens in one block: each warp routes tokens, then, over the
+// ids in shared memory, each expert's offset counts the valid ids below it and each
+// assignment's slot is its expert's offset plus the earlier assignments of that expert: what
+// MoeAlignKernel computes, without its second launch.
+__global__ void __launch_bounds__(kAlignThreads) MoeRouteAlignKernel(const MoeRouteParams p, const MoeAlignParams a) {
+  StartAfterPredecessor();
+  __shared__ int32_t ids[kMoeFusedAlignMax];
+  const int tid = static_cast<int>(threadIdx.x);
+  for (int t = tid / kWarpSize; t < p.num_tokens; t += kAlignWarps) RouteToken(p, t, tid % kWarpSize);
+  __syncthreads();  // this block's id writes are visible to the block
+  const int n = a.num_assignments;
+  for (int i = tid; i < n; i += kAlignThreads) ids[i] = a.topk_ids[i];
+  __syncthreads();
+  const int num_experts = a.num_experts;
+  auto below = [&](int e) {
+    int count = 0;
+    for (int i = 0; i < n; ++i) count += ids[i] >= 0 && ids[i] < e;
+    return count;
+  };
+  for (int e = tid; e <= num_experts; e += kAlignThreads) a.expert_offsets[e] = below(e);
+  for (int i = tid; i < n; i += kAlignThreads) {
+    const int32_t id = ids[i];
+    if (id < 0 || id >= num_experts) continue;
+    int slot = below(id);
+    for (int j = 0; j < i; ++j) slot += ids[j] == id;
+    a.sorted_assignments[slot] = i;
+  }
+}
+
 __device__ __forceinline__ int WarpSumInt(int v) {
 #pragma unroll
   for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(kFullMask, v, offset);
@@ -180,33 +215,8 @@ __global__ void __launch_bounds__(kCombineThreads) MoeCombineKernel(const MoeCom
   if (i >= static_cast<int64_t>(p.num_tokens) * chunks_per_row) return;
   const int64_t t = i / chunks_per_row;
   const int c = static_cast<int>(i - t * chunks_per_row) * 8;
-  float acc[8] = {};
-  for (int k = 0; k < p.top_k; ++k) {
-    const int64_t a = t * p.top_k + k;
-    if (p.topk_ids[a] < 0) continue;
-    const float w = p.topk_weights[a];
-    const float4* y = reinterpret_cast<const float4*>(p.y + a * p.dim + c);
-    const float4 lo = y[0], hi = y[1];
-    acc[0] += w * lo.x, acc[1] += w * lo.y, acc[2] += w * lo.z, acc[3] += w * lo.w;
-    acc[4] += w * hi.x, acc[5] += w * hi.y, acc[6] += w * hi.z, acc[7] += w * hi.w;
-  }
-  const int64_t offset = t * p.dim + c;
-  if (p.shared != nullptr) {
-    const uint4 raw = *reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(p.shared) + offset);
-    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const float2 f = __bfloat1622float2(h[j]);
-      acc[2 * j] += f.x;
-      acc[2 * j + 1] += f.y;
-    }
-  }
-  uint4 out;
-  out.x = PackBF16x2(acc[0], acc[1]);
-  out.y = PackBF16x2(acc[2], acc[3]);
-  out.z = PackBF16x2(acc[4], acc[5]);
-  out.w = PackBF16x2(acc[6], acc[7]);
-  *reinterpret_cast<uint4*>(static_cast<__nv_bfloat16*>(p.out) + offset) = out;
+  *reinterpret_cast<uint4*>(static_cast<__nv_bfloat16*>(p.out) + t * p.dim + c) =
+      CombineEight(p.y, p.topk_weights, p.topk_ids, p.shared, p.top_k, p.dim, t, c);
 }
 
 }  // namespace
@@ -224,6 +234,19 @@ cudaError_t LaunchMoeRoute(const MoeRouteParams& p, cudaStream_t stream) {
 cudaError_t LaunchMoeAlign(const MoeAlignParams& p, cudaStream_t stream) {
   if (p.num_experts <= 0 || p.num_assignments < 0) return cudaErrorInvalidValue;
   return LaunchDependent(MoeAlignKernel, LaunchShape{dim3(p.num_experts), dim3(kAlignThreads)}, stream, p);
+}
+
+cudaError_t LaunchMoeRouteAlign(const MoeRouteParams& route, const MoeAlignParams& align, cudaStream_t stream) {
+  if (align.num_assignments > kMoeFusedAlignMax || route.num_tokens <= 0) {
+    const cudaError_t err = LaunchMoeRoute(route, stream);
+    return err != cudaSuccess ? err : LaunchMoeAlign(align, stream);
+  }
+  if (route.num_experts <= 0 || route.num_experts > kMoeMaxExperts || route.top_k <= 0 ||
+      route.top_k > kMoeMaxTopK || route.top_k > route.num_experts || align.num_experts <= 0 ||
+      align.num_assignments != route.num_tokens * route.top_k || align.topk_ids != route.topk_ids)
+    return cudaErrorInvalidValue;
+  if (route.bias == nullptr && (route.tid2eid == nullptr || route.token_ids == nullptr)) return cudaErrorInvalidValue;
+  return LaunchDependent(MoeRouteAlignKernel, LaunchShape{dim3(1), dim3(kAlignThreads)}, stream, route, align);
 }
 
 cudaError_t LaunchMoeCombine(const MoeCombineParams& p, cudaStream_t stream) {

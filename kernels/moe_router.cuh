@@ -52,6 +52,11 @@ struct MoeAlignParams {
 // ordered compaction of its own), so the result is deterministic without atomics.
 cudaError_t LaunchMoeAlign(const MoeAlignParams& p, cudaStream_t stream);
 
+// Both of the above in one launch of one block when num_assignments <= kMoeFusedAlignMax
+// (align.topk_ids must be route.topk_ids); the same outputs. Larger batches launch the two.
+inline constexpr int kMoeFusedAlignMax = 64;
+cudaError_t LaunchMoeRouteAlign(const MoeRouteParams& route, const MoeAlignParams& align, cudaStream_t stream);
+
 struct MoeCombineParams {
   const float* y;             // [N * K, D] expert outputs by assignment
   const float* topk_weights;  // [N, K]

@@ -1,13 +1,14 @@
 // mHC kernels vs the CPU model functions (HyperConnectionPre/Post/Head + cpu::RmsNorm) with
 // random weights over N x hc x D x Sinkhorn iterations; head over a row subset; a captured
-// pre -> post -> head chain replayed on rewritten streams; the lane mean (StreamMean);
-// argument checks.
+// pre -> post -> head chain replayed on rewritten streams; the expansion with the MoE combine
+// fused against the two launches; the lane mean (StreamMean); argument checks.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
 
 #include "backend/cpu/cpu_ops.h"
 #include "backend/cuda/ops/hyper_connection.h"
+#include "backend/cuda/ops/moe.h"
 #include "backend/cuda/stream.h"
 #include "gpu_test_util.h"
 #include "model/deepseek_v4/layers.h"
@@ -195,6 +196,58 @@ TEST_F(HyperConnectionTest, PostSweep) {
   for (int64_t d : {64, 128, 4096})
     for (int64_t hc : {1, 2, 3, 4, 8})
       for (int64_t n : {1, 3, 17, 64, 130}) RunPost({n, hc, d, 0}, seed++);
+}
+
+// The expansion that forms f as the MoE combine (one launch after a MoE sub-layer) gives the
+// bits of MoeCombine followed by the plain expansion: with and without the shared expert,
+// skipped assignments (id -1) included.
+TEST_F(HyperConnectionTest, PostWithTheMoeCombineFusedMatchesCombineThenPost) {
+  uint32_t seed = 4000;
+  for (int64_t d : {64, 4096})
+    for (int64_t k : {1, 6})
+      for (int64_t n : {1, 4, 37})
+        for (bool with_shared : {true, false}) {
+          const int64_t hc = 4;
+          SCOPED_TRACE("N=" + std::to_string(n) + " K=" + std::to_string(k) + " D=" + std::to_string(d) +
+                       (with_shared ? " shared" : ""));
+          std::mt19937 rng(seed++);
+          const std::vector<float> streams = RandomStreams(rng, n, hc, d);
+          const std::vector<float> y = RandomNormal(rng, static_cast<size_t>(n * k * d));
+          const std::vector<float> weights = RandomUniform(rng, static_cast<size_t>(n * k), 0.0f, 1.0f);
+          std::vector<int32_t> ids(static_cast<size_t>(n * k));
+          for (size_t i = 0; i < ids.size(); ++i) ids[i] = i % 5 == 3 ? -1 : static_cast<int32_t>(i % 7);
+          const std::vector<float> shared = RoundedBF16(RandomNormal(rng, static_cast<size_t>(n * d)));
+          const std::vector<float> post = RandomUniform(rng, static_cast<size_t>(n * hc), 0.0f, 2.0f);
+          const std::vector<float> comb = RandomUniform(rng, static_cast<size_t>(n * hc * hc), 0.0f, 1.0f);
+          cuda::DeviceBuffer separate_d = Upload(streams), fused_d = Upload(streams), y_d = Upload(y),
+                             weights_d = Upload(weights), ids_d = Upload(ids), shared_d = Upload(ToBF16(shared)),
+                             post_d = Upload(post), comb_d = Upload(comb), f_d = Poisoned(static_cast<size_t>(n * d) * 2);
+
+          cuda::MoeCombineArgs combine;
+          combine.y = View(y_d, DType::kF32, {n * k, d});
+          combine.topk_ids = View(ids_d, DType::kI32, {n, k});
+          combine.topk_weights = View(weights_d, DType::kF32, {n, k});
+          combine.shared = with_shared ? View(shared_d, DType::kBF16, {n, d}) : Tensor{};
+          combine.out = View(f_d, DType::kBF16, {n, d});
+          PG_ASSERT_OK(cuda::MoeCombine(combine, stream_.get()));
+          cuda::HcPostArgs a;
+          a.streams = View(separate_d, DType::kF32, {n, hc, d});
+          a.f = combine.out;
+          a.post = View(post_d, DType::kF32, {n, hc});
+          a.comb = View(comb_d, DType::kF32, {n, hc, hc});
+          PG_ASSERT_OK(cuda::HyperConnectionPost(a, stream_.get()));
+
+          a.streams = View(fused_d, DType::kF32, {n, hc, d});
+          a.f = Tensor{};
+          a.moe_y = combine.y;
+          a.moe_topk_ids = combine.topk_ids;
+          a.moe_topk_weights = combine.topk_weights;
+          a.moe_shared = combine.shared;
+          PG_ASSERT_OK(cuda::HyperConnectionPost(a, stream_.get()));
+          const std::vector<float> separate = Download<float>(separate_d, streams.size());
+          EXPECT_EQ(Download<float>(fused_d, streams.size()), separate);
+          EXPECT_NE(separate, streams);  // the expansion ran
+        }
 }
 
 TEST_F(HyperConnectionTest, HeadSweep) {
@@ -402,6 +455,28 @@ TEST_F(HyperConnectionTest, RejectsBadArguments) {
   p.post = a.post;
   p.comb = at(0, DType::kF32, {n, hc, hc - 1});
   EXPECT_EQ(cuda::HyperConnectionPost(p, stream_.get()).code(), StatusCode::kInvalidArgument);
+  // The fused combine: f and moe_y both or neither, and the combine's shapes.
+  const int64_t top_k = 6;
+  p.comb = a.comb;
+  p.moe_y = at(0, DType::kF32, {n * top_k, d});
+  p.moe_topk_ids = at(0, DType::kI32, {n, top_k});
+  p.moe_topk_weights = at(0, DType::kF32, {n, top_k});
+  EXPECT_EQ(cuda::HyperConnectionPost(p, stream_.get()).code(), StatusCode::kInvalidArgument);
+  p.f = Tensor{};
+  EXPECT_TRUE(cuda::HyperConnectionPost(p, stream_.get()).ok());
+  Sync();
+  cuda::HcPostArgs bad_post = p;
+  bad_post.moe_y = at(0, DType::kF32, {n * top_k - 1, d});
+  EXPECT_EQ(cuda::HyperConnectionPost(bad_post, stream_.get()).code(), StatusCode::kInvalidArgument);
+  bad_post = p;
+  bad_post.moe_topk_weights = at(0, DType::kF32, {n, top_k + 1});
+  EXPECT_EQ(cuda::HyperConnectionPost(bad_post, stream_.get()).code(), StatusCode::kInvalidArgument);
+  bad_post = p;
+  bad_post.moe_shared = at(0, DType::kF32, {n, d});  // bf16 expected
+  EXPECT_EQ(cuda::HyperConnectionPost(bad_post, stream_.get()).code(), StatusCode::kInvalidArgument);
+  bad_post = p;
+  bad_post.moe_y = Tensor{};
+  EXPECT_EQ(cuda::HyperConnectionPost(bad_post, stream_.get()).code(), StatusCode::kInvalidArgument);
 }
 
 }  // namespace

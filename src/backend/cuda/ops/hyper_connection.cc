@@ -75,7 +75,19 @@ Status HyperConnectionPost(const HcPostArgs& a, cudaStream_t stream) {
   Dim n("N"), hc("hc"), d("D");
   PG_RETURN_IF_ERROR(check.Check("streams", a.streams, DType::kF32, {&n, &hc, &d}));
   PG_RETURN_IF_ERROR(CheckStreamShape(check, hc, d));
-  PG_RETURN_IF_ERROR(check.Check("f", a.f, DType::kBF16, {&n, &d}));
+  const bool moe = a.moe_y.data != nullptr;
+  PG_RETURN_IF_ERROR(check.Require(moe != (a.f.data != nullptr), "exactly one of f and moe_y"));
+  Dim k("K");
+  if (moe) {
+    PG_RETURN_IF_ERROR(check.Check("moe_topk_ids", a.moe_topk_ids, DType::kI32, {&n, &k}));
+    PG_RETURN_IF_ERROR(check.Check("moe_topk_weights", a.moe_topk_weights, DType::kF32, {&n, &k}));
+    Dim assignments("N*K", n.value() * k.value());
+    PG_RETURN_IF_ERROR(check.Check("moe_y", a.moe_y, DType::kF32, {&assignments, &d}));
+    PG_RETURN_IF_ERROR(check.CheckOptional("moe_shared", a.moe_shared, DType::kBF16, {&n, &d}));
+    PG_RETURN_IF_ERROR(check.Require(k.value() >= 1 && k.value() <= 16, "K in [1, 16]"));
+  } else {
+    PG_RETURN_IF_ERROR(check.Check("f", a.f, DType::kBF16, {&n, &d}));
+  }
   PG_RETURN_IF_ERROR(check.Check("post", a.post, DType::kF32, {&n, &hc}, Device::kCuda, kScalarAlignment));
   PG_RETURN_IF_ERROR(check.Check("comb", a.comb, DType::kF32, {&n, &hc, &hc}, Device::kCuda, kScalarAlignment));
 
@@ -87,6 +99,13 @@ Status HyperConnectionPost(const HcPostArgs& a, cudaStream_t stream) {
   p.num_tokens = n.value();
   p.hc = static_cast<int>(hc.value());
   p.dim = static_cast<int>(d.value());
+  if (moe) {
+    p.moe_y = a.moe_y.as<const float>();
+    p.moe_topk_weights = a.moe_topk_weights.as<const float>();
+    p.moe_topk_ids = a.moe_topk_ids.as<const int32_t>();
+    p.moe_shared = a.moe_shared.data;
+    p.moe_top_k = static_cast<int>(k.value());
+  }
   PG_CUDA_RETURN_IF_ERROR(kernels::LaunchHcExpand(p, stream));
   return Status::Ok();
 }

@@ -48,11 +48,18 @@ Status HyperConnectionPre(const HcPreArgs& args, cudaStream_t stream);
 
 // The expansion after a sub-layer:
 //   streams[t, k, :] = post[t, k] * f[t, :] + sum_j comb[t, j, k] * streams_old[t, j, :]
+// With `moe_y` given instead of f (f absent), f is the routed experts' combine, the bf16 row
+// MoeCombine would write from the same four tensors, formed inside the expansion (one
+// launch fewer after a MoE sub-layer whose output needs no all-reduce).
 struct HcPostArgs {
   Tensor streams;  // [N, hc, D] f32, updated in place
-  Tensor f;        // [N, D] bf16, the sub-layer's output
+  Tensor f;        // [N, D] bf16, the sub-layer's output; or absent with moe_y
   Tensor post;     // [N, hc] f32
   Tensor comb;     // [N, hc, hc] f32
+  Tensor moe_y;             // [N * K, D] f32 expert outputs by assignment, or absent
+  Tensor moe_topk_ids;      // [N, K] i32: assignments with id < 0 are skipped
+  Tensor moe_topk_weights;  // [N, K] f32
+  Tensor moe_shared;        // [N, D] bf16 shared expert output, or absent
 };
 Status HyperConnectionPost(const HcPostArgs& args, cudaStream_t stream);
 

@@ -37,9 +37,7 @@ Status CheckExperts(const TensorChecker& check, const Dim& experts) {
   return check.Require(experts.value() >= 1 && experts.value() <= kernels::kMoeMaxExperts, "E in [1, 512]");
 }
 
-}  // namespace
-
-Status MoeRoute(const MoeRouteArgs& a, cudaStream_t stream) {
+Status RouteParams(const MoeRouteArgs& a, kernels::MoeRouteParams* out) {
   TensorChecker check("moe_route");
   Dim tokens("N"), experts("E"), top_k("K"), vocab("V");
   PG_RETURN_IF_ERROR(check.Check("logits", a.logits, DType::kF32, {&tokens, &experts}));
@@ -76,11 +74,11 @@ Status MoeRoute(const MoeRouteArgs& a, cudaStream_t stream) {
   const bool all = a.local_count == 0 || a.local_count == experts.value();
   p.local_begin = all ? 0 : a.local_begin;
   p.local_count = all ? 0 : a.local_count;
-  PG_CUDA_RETURN_IF_ERROR(kernels::LaunchMoeRoute(p, stream));
+  *out = p;
   return Status::Ok();
 }
 
-Status MoeAlign(const MoeAlignArgs& a, cudaStream_t stream) {
+Status AlignParams(const MoeAlignArgs& a, kernels::MoeAlignParams* out) {
   TensorChecker check("moe_align");
   Dim tokens("N"), top_k("K"), offsets("E+1");
   PG_RETURN_IF_ERROR(check.Check("topk_ids", a.topk_ids, DType::kI32, {&tokens, &top_k}));
@@ -97,7 +95,36 @@ Status MoeAlign(const MoeAlignArgs& a, cudaStream_t stream) {
   p.sorted_assignments = a.sorted_assignments.as<int32_t>();
   p.num_assignments = static_cast<int>(assignments.value());
   p.num_experts = static_cast<int>(experts.value());
+  *out = p;
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status MoeRoute(const MoeRouteArgs& a, cudaStream_t stream) {
+  kernels::MoeRouteParams p;
+  PG_RETURN_IF_ERROR(RouteParams(a, &p));
+  PG_CUDA_RETURN_IF_ERROR(kernels::LaunchMoeRoute(p, stream));
+  return Status::Ok();
+}
+
+Status MoeAlign(const MoeAlignArgs& a, cudaStream_t stream) {
+  kernels::MoeAlignParams p;
+  PG_RETURN_IF_ERROR(AlignParams(a, &p));
   PG_CUDA_RETURN_IF_ERROR(kernels::LaunchMoeAlign(p, stream));
+  return Status::Ok();
+}
+
+Status MoeRouteAndAlign(const MoeRouteArgs& route, const MoeAlignArgs& align, cudaStream_t stream) {
+  kernels::MoeRouteParams r;
+  kernels::MoeAlignParams a;
+  PG_RETURN_IF_ERROR(RouteParams(route, &r));
+  PG_RETURN_IF_ERROR(AlignParams(align, &a));
+  PG_RETURN_IF_ERROR(TensorChecker("moe_route_and_align")
+                         .Require(align.topk_ids.data == route.topk_ids.data &&
+                                      align.topk_ids.shape == route.topk_ids.shape,
+                                  "align.topk_ids must be route.topk_ids"));
+  PG_CUDA_RETURN_IF_ERROR(kernels::LaunchMoeRouteAlign(r, a, stream));
   return Status::Ok();
 }
 

@@ -53,6 +53,11 @@ struct MoeAlignArgs {
 
 Status MoeAlign(const MoeAlignArgs& args, cudaStream_t stream);
 
+// MoeRoute then MoeAlign over its ids (align.topk_ids is route.topk_ids): for a few tokens
+// (kernels::kMoeFusedAlignMax assignments or fewer) one launch of one block does both, with
+// the same outputs.
+Status MoeRouteAndAlign(const MoeRouteArgs& route, const MoeAlignArgs& align, cudaStream_t stream);
+
 // One stacked expert matrix [E, R, C]: bf16, or MXFP4 (packed e2m1 u8/i8 [E, R, C / 2], the
 // low nibble the even column, + ue8m0 u8 scales [E, R, C / 32]). C is a multiple of 32.
 struct MoeExpertMatrix {
