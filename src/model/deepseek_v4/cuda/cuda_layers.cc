@@ -85,22 +85,33 @@ Status CudaModel::Impl::EnqueueLayer(int64_t i, int64_t rows, int64_t chunks) {
       return pc::HyperConnectionPre(a, stream);
     });
   };
-  auto post_mix = [&] {
+  // After the MoE, f is the experts' combine: formed inside the expansion unless it must be
+  // all-reduced first (more than one rank).
+  const bool fuse_combine = parallel.size <= 1;
+  auto post_mix = [&](bool moe_combine) {
     return Op(OpKind::kMhc, [&] {
       pc::HcPostArgs a;
       a.streams = streams;
-      a.f = f;
       a.post = post;
       a.comb = comb;
+      if (moe_combine) {
+        const int64_t k = c.num_experts_per_tok;
+        a.moe_y = View(ws.expert_y, DType::kF32, {rows * k, d});
+        a.moe_topk_ids = View(ws.topk_ids, DType::kI32, {rows, k});
+        a.moe_topk_weights = View(ws.topk_weights, DType::kF32, {rows, k});
+        a.moe_shared = View(ws.shared_y, DType::kBF16, {rows, d});
+      } else {
+        a.f = f;
+      }
       return pc::HyperConnectionPost(a, stream);
     });
   };
   PG_RETURN_IF_ERROR(pre(lw.hc_attn, lw.attn_norm));
   PG_RETURN_IF_ERROR(EnqueueAttention(i, rows, chunks));
-  PG_RETURN_IF_ERROR(post_mix());
+  PG_RETURN_IF_ERROR(post_mix(false));
   PG_RETURN_IF_ERROR(pre(lw.hc_ffn, lw.ffn_norm));
-  PG_RETURN_IF_ERROR(EnqueueMoe(i, rows));
-  return post_mix();
+  PG_RETURN_IF_ERROR(EnqueueMoe(i, rows, fuse_combine));
+  return post_mix(fuse_combine);
 }
 
 Status CudaModel::Impl::EnqueueAttention(int64_t i, int64_t rows, int64_t chunks) {
@@ -150,6 +161,22 @@ Status CudaModel::Impl::EnqueueAttention(int64_t i, int64_t rows, int64_t chunks
       return pc::Rope(a, s);
     });
   };
+  // The norm with RoPE fused on its output (rows of one position each, or `heads` per
+  // position); two launches where the widths are not multiples of 8.
+  auto norm_rope = [&](const Tensor& in, const Tensor& weight, const Tensor& out) -> Status {
+    if (c.rope_head_dim % 8 != 0 || out.shape[1] % 8 != 0) {
+      PG_RETURN_IF_ERROR(norm(in, weight, out));
+      return rope(out, false);
+    }
+    return Op(OpKind::kNorm, [&] {
+      pc::RmsNormArgs a{in, weight, out, eps};
+      a.rope_positions = positions;
+      a.rope_cos = cos.view;
+      a.rope_sin = sin.view;
+      a.rope_dim = c.rope_head_dim;
+      return pc::RmsNorm(a, s);
+    });
+  };
 
   // q: low-rank, normed, per-head normed, rotated (on `stream`). kv: one shared row, normed
   // and rotated, written straight into the step's rows of the window buffer; then the
@@ -165,8 +192,7 @@ Status CudaModel::Impl::EnqueueAttention(int64_t i, int64_t rows, int64_t chunks
   s = branch;
   const Tensor kv = View(ws.kv, DType::kF32, {rows, hd});
   PG_RETURN_IF_ERROR(project(x, lw.wkv, kv));
-  PG_RETURN_IF_ERROR(norm(kv, lw.kv_norm.view, new_kv));
-  PG_RETURN_IF_ERROR(rope(new_kv, false));
+  PG_RETURN_IF_ERROR(norm_rope(kv, lw.kv_norm.view, new_kv));
 
   // Compressors: append this step's tokens, emit the entries of completed blocks.
   auto compress = [&](const DeviceCompressor& cw, const Tensor& kv_ring, const Tensor& gate_ring, const Tensor& cache,
@@ -275,8 +301,8 @@ Status CudaModel::Impl::EnqueueAttention(int64_t i, int64_t rows, int64_t chunks
   const Tensor q = View(ws.q, DType::kF32, {rows, h * hd});
   PG_RETURN_IF_ERROR(project(qr_n, lw.wq_b, q));
   const Tensor q_n = View(ws.q_n, DType::kBF16, {rows, h, hd});
-  PG_RETURN_IF_ERROR(norm(View(ws.q, DType::kF32, {rows * h, hd}), Tensor{}, View(ws.q_n, DType::kBF16, {rows * h, hd})));
-  PG_RETURN_IF_ERROR(rope(View(ws.q_n, DType::kBF16, {rows * h, hd}), false));
+  PG_RETURN_IF_ERROR(
+      norm_rope(View(ws.q, DType::kF32, {rows * h, hd}), Tensor{}, View(ws.q_n, DType::kBF16, {rows * h, hd})));
   PG_RETURN_IF_ERROR(join.Join());
 
   // Sparse attention over the window rows plus the selected (CSA) or all (HCA) entries.
@@ -320,9 +346,13 @@ Status CudaModel::Impl::EnqueueAttention(int64_t i, int64_t rows, int64_t chunks
     return pc::SparseAttentionDecode(a, s);
   }));
 
-  // The chunk's last W rows become the ring's.
+  // The chunk's last W rows become the ring's: on the branch when the step forks, beside the
+  // output projection (nothing after the attention reads this layer's window in this step),
+  // joined when this function returns.
+  PG_ASSIGN_OR_RETURN(const cudaStream_t ring, Fork(rows));
+  BranchScope ring_join(*this, ring);
   PG_RETURN_IF_ERROR(Op(OpKind::kWindowUpdate, [&] {
-    return pc::CopyRows({window, window, MetaView(layout.ring_src, {rows}), MetaView(layout.ring_dst, {rows})}, s);
+    return pc::CopyRows({window, window, MetaView(layout.ring_src, {rows}), MetaView(layout.ring_dst, {rows})}, ring);
   }));
 
   PG_RETURN_IF_ERROR(Op(OpKind::kOutputProjection, [&] {
@@ -339,7 +369,7 @@ Status CudaModel::Impl::EnqueueAttention(int64_t i, int64_t rows, int64_t chunks
   return SumOverRanks(ws.f.view.data, rows * d);
 }
 
-Status CudaModel::Impl::EnqueueMoe(int64_t i, int64_t rows) {
+Status CudaModel::Impl::EnqueueMoe(int64_t i, int64_t rows, bool leave_combine) {
   const ModelConfig& c = config;
   const LayerRefs refs = LayerAt(i);
   const DeviceLayer& lw = *refs.weights;
@@ -389,12 +419,11 @@ Status CudaModel::Impl::EnqueueMoe(int64_t i, int64_t rows) {
     a.local_count = static_cast<int>(e);
     a.topk_ids = View(ws.topk_ids, DType::kI32, {rows, k});
     a.topk_weights = View(ws.topk_weights, DType::kF32, {rows, k});
-    PG_RETURN_IF_ERROR(pc::MoeRoute(a, s));
     pc::MoeAlignArgs al;
     al.topk_ids = a.topk_ids;
     al.expert_offsets = View(ws.expert_offsets, DType::kI32, {e + 1});
     al.sorted_assignments = View(ws.sorted_assignments, DType::kI32, {rows * k});
-    return pc::MoeAlign(al, s);
+    return pc::MoeRouteAndAlign(a, al, s);
   }));
 
   const Tensor h = View(ws.expert_h, DType::kBF16, {rows * k, inter});
@@ -423,6 +452,7 @@ Status CudaModel::Impl::EnqueueMoe(int64_t i, int64_t rows) {
   }));
 
   PG_RETURN_IF_ERROR(join.Join());
+  if (leave_combine) return Status::Ok();  // the expansion after it combines
 
   PG_RETURN_IF_ERROR(Op(OpKind::kMoeExperts, [&] {
     pc::MoeCombineArgs a;

@@ -323,7 +323,8 @@ struct CudaModel::Impl {
   Status EnqueueStep(int64_t rows, int64_t chunks, int64_t logit_rows);
   Status EnqueueLayer(int64_t layer, int64_t rows, int64_t chunks);
   Status EnqueueAttention(int64_t layer, int64_t rows, int64_t chunks);
-  Status EnqueueMoe(int64_t layer, int64_t rows);
+  // leave_combine: stop before the experts' combine (the caller's mHC expansion forms it).
+  Status EnqueueMoe(int64_t layer, int64_t rows, bool leave_combine);
   // Sharded: `count` bf16 partial sums at `data` summed over the ranks, in place.
   Status SumOverRanks(void* data, int64_t count);
   // The head: this rank's vocabulary part, gathered into ws.logits when sharded (the MTP
