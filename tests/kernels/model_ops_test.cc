@@ -1,5 +1,5 @@
 // The small ops the CUDA model runner adds around the kernels: the cuBLAS projection
-// (bf16 and f32, against cpu::Linear), row copies (the window ring update), the
+// (bf16 and f32, against cpu::Linear) and its grouped form (against one call per group), row copies (the window ring update), the
 // deterministic random fills of synthetic weights, the overlapped step's token feed and
 // flagged-row save, the CUDA-IPC transfer's page copy with its checksum (against the CPU
 // reference, runtime/kv_page_checksum.h), and the load-time MXFP4 quantiser (against the
@@ -17,6 +17,7 @@
 #include "backend/cuda/ops/random_fill.h"
 #include "backend/cuda/ops/step_feed.h"
 #include "gpu_test_util.h"
+#include "kernels/bf16_gemv.cuh"
 #include "model/dequant.h"
 #include "runtime/kv_page_checksum.h"
 
@@ -60,6 +61,62 @@ TEST_F(ModelOpsTest, LinearMatchesCpu) {
   cuda::DeviceBuffer a = Poisoned(64 * 4), b = Poisoned(64 * 2), c = Poisoned(64 * 4);
   EXPECT_EQ(cuda::Linear(*blas, {View(a, DType::kF32, {1, 64}), View(b, DType::kBF16, {1, 64}), View(c, DType::kF32, {1, 1})},
                          stream_.get())
+                .code(),
+            StatusCode::kInvalidArgument);
+}
+
+// The grouped projection (a compressor's wkv and wgate in one launch) gives each group the bits
+// of Linear on it: decode sizes (one launch), past them (one GEMM per group), batch-invariant.
+TEST_F(ModelOpsTest, GroupedLinearMatchesLinearPerGroup) {
+  auto blas = cuda::Blas::Create(*allocator_);
+  ASSERT_TRUE(blas.ok()) << blas.status().ToString();
+  std::mt19937 rng(11);
+  for (bool invariant : {false, true})
+    for (const auto& [n, in, out] : {std::array<int64_t, 3>{1, 4096, 1024}, {3, 4096, 256}, {4, 64, 24}, {9, 128, 64}})
+      for (DType y_type : {DType::kF32, DType::kBF16}) {
+        SCOPED_TRACE("N=" + std::to_string(n) + " in=" + std::to_string(in) + " out=" + std::to_string(out) +
+                     (invariant ? " batch-invariant" : "") + " y " + std::string(DTypeName(y_type)));
+        blas->set_batch_invariant(invariant);
+        const int64_t groups = 2;
+        const size_t y_size = static_cast<size_t>(groups * n * out) * (y_type == DType::kF32 ? 4 : 2);
+        cuda::DeviceBuffer x_d = Upload(ToBF16(RandomNormal(rng, static_cast<size_t>(n * in))));
+        cuda::DeviceBuffer w_d =
+            Upload(ToBF16(RandomNormal(rng, static_cast<size_t>(groups * out * in), 1.0f / std::sqrt(in))));
+        cuda::DeviceBuffer grouped = Poisoned(y_size), separate = Poisoned(y_size);
+        const Tensor x = View(x_d, DType::kBF16, {n, in});
+        PG_ASSERT_OK(cuda::GroupedLinear(*blas, {x, View(w_d, DType::kBF16, {groups, out, in}),
+                                                 View(grouped, y_type, {groups, n, out})},
+                                         stream_.get()));
+        const size_t w_bytes = static_cast<size_t>(out * in) * 2, y_bytes = y_size / groups;
+        for (int64_t g = 0; g < groups; ++g)
+          PG_ASSERT_OK(cuda::Linear(
+              *blas,
+              {x, Tensor::Contiguous(static_cast<char*>(w_d.data()) + g * w_bytes, DType::kBF16, {out, in}, Device::kCuda),
+               Tensor::Contiguous(static_cast<char*>(separate.data()) + g * y_bytes, y_type, {n, out}, Device::kCuda)},
+              stream_.get()));
+        Sync();
+        if (invariant || n > kernels::kBf16GemvMaxTokens) {
+          // The same kernel per group (batch-invariant), or the same GEMMs: the same bits.
+          EXPECT_EQ(Download<uint8_t>(grouped, y_size), Download<uint8_t>(separate, y_size));
+        } else {
+          // One decode-sized launch for both groups may split each row over other warps than
+          // one launch per group: the sums' order, not their terms, differs.
+          const size_t count = static_cast<size_t>(groups * n * out);
+          const auto got = y_type == DType::kF32 ? Download<float>(grouped, count) : DownloadBF16(grouped, count);
+          const auto want = y_type == DType::kF32 ? Download<float>(separate, count) : DownloadBF16(separate, count);
+          EXPECT_TRUE(AllClose(got, want, ToleranceFor(y_type), "grouped y"));
+        }
+      }
+  blas->set_batch_invariant(false);
+  cuda::DeviceBuffer buf = Poisoned(1 << 16);
+  EXPECT_EQ(cuda::GroupedLinear(*blas, {View(buf, DType::kBF16, {1, 64}), View(buf, DType::kBF16, {2, 8, 64}),
+                                        View(buf, DType::kF32, {2, 1, 9})},
+                                stream_.get())
+                .code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(cuda::GroupedLinear(*blas, {View(buf, DType::kF32, {1, 64}), View(buf, DType::kF32, {2, 8, 64}),
+                                        View(buf, DType::kF32, {2, 1, 8})},
+                                stream_.get())
                 .code(),
             StatusCode::kInvalidArgument);
 }

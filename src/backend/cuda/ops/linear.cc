@@ -90,6 +90,44 @@ Status Linear(Blas& blas, const LinearArgs& a, cudaStream_t stream) {
   return CublasGemm(blas, a, s, stream);
 }
 
+Status GroupedLinear(Blas& blas, const GroupedLinearArgs& a, cudaStream_t stream) {
+  TensorChecker check("grouped_linear");
+  Dim groups("G"), rows("N"), in("K"), out("M");
+  PG_RETURN_IF_ERROR(check.Require(a.y.dtype == DType::kBF16 || a.y.dtype == DType::kF32, "y must be bf16 or f32"));
+  PG_RETURN_IF_ERROR(check.Check("x", a.x, DType::kBF16, {&rows, &in}, Device::kCuda, 4));
+  PG_RETURN_IF_ERROR(check.Check("w", a.w, DType::kBF16, {&groups, &out, &in}, Device::kCuda, 4));
+  PG_RETURN_IF_ERROR(check.Check("y", a.y, a.y.dtype, {&groups, &rows, &out}, Device::kCuda, 4));
+  PG_RETURN_IF_ERROR(check.Require(rows.value() <= INT32_MAX && in.value() <= INT32_MAX && out.value() <= INT32_MAX,
+                                   "sizes overflow int32"));
+  if (rows.value() == 0 || out.value() == 0 || groups.value() == 0) return Status::Ok();
+  StridedLinearArgs s;
+  s.x = a.x.data;
+  s.x_stride = in.value();
+  s.w = a.w.data;
+  s.y = a.y.data;
+  s.y_f32 = a.y.dtype == DType::kF32;
+  s.y_stride = out.value();
+  s.n = rows.value();
+  s.m = out.value();
+  s.k = in.value();
+  s.groups = groups.value();
+  s.w_group = out.value() * in.value();
+  s.y_group = rows.value() * out.value();
+  if (blas.batch_invariant()) return BatchInvariantLinear(blas, s, stream);
+  if (FitsDecodeLinear(s) && groups.value() <= 65535) return DecodeLinear(blas, s, stream);
+  const size_t w_bytes = static_cast<size_t>(s.w_group) * 2;
+  const size_t y_bytes = static_cast<size_t>(s.y_group) * (s.y_f32 ? 4 : 2);
+  for (int64_t g = 0; g < groups.value(); ++g) {
+    const LinearArgs one{a.x,
+                         Tensor::Contiguous(static_cast<char*>(a.w.data) + g * w_bytes, DType::kBF16,
+                                            {out.value(), in.value()}, Device::kCuda),
+                         Tensor::Contiguous(static_cast<char*>(a.y.data) + g * y_bytes, a.y.dtype,
+                                            {rows.value(), out.value()}, Device::kCuda)};
+    PG_RETURN_IF_ERROR(Linear(blas, one, stream));
+  }
+  return Status::Ok();
+}
+
 Status CublasLinear(Blas& blas, const LinearArgs& a, cudaStream_t stream) {
   TensorChecker check("cublas_linear");
   PG_ASSIGN_OR_RETURN(const StridedLinearArgs s, CheckedArgs(check, a));

@@ -24,6 +24,18 @@ struct LinearArgs {
 // dtype); cuBLAS failures map through CublasStatus. Asynchronous on `stream`.
 Status Linear(Blas& blas, const LinearArgs& args, cudaStream_t stream);
 
+// y[g] = x . w[g]^T for each of the G matrices of `w`: projections of one input and one shape
+// (a compressor's wkv and wgate). At decode sizes and in batch-invariant mode one launch runs
+// them all (batch-invariant: each group's bits are Linear's; decode-sized: the warps a row is
+// split over are chosen for all groups at once, so the sums' order may differ from Linear's);
+// past decode sizes, Linear per group. Same failures as Linear, bf16 x and w only.
+struct GroupedLinearArgs {
+  Tensor x;  // [N, K] bf16
+  Tensor w;  // [G, M, K] bf16
+  Tensor y;  // [G, N, M] bf16 or f32
+};
+Status GroupedLinear(Blas& blas, const GroupedLinearArgs& args, cudaStream_t stream);
+
 // The cuBLAS GEMM alone, whatever the mode and the size (Linear's path past decode sizes; the
 // peer in benchmarks). Same arguments and failures as Linear.
 Status CublasLinear(Blas& blas, const LinearArgs& args, cudaStream_t stream);
