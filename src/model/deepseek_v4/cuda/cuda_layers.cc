@@ -195,15 +195,17 @@ Status CudaModel::Impl::EnqueueAttention(int64_t i, int64_t rows, int64_t chunks
   PG_RETURN_IF_ERROR(norm_rope(kv, lw.kv_norm.view, new_kv));
 
   // Compressors: append this step's tokens, emit the entries of completed blocks.
+  // kv_gate_buf holds the wkv and the wgate projections one after the other ([2, rows, width]),
+  // both from one grouped projection.
   auto compress = [&](const DeviceCompressor& cw, const Tensor& kv_ring, const Tensor& gate_ring, const Tensor& cache,
-                      const DeviceTensor& kv_buf, const DeviceTensor& gate_buf, float* tail_kv, float* tail_gate,
-                      const DeviceTensor* stage_kv, const DeviceTensor* stage_gate,
-                      const DeviceTensor* stage_entries) -> Status {
+                      const DeviceTensor& kv_gate_buf, float* tail_kv, float* tail_gate, const DeviceTensor* stage_kv,
+                      const DeviceTensor* stage_gate, const DeviceTensor* stage_entries) -> Status {
     const int64_t width = cw.coff * cw.dim;
-    const Tensor ckv = View(kv_buf, DType::kF32, {rows, width});
-    const Tensor cgate = View(gate_buf, DType::kF32, {rows, width});
-    PG_RETURN_IF_ERROR(linear(x, cw.wkv.view, ckv));
-    PG_RETURN_IF_ERROR(linear(x, cw.wgate.view, cgate));
+    const Tensor ckv = View(kv_gate_buf, DType::kF32, {rows, width});
+    const Tensor cgate = ViewAt(kv_gate_buf, rows * width * 4, DType::kF32, {rows, width});
+    PG_RETURN_IF_ERROR(Op(OpKind::kProjection, [&] {
+      return pc::GroupedLinear(BlasOn(s), {x, cw.wkv_wgate.view, View(kv_gate_buf, DType::kF32, {2, rows, width})}, s);
+    }));
     return Op(OpKind::kCompressor, [&] {
       pc::CompressorStepArgs a;
       a.kv = ckv;
@@ -246,7 +248,7 @@ Status CudaModel::Impl::EnqueueAttention(int64_t i, int64_t rows, int64_t chunks
     });
   };
   if (lw.compressor)
-    PG_RETURN_IF_ERROR(compress(*lw.compressor, st.kv_ring, st.gate_ring, st.cache, ws.ckv, ws.cgate, st.tail_kv,
+    PG_RETURN_IF_ERROR(compress(*lw.compressor, st.kv_ring, st.gate_ring, st.cache, ws.ckv, st.tail_kv,
                                 st.tail_gate, trees ? &stage->kv : nullptr, trees ? &stage->gate : nullptr,
                                 trees ? &stage->entries : nullptr));
 
@@ -255,7 +257,7 @@ Status CudaModel::Impl::EnqueueAttention(int64_t i, int64_t rows, int64_t chunks
   const Tensor topk_counts = View(ws.topk_counts, DType::kI32, {rows});
   if (csa) {
     PG_RETURN_IF_ERROR(compress(*lw.index_compressor, st.index_kv_ring, st.index_gate_ring, st.index_keys, ws.ikv,
-                                ws.igate, st.tail_index_kv, st.tail_index_gate, trees ? &stage->index_kv : nullptr,
+                                st.tail_index_kv, st.tail_index_gate, trees ? &stage->index_kv : nullptr,
                                 trees ? &stage->index_gate : nullptr, trees ? &stage->index_keys : nullptr));
     if (branch != stream) PG_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(branch, ready_event.get(), 0));
     const Tensor iq = View(ws.iq, DType::kBF16, {rows, ih * id});

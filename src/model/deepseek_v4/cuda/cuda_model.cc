@@ -114,10 +114,8 @@ Status CudaModel::Impl::Allocate(cudaStream_t load_stream) {
   PG_RETURN_IF_ERROR(alloc(DType::kF32, {n, h * hd}, &x.q));
   PG_RETURN_IF_ERROR(alloc(DType::kBF16, {n, h, hd}, &x.q_n));
   PG_RETURN_IF_ERROR(alloc(DType::kF32, {n, hd}, &x.kv));
-  PG_RETURN_IF_ERROR(alloc(DType::kF32, {n, 2 * hd}, &x.ckv));
-  PG_RETURN_IF_ERROR(alloc(DType::kF32, {n, 2 * hd}, &x.cgate));
-  PG_RETURN_IF_ERROR(alloc(DType::kF32, {n, 2 * id}, &x.ikv));
-  PG_RETURN_IF_ERROR(alloc(DType::kF32, {n, 2 * id}, &x.igate));
+  PG_RETURN_IF_ERROR(alloc(DType::kF32, {2, n, 2 * hd}, &x.ckv));
+  PG_RETURN_IF_ERROR(alloc(DType::kF32, {2, n, 2 * id}, &x.ikv));
   PG_RETURN_IF_ERROR(alloc(DType::kBF16, {n, ih, id}, &x.iq));
   PG_RETURN_IF_ERROR(alloc(DType::kF32, {n, ih}, &x.iw));
   index_batch = std::min<int64_t>(n, kernels::kIndexerMaxBatch);

@@ -71,8 +71,8 @@ struct Workspace {
   DeviceTensor q;         // [N, H*Dh] f32
   DeviceTensor q_n;       // [N, H, Dh] bf16
   DeviceTensor kv;        // [N, Dh] f32
-  DeviceTensor ckv, cgate;  // [N, 2*Dh] f32 compressor projections
-  DeviceTensor ikv, igate;  // [N, 2*Id] f32 indexer compressor projections
+  DeviceTensor ckv;       // [2, N, 2*Dh] f32 compressor projections: wkv's, then wgate's
+  DeviceTensor ikv;       // [2, N, 2*Id] f32 the indexer compressor's, the same way
   DeviceTensor iq;        // [N, IH*Id] bf16
   DeviceTensor iw;        // [N, IH] f32
   DeviceTensor scores;    // [index_batch, S] f32

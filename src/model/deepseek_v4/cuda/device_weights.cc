@@ -387,8 +387,15 @@ class Loader {
     c->dim = dim;
     c->coff = overlap ? 2 : 1;
     const int64_t width = c->coff * dim;
-    PG_RETURN_IF_ERROR(Matrix(prefix + "wkv.weight", {width, hidden}, &c->wkv));
-    PG_RETURN_IF_ERROR(Matrix(prefix + "wgate.weight", {width, hidden}, &c->wgate));
+    // wkv and wgate stacked, so one grouped projection computes both.
+    const Shape shape{width, hidden};
+    PG_ASSIGN_OR_RETURN(c->wkv_wgate, Allocate(DType::kBF16, {2, width, hidden}));
+    char* const both = static_cast<char*>(c->wkv_wgate.view.data);
+    const size_t bytes = static_cast<size_t>(shape.numel()) * 2;
+    PG_RETURN_IF_ERROR(MatrixInto(prefix + "wkv.weight", shape, Region::Whole(shape), both));
+    PG_RETURN_IF_ERROR(MatrixInto(prefix + "wgate.weight", shape, Region::Whole(shape), both + bytes));
+    c->wkv.view = Tensor::Contiguous(both, DType::kBF16, shape, Device::kCuda);
+    c->wgate.view = Tensor::Contiguous(both + bytes, DType::kBF16, shape, Device::kCuda);
     PG_RETURN_IF_ERROR(F32(prefix + "ape", {ratio, width}, &c->ape));
     return F32(prefix + "norm.weight", {dim}, &c->norm);
   }
