@@ -36,6 +36,22 @@ Params StridedParams(const StridedLinearArgs& a) {
   return p;
 }
 
+// The strided arguments of contiguous x [n, k], w [m, k] (or [groups, m, k]) and y [n, m] (or
+// [groups, n, m]).
+StridedLinearArgs Contiguous(const Tensor& x, const Tensor& w, const Tensor& y, int64_t n, int64_t m, int64_t k) {
+  StridedLinearArgs s;
+  s.x = x.data;
+  s.x_stride = k;
+  s.w = w.data;
+  s.y = y.data;
+  s.y_f32 = y.dtype == DType::kF32;
+  s.y_stride = m;
+  s.n = n;
+  s.m = m;
+  s.k = k;
+  return s;
+}
+
 // Checks `a` (Linear's and CublasLinear's contract) and gives its sizes as the strided
 // arguments of the same call.
 Result<StridedLinearArgs> CheckedArgs(TensorChecker& check, const LinearArgs& a) {
@@ -49,17 +65,7 @@ Result<StridedLinearArgs> CheckedArgs(TensorChecker& check, const LinearArgs& a)
   PG_RETURN_IF_ERROR(check.Check("y", a.y, a.y.dtype, {&rows, &out}, Device::kCuda, 4));
   PG_RETURN_IF_ERROR(check.Require(rows.value() <= INT32_MAX && in.value() <= INT32_MAX && out.value() <= INT32_MAX,
                                    "sizes overflow int32"));
-  StridedLinearArgs s;
-  s.x = a.x.data;
-  s.x_stride = in.value();
-  s.w = a.w.data;
-  s.y = a.y.data;
-  s.y_f32 = a.y.dtype == DType::kF32;
-  s.y_stride = out.value();
-  s.n = rows.value();
-  s.m = out.value();
-  s.k = in.value();
-  return s;
+  return Contiguous(a.x, a.w, a.y, rows.value(), out.value(), in.value());
 }
 
 // y^T (M x N, column-major) = w (stored K-major: op T) . x^T (K x N), for checked arguments.
@@ -100,16 +106,7 @@ Status GroupedLinear(Blas& blas, const GroupedLinearArgs& a, cudaStream_t stream
   PG_RETURN_IF_ERROR(check.Require(rows.value() <= INT32_MAX && in.value() <= INT32_MAX && out.value() <= INT32_MAX,
                                    "sizes overflow int32"));
   if (rows.value() == 0 || out.value() == 0 || groups.value() == 0) return Status::Ok();
-  StridedLinearArgs s;
-  s.x = a.x.data;
-  s.x_stride = in.value();
-  s.w = a.w.data;
-  s.y = a.y.data;
-  s.y_f32 = a.y.dtype == DType::kF32;
-  s.y_stride = out.value();
-  s.n = rows.value();
-  s.m = out.value();
-  s.k = in.value();
+  StridedLinearArgs s = Contiguous(a.x, a.w, a.y, rows.value(), out.value(), in.value());
   s.groups = groups.value();
   s.w_group = out.value() * in.value();
   s.y_group = rows.value() * out.value();
