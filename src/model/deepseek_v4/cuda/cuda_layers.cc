@@ -108,22 +108,9 @@ Status CudaModel::Impl::EnqueueLayer(int64_t i, int64_t rows, int64_t chunks) {
   };
   PG_RETURN_IF_ERROR(pre(lw.hc_attn, lw.attn_norm));
   PG_RETURN_IF_ERROR(EnqueueAttention(i, rows, chunks));
-  // The chunk's last W rows become the ring's (nothing after the attention reads this layer's
-  // window in this step): on the branch when the step forks, beside the rest of the layer. The
-  // MoE's fork below takes the same branch stream, so its join joins this copy too; the scope
-  // joins it only if an error comes first (a join of its own would add an edge to a kernel of
-  // the main path).
-  PG_ASSIGN_OR_RETURN(const cudaStream_t ring, Fork(rows));
-  BranchScope ring_join(*this, ring);
-  PG_RETURN_IF_ERROR(Op(OpKind::kWindowUpdate, [&] {
-    const LayerKv& st = *LayerAt(i).kv;
-    return pc::CopyRows(
-        {st.window, st.window, MetaView(layout.ring_src, {rows}), MetaView(layout.ring_dst, {rows})}, ring);
-  }));
   PG_RETURN_IF_ERROR(post_mix(false));
   PG_RETURN_IF_ERROR(pre(lw.hc_ffn, lw.ffn_norm));
   PG_RETURN_IF_ERROR(EnqueueMoe(i, rows, fuse_combine));
-  ring_join.Dismiss();
   return post_mix(fuse_combine);
 }
 
@@ -359,6 +346,12 @@ Status CudaModel::Impl::EnqueueAttention(int64_t i, int64_t rows, int64_t chunks
     a.partial_o = View(ws.partial_o, DType::kF32, {attention_layout.max_segments, h, hd});
     a.partial_lse = View(ws.partial_lse, DType::kF32, {attention_layout.max_segments, h});
     return pc::SparseAttentionDecode(a, s);
+  }));
+
+  // The chunk's last W rows become the ring's. (On the branch, beside the output projection or
+  // the rest of the layer, batch-1 steps were slower: bench/model/NOTES.md.)
+  PG_RETURN_IF_ERROR(Op(OpKind::kWindowUpdate, [&] {
+    return pc::CopyRows({window, window, MetaView(layout.ring_src, {rows}), MetaView(layout.ring_dst, {rows})}, s);
   }));
 
   PG_RETURN_IF_ERROR(Op(OpKind::kOutputProjection, [&] {

@@ -305,8 +305,6 @@ struct CudaModel::Impl {
       joined_ = true;
       return m_.Order(branch_, m_.stream, m_.join_event);
     }
-    // The branch was joined by a later scope's join on the same branch stream.
-    void Dismiss() { joined_ = true; }
 
    private:
     Impl& m_;
