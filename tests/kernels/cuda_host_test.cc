@@ -1,6 +1,6 @@
 // Host-side pieces of the CUDA backend, tested without a GPU: the caching allocator's
 // bookkeeping over a fake raw allocator, the sparse attention planner's invariants, the
-// launchers' tensor checker, and the MoE launchers' refusals.
+// launchers' tensor checker, and the MoE and fused launchers' refusals.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -11,7 +11,9 @@
 #include <vector>
 
 #include "backend/cuda/allocator.h"
+#include "backend/cuda/ops/hyper_connection.h"
 #include "backend/cuda/ops/moe.h"
+#include "backend/cuda/ops/rms_norm.h"
 #include "backend/cuda/ops/sparse_attention_plan.h"
 #include "backend/cuda/ops/tensor_check.h"
 #include "kernels/hyper_connection.cuh"
@@ -324,6 +326,54 @@ TEST(MoeLauncherChecks, RejectNamingTheTensor) {
   combine.shared = Tensor{};
   combine.out = FakeDeviceTensor(0x50008, DType::kBF16, {n, d});  // misaligned
   ExpectInvalidNaming(MoeCombine(combine, nullptr), "out");
+
+  // Routing and alignment in one launch: both argument sets are checked, and align must read
+  // the ids routing writes.
+  route.tid2eid = Tensor{};  // learned routing again
+  MoeAlignArgs fused;
+  fused.topk_ids = FakeDeviceTensor(0x30000, DType::kI32, {n, k});
+  fused.expert_offsets = FakeDeviceTensor(0x50000, DType::kI32, {e + 1});
+  fused.sorted_assignments = FakeDeviceTensor(0x60000, DType::kI32, {n * k + 1});
+  ExpectInvalidNaming(MoeRouteAndAlign(route, fused, nullptr), "sorted_assignments");
+  fused.sorted_assignments = FakeDeviceTensor(0x60000, DType::kI32, {n * k});
+  fused.topk_ids = FakeDeviceTensor(0x70000, DType::kI32, {n, k});
+  ExpectInvalidNaming(MoeRouteAndAlign(route, fused, nullptr), "topk_ids");
+}
+
+// The mHC expansion with the MoE combine fused and the RMSNorm with RoPE fused refuse bad
+// arguments, naming the tensor, before anything reaches the device.
+TEST(FusedLauncherChecks, RejectNamingTheTensor) {
+  const int64_t n = 2, hc = 4, d = 64, k = 6;
+  HcPostArgs post;
+  post.streams = FakeDeviceTensor(0x10000, DType::kF32, {n, hc, d});
+  post.post = FakeDeviceTensor(0x20000, DType::kF32, {n, hc});
+  post.comb = FakeDeviceTensor(0x30000, DType::kF32, {n, hc, hc});
+  ExpectInvalidNaming(HyperConnectionPost(post, nullptr), "moe_y");  // neither f nor moe_y
+  post.moe_y = FakeDeviceTensor(0x40000, DType::kF32, {n * k, d});
+  post.moe_topk_ids = FakeDeviceTensor(0x50000, DType::kI32, {n, k});
+  post.moe_topk_weights = FakeDeviceTensor(0x60000, DType::kF32, {n, k + 1});
+  ExpectInvalidNaming(HyperConnectionPost(post, nullptr), "moe_topk_weights");
+  post.moe_topk_weights = FakeDeviceTensor(0x60000, DType::kF32, {n, k});
+  post.moe_shared = FakeDeviceTensor(0x70000, DType::kF32, {n, d});
+  ExpectInvalidNaming(HyperConnectionPost(post, nullptr), "moe_shared");
+  post.moe_shared = Tensor{};
+  post.moe_y = FakeDeviceTensor(0x40000, DType::kF32, {n * k, d + 8});
+  ExpectInvalidNaming(HyperConnectionPost(post, nullptr), "moe_y");
+
+  RmsNormArgs norm;
+  norm.x = FakeDeviceTensor(0x10000, DType::kF32, {8, 512});
+  norm.y = FakeDeviceTensor(0x20000, DType::kBF16, {8, 512});
+  norm.rope_positions = FakeDeviceTensor(0x30000, DType::kI32, {3});  // 8 rows are not 3 tokens
+  norm.rope_cos = FakeDeviceTensor(0x40000, DType::kF32, {16, 32});
+  norm.rope_sin = FakeDeviceTensor(0x50000, DType::kF32, {16, 32});
+  norm.rope_dim = 64;
+  EXPECT_EQ(RmsNorm(norm, nullptr).code(), StatusCode::kInvalidArgument);
+  norm.rope_positions = FakeDeviceTensor(0x30000, DType::kI32, {2});
+  norm.rope_sin = FakeDeviceTensor(0x50000, DType::kF32, {16, 31});
+  ExpectInvalidNaming(RmsNorm(norm, nullptr), "rope_sin");
+  norm.rope_sin = FakeDeviceTensor(0x50000, DType::kF32, {16, 32});
+  norm.rope_dim = 60;  // not a multiple of 8
+  EXPECT_EQ(RmsNorm(norm, nullptr).code(), StatusCode::kInvalidArgument);
 }
 
 }  // namespace
