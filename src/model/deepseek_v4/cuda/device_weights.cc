@@ -394,8 +394,6 @@ class Loader {
     const size_t bytes = static_cast<size_t>(shape.numel()) * 2;
     PG_RETURN_IF_ERROR(MatrixInto(prefix + "wkv.weight", shape, Region::Whole(shape), both));
     PG_RETURN_IF_ERROR(MatrixInto(prefix + "wgate.weight", shape, Region::Whole(shape), both + bytes));
-    c->wkv.view = Tensor::Contiguous(both, DType::kBF16, shape, Device::kCuda);
-    c->wgate.view = Tensor::Contiguous(both + bytes, DType::kBF16, shape, Device::kCuda);
     PG_RETURN_IF_ERROR(F32(prefix + "ape", {ratio, width}, &c->ape));
     return F32(prefix + "norm.weight", {dim}, &c->norm);
   }

@@ -28,7 +28,6 @@ struct DeviceTensor {
 struct DeviceCompressor {
   int64_t ratio = 0, dim = 0, coff = 1;
   DeviceTensor wkv_wgate;   // [2, coff*dim, D] bf16: wkv, then wgate
-  DeviceTensor wkv, wgate;  // [coff*dim, D] views of wkv_wgate's two halves
   DeviceTensor ape;         // [ratio, coff*dim] f32
   DeviceTensor norm;        // [dim] f32
 };
