@@ -2,6 +2,7 @@
 
 #include <cuda_bf16.h>
 
+#include "kernels/common/kv_fp8_row.h"
 #include "kernels/common/page_table.cuh"
 #include "kernels/common/warp.cuh"
 #include "kernels/common/dependent_launch.cuh"
@@ -78,6 +79,59 @@ __device__ __forceinline__ void StoreEntry(const float* entry, __nv_bfloat16* ou
       v = ((c - rope_begin) & 1) == 0 ? x0 * cs - x1 * sn : x1 * cs + x0 * sn;
     }
     out[c] = __float2bfloat16_rn(v);
+  }
+}
+
+// The same entry as V4's FP8 row (kernels/common/kv_fp8_row.h): the rotated rope dims in
+// bf16, each block of 64 unrotated values in e4m3 under its power-of-two scale (warp w takes
+// blocks w, w + warps, ...), the padding zeroed. Reads `entry` only.
+template <int kThreads>
+__device__ __forceinline__ void StoreEntryFp8(const float* entry, uint8_t* out, int rope_position,
+                                              const float* rope_cos, const float* rope_sin, int dim, int rope_dim) {
+  static_assert(kKvFp8Block == 2 * kWarpSize);
+  const KvFp8RowLayout layout{dim, rope_dim};
+  const int nope = layout.nope();
+  const int tid = static_cast<int>(threadIdx.x);
+  const int rope_half = rope_dim / 2;
+  uint16_t* rope_out = reinterpret_cast<uint16_t*>(out + layout.rope_offset());
+  for (int i = tid; i < rope_half; i += kThreads) {
+    const float cs = rope_cos[static_cast<int64_t>(rope_position) * rope_half + i];
+    const float sn = rope_sin[static_cast<int64_t>(rope_position) * rope_half + i];
+    const float x0 = entry[nope + 2 * i];
+    const float x1 = entry[nope + 2 * i + 1];
+    rope_out[2 * i] = KvFp8EncodeBF16(x0 * cs - x1 * sn);
+    rope_out[2 * i + 1] = KvFp8EncodeBF16(x1 * cs + x0 * sn);
+  }
+  const int warp = tid / kWarpSize;
+  const int lane = tid % kWarpSize;
+  for (int block = warp; block < layout.blocks(); block += kThreads / kWarpSize) {
+    const int i0 = block * kKvFp8Block + lane;
+    const int i1 = i0 + kWarpSize;
+    const float v0 = i0 < nope ? entry[i0] : 0.0f;
+    const float v1 = i1 < nope ? entry[i1] : 0.0f;
+    const float amax = WarpMax(fmaxf(fabsf(v0), fabsf(v1)));  // fmaxf leaves NaN out
+    const uint8_t code = KvFp8ScaleCode(amax);
+    const float inverse = KvFp8InverseScale(code);
+    if (i0 < nope) out[i0] = KvFp8EncodeE4M3(v0 * inverse);
+    if (i1 < nope) out[i1] = KvFp8EncodeE4M3(v1 * inverse);
+    if (lane == 0) out[layout.scale_offset() + block] = code;
+  }
+  for (int i = nope + tid; i < layout.rope_offset(); i += kThreads) out[i] = 0;
+  for (int i = layout.rope_offset() + 2 * rope_dim + tid; i < layout.scale_offset(); i += kThreads) out[i] = 0;
+  for (int i = layout.scale_offset() + layout.blocks() + tid; i < layout.row_bytes(); i += kThreads) out[i] = 0;
+}
+
+// Entry row `row` of a cache (bf16 rows or FP8 rows) written from `entry`.
+template <int kThreads>
+__device__ __forceinline__ void StoreEntryRow(const float* entry, void* cache, bool fp8, int64_t row,
+                                              int rope_position, const float* rope_cos, const float* rope_sin,
+                                              int dim, int rope_dim) {
+  if (fp8) {
+    StoreEntryFp8<kThreads>(entry, static_cast<uint8_t*>(cache) + row * KvFp8RowLayout{dim, rope_dim}.row_bytes(),
+                            rope_position, rope_cos, rope_sin, dim, rope_dim);
+  } else {
+    StoreEntry<kThreads>(entry, static_cast<__nv_bfloat16*>(cache) + row * dim, rope_position, rope_cos, rope_sin,
+                         dim, rope_dim);
   }
 }
 
@@ -159,7 +213,8 @@ __global__ void __launch_bounds__(kThreads) CompressorStepKernel(const Compresso
       const int physical_page = table != nullptr ? table[page] : -1;
       const int64_t row = static_cast<int64_t>(physical_page) * p.page_size + k % p.page_size;
       if (physical_page >= 0 && row < p.num_cache_rows)
-        StoreEntry<kThreads>(entry, p.cache + row * dim, rope_position, p.rope_cos, p.rope_sin, dim, p.rope_dim);
+        StoreEntryRow<kThreads>(entry, p.cache, p.cache_fp8, row, rope_position, p.rope_cos, p.rope_sin, dim,
+                                p.rope_dim);
     }
     // A snapshot boundary: the block's ring rows, for a request that starts here.
     if (p.snapshot_table != nullptr && p.snapshot_interval > 0 && (pos + 1) % p.snapshot_interval == 0) {
@@ -253,8 +308,8 @@ __global__ void __launch_bounds__(kThreads) CompressorTreeKernel(const Compresso
                       p.norm_weight, p.eps, entry, scratch);
   const int rope_position = pos + 1 - ratio;
   if (rope_position < p.num_positions)
-    StoreEntry<kThreads>(entry, p.stage_entries + static_cast<int64_t>(stage) * dim, rope_position, p.rope_cos,
-                         p.rope_sin, dim, p.rope_dim);
+    StoreEntryRow<kThreads>(entry, p.stage_entries, p.cache_fp8, stage, rope_position, p.rope_cos, p.rope_sin, dim,
+                            p.rope_dim);
 }
 
 template <int kThreads>

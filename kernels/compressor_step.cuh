@@ -10,8 +10,10 @@
 // rows (with overlap, coff = 2, the 2*ratio slots are the previous block's first-half
 // channels and this block's second-half channels; block 0 has no previous slots), then
 // RMSNorm(weight), then RoPE at position pos + 1 - ratio on the trailing rope dims, and the
-// entry is written in bf16 to the paged cache at page_table[k / page_size], slot
-// k % page_size.
+// entry is written to the paged cache at page_table[k / page_size], slot k % page_size: in
+// bf16, or with cache_fp8 as V4's FP8 row (kernels/common/kv_fp8_row.h: e4m3 blocks of 64
+// with UE8M0 scales, the rope dims in bf16; a row of KvFp8RowLayout{dim, rope_dim}.row_bytes()
+// bytes).
 //
 // State ring layout, per state slot, fp32, rows of coff*dim:
 //   coff = 1: row = pos % ratio
@@ -48,7 +50,8 @@ struct CompressorStepParams {
   const float* norm_weight;     // [dim]
   const float* rope_cos;        // [num_positions, rope_dim / 2]
   const float* rope_sin;        // [num_positions, rope_dim / 2]
-  __nv_bfloat16* cache;         // [num_cache_rows, dim]  (pages * page_size rows)
+  void* cache;                  // [num_cache_rows, dim] bf16, or FP8 rows (cache_fp8)  (pages * page_size rows)
+  bool cache_fp8 = false;       // cache and stage_entries hold FP8 rows
   const int32_t* page_table;    // [num_page_tables, max_pages]
   const int32_t* page_table_rows = nullptr;  // [B] row of page_table per request; null: row b
   int batch = 0;
@@ -87,7 +90,7 @@ struct CompressorStepParams {
   int path_capacity = 0;
   float* stage_kv = nullptr;                // [num_stage_rows, coff*dim]
   float* stage_gate = nullptr;              // [num_stage_rows, coff*dim]
-  __nv_bfloat16* stage_entries = nullptr;   // [num_stage_rows, dim]
+  void* stage_entries = nullptr;            // [num_stage_rows, dim] bf16, or FP8 rows (cache_fp8)
   int num_stage_rows = 0;
 };
 

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <iterator>
 
+#include "kernels/common/kv_fp8_load.cuh"
 #include "kernels/common/page_table.cuh"
 #include "kernels/common/warp.cuh"
 #include "kernels/common/dependent_launch.cuh"
@@ -37,9 +38,9 @@ __device__ __forceinline__ void LoadWords(const __nv_bfloat16* src, uint32_t (&w
 }
 
 // Row r of request b's list (window rows first, then compressed entries), or null when the
-// row is masked; the same rules as cpu::SparseAttentionDecode and the fast kernel.
-__device__ __forceinline__ const __nv_bfloat16* KvRow(const SparseAttentionParams& p, int b, int window_length,
-                                                      int64_t r) {
+// row is masked; the same rules as cpu::SparseAttentionDecode and the fast kernel. An FP8
+// entry comes back tagged (kernels/common/kv_fp8_load.cuh).
+__device__ __forceinline__ const void* KvRow(const SparseAttentionParams& p, int b, int window_length, int64_t r) {
   if (r < window_length) {
     const int idx = p.window_indices[static_cast<int64_t>(b) * p.window_capacity + r];
     return idx >= 0 && idx < p.num_window_rows ? p.window_kv + static_cast<int64_t>(idx) * p.head_dim : nullptr;
@@ -49,13 +50,40 @@ __device__ __forceinline__ const __nv_bfloat16* KvRow(const SparseAttentionParam
                         ? p.compressed_indices[static_cast<int64_t>(b) * p.compressed_capacity + c]
                         : c;
   if (e < 0) return nullptr;
+  const int64_t row_bytes = p.entries_fp8 ? KvFp8RowLayout{p.head_dim, p.entry_rope_dim}.row_bytes()
+                                          : static_cast<int64_t>(p.head_dim) * 2;
+  auto entry = [&](const void* base, int64_t row) -> const void* {
+    const uint8_t* at = static_cast<const uint8_t*>(base) + row * row_bytes;
+    return p.entries_fp8 ? TagFp8Row(at) : static_cast<const void*>(at);
+  };
   const int staged = StagedRow(p.staged, b, e);
-  if (staged != -1) return staged >= 0 ? p.staged.data + static_cast<int64_t>(staged) * p.head_dim : nullptr;
+  if (staged != -1) return staged >= 0 ? entry(p.staged.data, staged) : nullptr;
   if (e / p.page_size >= p.max_pages) return nullptr;
   const int32_t* table = PageTableRow(p.page_table, p.page_table_rows, p.num_page_tables, p.max_pages, b);
   const int page = table != nullptr ? table[e / p.page_size] : -1;
   const int64_t row = static_cast<int64_t>(page) * p.page_size + e % p.page_size;
-  return page >= 0 && row < p.num_compressed_rows ? p.compressed_kv + row * p.head_dim : nullptr;
+  return page >= 0 && row < p.num_compressed_rows ? entry(p.compressed_kv, row) : nullptr;
+}
+
+// kVector values of a row from dim d0 as bf16x2 words: a bf16 row's own, an FP8 row's
+// dequantised.
+template <int kVector>
+__device__ __forceinline__ void LoadRowWords(const SparseAttentionParams& p, const void* row, int d0,
+                                             uint32_t (&w)[kVector / 2]) {
+  if (!IsFp8Row(row)) {
+    LoadWords<kVector>(static_cast<const __nv_bfloat16*>(row) + d0, w);
+    return;
+  }
+  const KvFp8RowLayout layout{p.head_dim, p.entry_rope_dim};
+  if constexpr (kVector == 8) {
+    const uint4 chunk = Fp8RowChunk(Fp8RowBytes(row), layout, d0);
+    w[0] = chunk.x;
+    w[1] = chunk.y;
+    w[2] = chunk.z;
+    w[3] = chunk.w;
+  } else {
+    w[0] = Fp8RowPair(Fp8RowBytes(row), layout, d0);
+  }
 }
 
 // One CTA per (request b, head h). Lane l of a warp owns dims (i * 32 + l) * kVector + j of
@@ -115,7 +143,7 @@ __global__ void __launch_bounds__(kAttentionThreads) SparseAttentionGenericKerne
     for (int j = 0; j < kVector; ++j) o[i][j] = 0.0f;
 
   for (int64_t r0 = warp; r0 < total; r0 += 2 * kWarps) {
-    const __nv_bfloat16* src[2];
+    const void* src[2];
     src[0] = KvRow(p, b, window_length, r0);
     src[1] = r0 + kWarps < total ? KvRow(p, b, window_length, r0 + kWarps) : nullptr;
     uint32_t v[2][kIterations][kWords];
@@ -126,7 +154,7 @@ __global__ void __launch_bounds__(kAttentionThreads) SparseAttentionGenericKerne
         const int d0 = (i * kWarpSize + lane) * kVector;
 #pragma unroll
         for (int j = 0; j < kWords; ++j) v[u][i][j] = 0u;
-        if (src[u] != nullptr && d0 < dim) LoadWords<kVector>(src[u] + d0, v[u][i]);
+        if (src[u] != nullptr && d0 < dim) LoadRowWords<kVector>(p, src[u], d0, v[u][i]);
       }
 #pragma unroll
     for (int u = 0; u < 2; ++u) {
@@ -266,7 +294,8 @@ __global__ void __launch_bounds__(kIndexerThreads) IndexerScoresGenericKernel(co
       const int staged = StagedRow(p.staged, b, k);
       const int page = staged == -1 && table != nullptr ? table[k / p.page_size] : -1;
       const int64_t row = static_cast<int64_t>(page) * p.page_size + k % p.page_size;
-      const __nv_bfloat16* key_row = staged >= 0 ? p.staged.data + static_cast<int64_t>(staged) * dim
+      const __nv_bfloat16* key_row = staged >= 0 ? static_cast<const __nv_bfloat16*>(p.staged.data) +
+                                                       static_cast<int64_t>(staged) * dim
                                      : page >= 0 && row < p.num_key_rows ? p.keys + row * dim
                                                                          : nullptr;
       float score = 0.0f;
@@ -305,6 +334,8 @@ cudaError_t LaunchSparseAttentionGeneric(const SparseAttentionParams& p, cudaStr
   if (p.batch <= 0) return cudaSuccess;
   if (p.heads <= 0 || p.heads > 65535 || p.head_dim <= 0 || p.head_dim % 2 != 0 ||
       p.head_dim > kGenericAttentionMaxDim || p.rope_dim % 2 != 0 || p.rope_dim > p.head_dim)
+    return cudaErrorInvalidValue;
+  if (p.entries_fp8 && (p.entry_rope_dim < 0 || p.entry_rope_dim % 2 != 0 || p.entry_rope_dim > p.head_dim))
     return cudaErrorInvalidValue;
   return LaunchAttentionTile<0>(p, stream);
 }

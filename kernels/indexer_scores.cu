@@ -95,7 +95,7 @@ __global__ void __launch_bounds__(kThreads) IndexerScoresKernel(const IndexerSco
       if (k < entries[b]) {
         const int staged = StagedRow(p.staged, b, k);
         if (staged >= 0) {
-          src = p.staged.data + static_cast<int64_t>(staged) * kDim;
+          src = static_cast<const __nv_bfloat16*>(p.staged.data) + static_cast<int64_t>(staged) * kDim;
         } else if (staged == -1) {
           const int32_t* table = PageTableRow(p.page_table, p.page_table_rows, p.num_page_tables, p.max_pages, b);
           const int page = table != nullptr ? table[k / p.page_size] : -1;

@@ -5,6 +5,7 @@
 #include <iterator>
 #include <utility>
 
+#include "kernels/common/kv_fp8_load.cuh"
 #include "kernels/common/mma.cuh"
 #include "kernels/common/page_table.cuh"
 #include "kernels/common/warp.cuh"
@@ -59,8 +60,8 @@ __global__ void __launch_bounds__(kThreads, 1) SparseAttentionKernel(const Spars
   __nv_bfloat16* q_s = reinterpret_cast<__nv_bfloat16*>(smem);                // [kHP][kD], also output staging
   __nv_bfloat16* kv_s = reinterpret_cast<__nv_bfloat16*>(smem + T::kQBytes);  // [2][kBlockN][kD]
   __nv_bfloat16* p_s = reinterpret_cast<__nv_bfloat16*>(smem + T::kQBytes + T::kKvBytes);  // [kHP][kBlockN]
-  const __nv_bfloat16** row_src =
-      reinterpret_cast<const __nv_bfloat16**>(smem + T::kQBytes + T::kKvBytes + T::kPBytes);  // [3][kBlockN]
+  // [3][kBlockN]: bf16 rows, or FP8 entries tagged (kernels/common/kv_fp8_load.cuh)
+  const void** row_src = reinterpret_cast<const void**>(smem + T::kQBytes + T::kKvBytes + T::kPBytes);
   float* red_max = reinterpret_cast<float*>(smem + T::kQBytes + T::kKvBytes + T::kPBytes + T::kRowSrcBytes);
   float* red_sum = red_max + T::kQkWarpsN * kHP;  // [kQkWarpsN][kHP]
   float* m_buf = red_sum + T::kQkWarpsN * kHP;    // [2][kHP]: running max, ping-pong per tile
@@ -74,6 +75,8 @@ __global__ void __launch_bounds__(kThreads, 1) SparseAttentionKernel(const Spars
   const int wm = warp % T::kQkWarpsM;
   const int wn = warp / T::kQkWarpsM;
   const float scale2 = p.scale * kLog2e;
+  const KvFp8RowLayout fp8_layout{kD, p.entry_rope_dim};
+  const int64_t entry_bytes = p.entries_fp8 ? fp8_layout.row_bytes() : static_cast<int64_t>(kD) * 2;
 
   const int seg_begin = p.schedule[blockIdx.x];
   const int seg_end = p.schedule[blockIdx.x + 1];
@@ -143,27 +146,36 @@ __global__ void __launch_bounds__(kThreads, 1) SparseAttentionKernel(const Spars
     };
     auto resolve_end = [&](int ring) {
       if (tid < kBlockN) {
-        const __nv_bfloat16* src = nullptr;
+        const void* src = nullptr;
+        const uint8_t* entry = nullptr;
         if (pending_window) {
           if (pending_value >= 0 && pending_value < p.num_window_rows)
             src = p.window_kv + static_cast<int64_t>(pending_value) * kD;
         } else if (pending_staged >= 0) {
-          src = p.staged.data + static_cast<int64_t>(pending_staged) * kD;
+          entry = static_cast<const uint8_t*>(p.staged.data) + pending_staged * entry_bytes;
         } else if (pending_page >= 0) {
           const int64_t row = static_cast<int64_t>(pending_page) * p.page_size + pending_value % p.page_size;
-          if (row < p.num_compressed_rows) src = p.compressed_kv + row * kD;
+          if (row < p.num_compressed_rows) entry = static_cast<const uint8_t*>(p.compressed_kv) + row * entry_bytes;
         }
+        if (entry != nullptr) src = p.entries_fp8 ? TagFp8Row(entry) : static_cast<const void*>(entry);
         row_src[ring * kBlockN + tid] = src;
       }
     };
     auto issue = [&](int tile) {
       __nv_bfloat16* dst = kv_s + (tile & 1) * kBlockN * kD;
-      const __nv_bfloat16* const* src_rows = row_src + (tile % 3) * kBlockN;
+      const void* const* src_rows = row_src + (tile % 3) * kBlockN;
       for (int i = tid; i < kBlockN * T::kDChunks; i += kThreads) {
         const int r = i / T::kDChunks;
         const int c = i % T::kDChunks;
-        const __nv_bfloat16* src = src_rows[r];
-        CpAsync16(dst + SwizzledChunk<T::kDChunks>(r, c) * 8, src != nullptr ? src + c * 8 : q, src != nullptr);
+        const void* src = src_rows[r];
+        __nv_bfloat16* to = dst + SwizzledChunk<T::kDChunks>(r, c) * 8;
+        if (src == nullptr || !IsFp8Row(src)) {
+          CpAsync16(to, src != nullptr ? static_cast<const __nv_bfloat16*>(src) + c * 8 : q, src != nullptr);
+        } else if (c * 8 >= fp8_layout.nope()) {  // bf16 rope dims, copied as they are
+          CpAsync16(to, Fp8RowBytes(src) + fp8_layout.rope_offset() + 2 * (c * 8 - fp8_layout.nope()), true);
+        } else {  // e4m3 dims, dequantised on the way (visible after the tile's barrier like the copies)
+          *reinterpret_cast<uint4*>(to) = Fp8RowChunk(Fp8RowBytes(src), fp8_layout, c * 8);
+        }
       }
     };
 
@@ -198,7 +210,7 @@ __global__ void __launch_bounds__(kThreads, 1) SparseAttentionKernel(const Spars
       resolve_begin(tile + 2);
 
       const __nv_bfloat16* kv_tile = kv_s + buf * kBlockN * kD;
-      const __nv_bfloat16* const* src_tile = row_src + (tile % 3) * kBlockN;
+      const void* const* src_tile = row_src + (tile % 3) * kBlockN;
 
       // ---- S = Q K^T for 16 heads x kQkRows rows
       float s[T::kQkNTiles][4];
@@ -550,6 +562,10 @@ cudaError_t PrepareSparseAttention() { return PrepareAll(ConfigIndices{}); }
 cudaError_t LaunchSparseAttention(const SparseAttentionParams& p, cudaStream_t stream) {
   if (p.batch <= 0) return cudaSuccess;
   if (p.layout.num_ctas <= 0) return cudaErrorInvalidValue;
+  // FP8 entries: the e4m3 and the rope dims each in whole 16-byte chunks of the bf16 tile.
+  if (p.entries_fp8 && (p.entry_rope_dim < 0 || p.entry_rope_dim % 8 != 0 || p.entry_rope_dim > p.head_dim ||
+                        (p.head_dim - p.entry_rope_dim) % 8 != 0))
+    return cudaErrorInvalidValue;
   return LaunchMatching(p, stream, ConfigIndices{});
 }
 

@@ -55,7 +55,13 @@ struct SparseAttentionParams {
   const __nv_bfloat16* window_kv;      // [num_window_rows, D]
   const int32_t* window_indices;       // [B, window_capacity]
   const int32_t* window_lengths;       // [B]
-  const __nv_bfloat16* compressed_kv;  // [num_compressed_rows, D]  (pages * page_size rows); may be null
+  const void* compressed_kv;           // [num_compressed_rows, D] bf16 (pages * page_size rows); may be null
+  // With entries_fp8 the compressed rows and the staged ones are V4's FP8 rows
+  // (kernels/common/kv_fp8_row.h, KvFp8RowLayout{D, entry_rope_dim}), read as the bf16 values
+  // they dequantise to (kernels/common/kv_fp8_load.cuh): the output is the one over bf16 rows
+  // holding those values. Needs D - entry_rope_dim and entry_rope_dim multiples of 8.
+  bool entries_fp8 = false;
+  int entry_rope_dim = 0;
   const int32_t* page_table;           // [num_page_tables, max_pages]
   const int32_t* page_table_rows = nullptr;  // [B] row of page_table per request; null: row b
   const int32_t* compressed_indices;   // [B, compressed_capacity], or null for "all entries"

@@ -12,7 +12,7 @@
 namespace peregrine::kernels {
 
 struct StagedEntries {
-  const __nv_bfloat16* data = nullptr;  // [num_rows, dim]; null: no staged entries
+  const void* data = nullptr;           // [num_rows, dim] bf16 (or FP8 rows where the reader says so); null: none
   const int32_t* first = nullptr;       // [B] the request's first staged entry number
   const int32_t* table = nullptr;       // [B, capacity] rows of data
   int capacity = 0;

@@ -10,6 +10,7 @@
 #include "backend/cpu/cpu_attention_ops.h"
 #include "backend/cuda/ops/compressor_step.h"
 #include "gpu_test_util.h"
+#include "kernels/common/kv_fp8_row.h"
 
 namespace peregrine::testing {
 namespace {
@@ -132,10 +133,30 @@ class CompressorStepTest : public GpuTest {
     d.sin = Upload(s.sin);
     d.kv_state = Upload(s.kv_state);
     d.gate_state = Upload(s.gate_state);
-    d.cache = Upload(ToBF16(s.cache));
+    d.cache = fp8_ ? Upload(EncodeFp8Rows(s, s.cache)) : Upload(ToBF16(s.cache));
     d.slots = Upload(s.slots);
     d.page_table = Upload(s.page_table);
     return d;
+  }
+
+  // With fp8_, the cache holds V4's FP8 rows (kernels/common/kv_fp8_row.h).
+  bool fp8_ = false;
+
+  static kernels::KvFp8RowLayout Fp8Layout(const HostState& s) {
+    return {static_cast<int>(s.c.dim), static_cast<int>(s.rope_dim)};
+  }
+  static std::vector<uint8_t> EncodeFp8Rows(const HostState& s, const std::vector<float>& rows) {
+    const kernels::KvFp8RowLayout layout = Fp8Layout(s);
+    const size_t n = rows.size() / static_cast<size_t>(s.c.dim);
+    std::vector<uint8_t> out(n * static_cast<size_t>(layout.row_bytes()));
+    for (size_t r = 0; r < n; ++r)
+      kernels::KvFp8EncodeRow(rows.data() + r * static_cast<size_t>(s.c.dim), layout,
+                              out.data() + r * static_cast<size_t>(layout.row_bytes()));
+    return out;
+  }
+  size_t CacheBytes(const HostState& s) const {
+    const size_t rows = s.cache.size() / static_cast<size_t>(s.c.dim);
+    return fp8_ ? rows * static_cast<size_t>(Fp8Layout(s).row_bytes()) : s.cache.size() * 2;
   }
 
   // Arguments over `d` for token rows kv/gate [num_tokens, width] and, when `offsets` is
@@ -156,7 +177,8 @@ class CompressorStepTest : public GpuTest {
     a.norm_weight = View(d.norm, DType::kF32, {c.dim});
     a.rope_cos = View(d.cos, DType::kF32, {s.num_positions, s.rope_dim / 2});
     a.rope_sin = View(d.sin, DType::kF32, {s.num_positions, s.rope_dim / 2});
-    a.cache = View(d.cache, DType::kBF16, {s.num_pages, s.page_size, c.dim});
+    a.cache = fp8_ ? View(d.cache, DType::kU8, {s.num_pages, s.page_size, Fp8Layout(s).row_bytes()})
+                   : View(d.cache, DType::kBF16, {s.num_pages, s.page_size, c.dim});
     a.page_table = View(d.page_table, DType::kI32, {c.batch, s.max_pages});
     a.ratio = c.ratio;
     a.coff = c.coff;
@@ -210,7 +232,38 @@ class CompressorStepTest : public GpuTest {
                          what + " kv_state"));
     EXPECT_TRUE(AllClose(Download<float>(d.gate_state, s.gate_state.size()), s.gate_state, ToleranceFor(DType::kF32),
                          what + " gate_state"));
-    EXPECT_TRUE(AllClose(DownloadBF16(d.cache, s.cache.size()), s.cache, ToleranceFor(DType::kBF16), what + " cache"));
+    if (!fp8_) {
+      EXPECT_TRUE(AllClose(DownloadBF16(d.cache, s.cache.size()), s.cache, ToleranceFor(DType::kBF16), what + " cache"));
+      return;
+    }
+    // FP8 rows: each decoded row against the reference's row through the host format. The
+    // device's f32 entry differs from the reference's in its last bits, so a value may land
+    // one e4m3 step away (and a block's scale one power of two away) where the reference sits
+    // on a rounding boundary; nearly all values must be identical.
+    const kernels::KvFp8RowLayout layout = Fp8Layout(s);
+    const std::vector<uint8_t> bytes = Download<uint8_t>(d.cache, CacheBytes(s));
+    const auto dim = static_cast<size_t>(s.c.dim);
+    size_t identical = 0, total = 0;
+    std::vector<float> got(dim), want(dim);
+    for (size_t r = 0; r * dim < s.cache.size(); ++r) {
+      kernels::KvFp8DecodeRow(bytes.data() + r * static_cast<size_t>(layout.row_bytes()), layout, got.data());
+      // The reference's row through the format (kv_fp8_row_test: the model's round trip).
+      std::vector<uint8_t> row(static_cast<size_t>(layout.row_bytes()));
+      kernels::KvFp8EncodeRow(s.cache.data() + r * dim, layout, row.data());
+      kernels::KvFp8DecodeRow(row.data(), layout, want.data());
+      float amax = 0.0f;
+      for (float v : want) amax = std::max(amax, std::fabs(v));
+      for (size_t i = 0; i < dim; ++i) {
+        ++total;
+        if (got[i] == want[i]) {
+          ++identical;
+          continue;
+        }
+        const float tolerance = std::max(std::fabs(want[i]) * 0.14f, amax * 0.004f);
+        ASSERT_LE(std::fabs(got[i] - want[i]), tolerance) << what << " cache row " << r << " value " << i;
+      }
+    }
+    EXPECT_GE(static_cast<double>(identical), 0.97 * static_cast<double>(total)) << what << " cache";
   }
 
   // Bit-for-bit equal state and cache on two device copies.
@@ -220,8 +273,8 @@ class CompressorStepTest : public GpuTest {
     EXPECT_TRUE(AllClose(Download<float>(x.gate_state, s.gate_state.size()),
                          Download<float>(y.gate_state, s.gate_state.size()), {0.0, 0.0},
                          "chunk vs one-by-one gate_state"));
-    EXPECT_TRUE(AllClose(DownloadBF16(x.cache, s.cache.size()), DownloadBF16(y.cache, s.cache.size()), {0.0, 0.0},
-                         "chunk vs one-by-one cache"));
+    EXPECT_TRUE(Download<uint8_t>(x.cache, CacheBytes(s)) == Download<uint8_t>(y.cache, CacheBytes(s)))
+        << "chunk vs one-by-one cache";
   }
 
   // Decode: `steps` single-token calls per request from start positions chosen around block
@@ -324,6 +377,20 @@ TEST_F(CompressorStepTest, MultiTokenChunks) {
           if (ratio == 128 && (batch != 8 || dim == 24)) continue;  // long runs: one case each
           RunChunks({dim, ratio, coff, batch, input}, seed++);
         }
+}
+
+// V4's FP8 entries (--kv-cache-dtype fp8): the same computation, each entry stored as its FP8
+// row (kernels/common/kv_fp8_row.h), at V4's width and the test models' (whole 16-byte parts
+// and a partial e4m3 block), in decode and in chunks (which must write the same bytes).
+TEST_F(CompressorStepTest, Fp8EntriesAreTheReferenceInV4sFormat) {
+  fp8_ = true;
+  uint32_t seed = 1300;
+  for (int64_t dim : {64, 512, 24})
+    for (auto [ratio, coff] : {std::pair<int64_t, int64_t>{4, 2}, {128, 1}, {8, 1}}) {
+      RunDecode({dim, ratio, coff, 3, DType::kBF16}, static_cast<int>(ratio <= 8 ? 3 * ratio + 2 : ratio + 3),
+                /*with_offsets=*/false, seed++);
+      if (ratio != 128) RunChunks({dim, ratio, coff, 8, DType::kF32}, seed++);
+    }
 }
 
 // Block tables shared through page_table_rows (request b reads table row rows[b]) and

@@ -17,6 +17,7 @@
 #include "backend/cuda/ops/sparse_attention_plan.h"
 #include "backend/cuda/stream.h"
 #include "gpu_test_util.h"
+#include "kernels/common/kv_fp8_row.h"
 
 namespace peregrine::testing {
 namespace {
@@ -314,6 +315,35 @@ TEST_F(GenericAttentionTest, MatchesFastKernels) {
         SCOPED_TRACE(p.Name());
         EXPECT_TRUE(AllClose(RunGeneric(p), RunFast(p), ToleranceFor(DType::kBF16), "generic vs fast"));
       }
+}
+
+// FP8 entries: read as the bf16 values they dequantise to, so the output is bit for bit the
+// one over bf16 entries holding those values (V4's width, the test models', whole and partial
+// e4m3 blocks).
+TEST_F(GenericAttentionTest, Fp8EntriesReadAsTheirBf16Values) {
+  uint32_t seed = 1700;
+  for (auto [dim, rope] : {std::pair<int, int>{512, 64}, {24, 8}, {200, 8}, {1024, 64}, {40, 16}})
+    for (Mode mode : {Mode::kIndexed, Mode::kAllEntries}) {
+      Problem p = MakeProblem(4, dim, mode, 17, seed++, /*rotate=*/true);
+      SCOPED_TRACE(p.Name());
+      const kernels::KvFp8RowLayout layout{dim, rope};
+      const auto width = static_cast<size_t>(dim), row_bytes = static_cast<size_t>(layout.row_bytes());
+      const size_t rows = p.compressed_kv.size() / width;
+      std::vector<uint8_t> fp8(rows * row_bytes);
+      for (size_t r = 0; r < rows; ++r) {
+        kernels::KvFp8EncodeRow(p.compressed_kv.data() + r * width, layout, fp8.data() + r * row_bytes);
+        kernels::KvFp8DecodeRow(fp8.data() + r * row_bytes, layout, p.compressed_kv.data() + r * width);
+      }
+      const std::vector<float> over_bf16 = RunGeneric(p);
+      DeviceProblem d = Prepare(p);
+      cuda::DeviceBuffer fp8_d = Upload(fp8);
+      d.args.compressed_kv = View(fp8_d, DType::kU8, {p.num_pages, p.page_size, layout.row_bytes()});
+      d.args.entry_rope_dim = rope;
+      PG_ASSERT_OK(cuda::SparseAttentionGeneric(d.args, stream_.get()));
+      const std::vector<float> got = DownloadBF16(d.out, over_bf16.size());
+      EXPECT_TRUE(AllClose(got, over_bf16, {0.0, 0.0}, "FP8 vs bf16 entries"));
+      EXPECT_TRUE(AllClose(got, Reference(p), ToleranceFor(DType::kBF16), "out"));
+    }
 }
 
 TEST_F(GenericAttentionTest, CapturedThenReplayedWithNewMetadata) {

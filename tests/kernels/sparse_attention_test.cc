@@ -10,6 +10,7 @@
 #include "backend/cuda/ops/sparse_attention.h"
 #include "backend/cuda/ops/sparse_attention_plan.h"
 #include "gpu_test_util.h"
+#include "kernels/common/kv_fp8_row.h"
 
 namespace peregrine::testing {
 namespace {
@@ -137,7 +138,8 @@ class SparseAttentionTest : public GpuTest {
   // Device copies of a problem plus the launch arguments for a schedule of `num_ctas`.
   struct DeviceProblem {
     cuda::DeviceBuffer q, window_kv, window_indices, window_lengths, compressed_kv, page_table, compressed_indices,
-        compressed_lengths, sink, positions, cos, sin, schedule, partial_o, partial_lse, out, page_table_rows;
+        compressed_lengths, sink, positions, cos, sin, schedule, partial_o, partial_lse, out, page_table_rows,
+        compressed_fp8;
     cuda::SparseAttentionArgs args;
   };
   // Requests address rows of a shared table (page_table_rows), as block tables do.
@@ -258,6 +260,44 @@ TEST_F(SparseAttentionTest, WithoutRope) {
   Sweep(p);
 }
 
+// FP8 entries (--kv-cache-dtype fp8): read as the bf16 values they dequantise to, so the output
+// is bit for bit the one over bf16 entries holding those values, for every built (H, D), index
+// lists and all entries, one CTA per request and split ones.
+TEST_F(SparseAttentionTest, Fp8EntriesReadAsTheirBf16Values) {
+  uint32_t seed = 2000;
+  for (const auto& config : kernels::kSparseAttentionConfigs) {
+    for (Mode mode : {Mode::kIndexed, Mode::kAllEntries}) {
+      const std::vector<int32_t> lengths =
+          mode == Mode::kIndexed ? std::vector<int32_t>{512, 1, 0, 63, 300} : std::vector<int32_t>{1000, 2, 0, 65, 129};
+      Problem p = MakeProblem(config.heads, config.head_dim, mode, {128, 1, 64, 65, 0}, lengths, seed++);
+      const kernels::KvFp8RowLayout layout{static_cast<int>(p.dim), p.dim >= 512 ? 64 : 16};
+      const auto dim = static_cast<size_t>(p.dim), row_bytes = static_cast<size_t>(layout.row_bytes());
+      const size_t rows = p.compressed_kv.size() / dim;
+      std::vector<uint8_t> fp8(rows * row_bytes);
+      for (size_t r = 0; r < rows; ++r) {
+        for (size_t i = 0; i < dim; ++i) p.compressed_kv[r * dim + i] *= static_cast<float>(1 + r % 5);  // mixed scales
+        kernels::KvFp8EncodeRow(p.compressed_kv.data() + r * dim, layout, fp8.data() + r * row_bytes);
+        kernels::KvFp8DecodeRow(fp8.data() + r * row_bytes, layout, p.compressed_kv.data() + r * dim);
+      }
+      const std::vector<float> want = Reference(p);
+      for (int num_ctas : {DeviceSmCount(), 7}) {
+        SCOPED_TRACE(std::string("H=") + std::to_string(p.heads) + " D=" + std::to_string(p.dim) + " " +
+                     ModeName(mode) + " ctas=" + std::to_string(num_ctas));
+        DeviceProblem bf16 = Prepare(p, num_ctas, static_cast<int>(p.batch));
+        PG_ASSERT_OK(cuda::SparseAttentionDecode(bf16.args, stream_.get()));
+        DeviceProblem f8 = Prepare(p, num_ctas, static_cast<int>(p.batch));
+        f8.compressed_fp8 = Upload(fp8);
+        f8.args.compressed_kv = View(f8.compressed_fp8, DType::kU8, {p.num_pages, p.page_size, layout.row_bytes()});
+        f8.args.entry_rope_dim = layout.rope_dim;
+        PG_ASSERT_OK(cuda::SparseAttentionDecode(f8.args, stream_.get()));
+        const size_t n = want.size();
+        EXPECT_TRUE(Download<uint16_t>(f8.out, n) == Download<uint16_t>(bf16.out, n)) << "FP8 vs bf16 entries";
+        EXPECT_TRUE(AllClose(DownloadBF16(f8.out, n), want, ToleranceFor(DType::kBF16), "out"));
+      }
+    }
+  }
+}
+
 TEST_F(SparseAttentionTest, RejectsBadArguments) {
   const Problem p = MakeProblem(64, 512, Mode::kIndexed, {4}, {4}, 5);
   DeviceProblem d = Prepare(p, 4, 1);
@@ -269,6 +309,17 @@ TEST_F(SparseAttentionTest, RejectsBadArguments) {
   EXPECT_EQ(cuda::SparseAttentionDecode(a, stream_.get()).code(), StatusCode::kInvalidArgument);
   a = d.args;
   a.window_indices.dtype = DType::kI64;
+  EXPECT_EQ(cuda::SparseAttentionDecode(a, stream_.get()).code(), StatusCode::kInvalidArgument);
+  // FP8 entries: rows of the layout's width, rope and e4m3 widths in multiples of 8.
+  a = d.args;
+  a.compressed_kv = View(d.compressed_kv, DType::kU8, {p.num_pages, p.page_size, 592});
+  a.entry_rope_dim = 64;
+  EXPECT_EQ(cuda::SparseAttentionDecode(a, stream_.get()).code(), StatusCode::kOk);
+  Sync();
+  a.entry_rope_dim = 60;
+  EXPECT_EQ(cuda::SparseAttentionDecode(a, stream_.get()).code(), StatusCode::kInvalidArgument);
+  a.entry_rope_dim = 64;
+  a.compressed_kv = View(d.compressed_kv, DType::kU8, {p.num_pages, p.page_size, 584});
   EXPECT_EQ(cuda::SparseAttentionDecode(a, stream_.get()).code(), StatusCode::kInvalidArgument);
 }
 

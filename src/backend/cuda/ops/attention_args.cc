@@ -1,21 +1,24 @@
 #include "backend/cuda/ops/attention_args.h"
 
+#include "kernels/common/kv_fp8_row.h"
+
 namespace peregrine::cuda {
 
 namespace {
 
-// The optional staged-entry tensors of a launch over `batch` requests with rows of `dim`.
+// The optional staged-entry tensors of a launch over `batch` requests with rows of `width`
+// elements of `dtype` (bf16 values, or the u8 bytes of FP8 rows).
 Status CheckStaged(TensorChecker& check, const Tensor& data, const Tensor& first, const Tensor& table, Dim& batch,
-                   Dim& dim, kernels::StagedEntries* out) {
+                   DType dtype, Dim& width, kernels::StagedEntries* out) {
   *out = {};
   if (data.data == nullptr && first.data == nullptr && table.data == nullptr) return Status::Ok();
   Dim rows("R"), capacity("Ks");
-  PG_RETURN_IF_ERROR(check.Check("staged rows", data, DType::kBF16, {&rows, &dim}));
+  PG_RETURN_IF_ERROR(check.Check("staged rows", data, dtype, {&rows, &width}));
   PG_RETURN_IF_ERROR(check.Check("staged_first", first, DType::kI32, {&batch}, Device::kCuda, 4));
   PG_RETURN_IF_ERROR(check.Check("staged_table", table, DType::kI32, {&batch, &capacity}, Device::kCuda, 4));
   PG_RETURN_IF_ERROR(
       check.Require(rows.value() <= INT32_MAX && capacity.value() <= INT32_MAX, "staged sizes overflow int32"));
-  out->data = data.as<const __nv_bfloat16>();
+  out->data = data.data;
   out->first = first.as<const int32_t>();
   out->table = table.as<const int32_t>();
   out->capacity = static_cast<int>(capacity.value());
@@ -35,8 +38,19 @@ Status CheckAttentionTensors(TensorChecker& check, const SparseAttentionArgs& a,
                                  Device::kCuda, 4));
   PG_RETURN_IF_ERROR(check.Check("window_lengths", a.window_lengths, DType::kI32, {&batch}, Device::kCuda, 4));
   const bool has_compressed = a.compressed_kv.data != nullptr;
+  const bool fp8 = has_compressed && a.compressed_kv.dtype == DType::kU8;
+  Dim entry_width("entry_bytes");
   if (has_compressed) {
-    PG_RETURN_IF_ERROR(check.Check("compressed_kv", a.compressed_kv, DType::kBF16, {&pages, &page_size, &dim}));
+    // Entries in bf16, or (u8) as V4's FP8 rows of KvFp8RowLayout{D, entry_rope_dim}.row_bytes().
+    if (fp8) {
+      PG_RETURN_IF_ERROR(check.Require(a.entry_rope_dim >= 0 && a.entry_rope_dim % 8 == 0 &&
+                                           a.entry_rope_dim <= dim.value() && (dim.value() - a.entry_rope_dim) % 8 == 0,
+                                       "FP8 entries need their rope and e4m3 widths in multiples of 8"));
+      entry_width.Bind(
+          kernels::KvFp8RowLayout{static_cast<int>(dim.value()), static_cast<int>(a.entry_rope_dim)}.row_bytes());
+    }
+    PG_RETURN_IF_ERROR(check.Check("compressed_kv", a.compressed_kv, fp8 ? DType::kU8 : DType::kBF16,
+                                   {&pages, &page_size, fp8 ? &entry_width : &dim}));
     if (a.page_table_rows.data == nullptr) tables.Bind(batch.value());
     PG_RETURN_IF_ERROR(check.Check("page_table", a.page_table, DType::kI32, {&tables, &max_pages}, Device::kCuda, 4));
     PG_RETURN_IF_ERROR(
@@ -48,7 +62,8 @@ Status CheckAttentionTensors(TensorChecker& check, const SparseAttentionArgs& a,
         check.Check("compressed_lengths", a.compressed_lengths, DType::kI32, {&batch}, Device::kCuda, 4));
     PG_RETURN_IF_ERROR(check.Require(page_size.value() > 0 && page_size.value() * max_pages.value() <= INT32_MAX,
                                      "page table too large for int32 entry numbers"));
-    PG_RETURN_IF_ERROR(CheckStaged(check, a.staged_kv, a.staged_first, a.staged_table, batch, dim, &p->staged));
+    PG_RETURN_IF_ERROR(CheckStaged(check, a.staged_kv, a.staged_first, a.staged_table, batch,
+                                   fp8 ? DType::kU8 : DType::kBF16, fp8 ? entry_width : dim, &p->staged));
   } else {
     PG_RETURN_IF_ERROR(check.Require(a.staged_kv.data == nullptr, "staged entries without compressed entries"));
     p->staged = {};
@@ -74,7 +89,9 @@ Status CheckAttentionTensors(TensorChecker& check, const SparseAttentionArgs& a,
   p->window_lengths = a.window_lengths.as<const int32_t>();
   p->num_window_rows = window_rows.value();
   p->window_capacity = static_cast<int>(window_capacity.value());
-  p->compressed_kv = has_compressed ? a.compressed_kv.as<const __nv_bfloat16>() : nullptr;
+  p->compressed_kv = has_compressed ? a.compressed_kv.data : nullptr;
+  p->entries_fp8 = fp8;
+  p->entry_rope_dim = fp8 ? static_cast<int>(a.entry_rope_dim) : 0;
   p->page_table = has_compressed ? a.page_table.as<const int32_t>() : nullptr;
   p->page_table_rows = has_compressed ? a.page_table_rows.as<const int32_t>() : nullptr;
   p->num_page_tables = has_compressed ? static_cast<int>(tables.value()) : 0;
@@ -112,7 +129,8 @@ Status CheckIndexerTensors(TensorChecker& check, const IndexerScoresArgs& a, int
   PG_RETURN_IF_ERROR(check.CheckOptional("page_table_rows", a.page_table_rows, DType::kI32, {&batch}, Device::kCuda, 4));
   PG_RETURN_IF_ERROR(check.Require(tables.value() <= INT32_MAX, "page table rows overflow int32"));
   PG_RETURN_IF_ERROR(check.Check("num_entries", a.num_entries, DType::kI32, {&batch}, Device::kCuda, 4));
-  PG_RETURN_IF_ERROR(CheckStaged(check, a.staged_keys, a.staged_first, a.staged_table, batch, dim, &p->staged));
+  PG_RETURN_IF_ERROR(
+      CheckStaged(check, a.staged_keys, a.staged_first, a.staged_table, batch, DType::kBF16, dim, &p->staged));
   PG_RETURN_IF_ERROR(check.Check("scores", a.scores, DType::kF32, {&batch, &stride}, Device::kCuda, q_alignment));
   PG_RETURN_IF_ERROR(check.Require(batch.value() <= INT32_MAX && stride.value() <= INT32_MAX, "sizes overflow int32"));
   PG_RETURN_IF_ERROR(check.Require(page_size.value() > 0 && max_pages.value() <= INT32_MAX &&

@@ -3,6 +3,7 @@
 #include "backend/cuda/cuda_status.h"
 #include "backend/cuda/ops/element_type.h"
 #include "backend/cuda/ops/tensor_check.h"
+#include "kernels/common/kv_fp8_row.h"
 #include "kernels/compressor_step.cuh"
 
 namespace peregrine::cuda {
@@ -34,7 +35,13 @@ Status CompressorStep(const CompressorStepArgs& a, cudaStream_t stream) {
   PG_RETURN_IF_ERROR(check.Check("positions", a.positions, DType::kI32, {&batch}, Device::kCuda, 4));
   PG_RETURN_IF_ERROR(check.Check("rope_cos", a.rope_cos, DType::kF32, {&num_positions, &half}, Device::kCuda, 4));
   PG_RETURN_IF_ERROR(check.Check("rope_sin", a.rope_sin, DType::kF32, {&num_positions, &half}, Device::kCuda, 4));
-  PG_RETURN_IF_ERROR(check.Check("cache", a.cache, DType::kBF16, {&pages, &page_size, &dim}));
+  // Entries in bf16, or (u8 rows) as V4's FP8 rows of KvFp8RowLayout{Dc, rope_dim}.row_bytes().
+  const bool fp8 = a.cache.dtype == DType::kU8;
+  Dim entry_width("entry_bytes");
+  if (fp8 && a.rope_dim >= 0 && a.rope_dim <= dim.value() && dim.value() <= kernels::kCompressorMaxDim)
+    entry_width.Bind(kernels::KvFp8RowLayout{static_cast<int>(dim.value()), static_cast<int>(a.rope_dim)}.row_bytes());
+  Dim* entry_dim = fp8 ? &entry_width : &dim;
+  PG_RETURN_IF_ERROR(check.Check("cache", a.cache, fp8 ? DType::kU8 : DType::kBF16, {&pages, &page_size, entry_dim}));
   Dim tables("T");
   const bool has_rows = a.page_table_rows.data != nullptr;
   if (!has_rows) tables.Bind(batch.value());
@@ -63,7 +70,8 @@ Status CompressorStep(const CompressorStepArgs& a, cudaStream_t stream) {
     PG_RETURN_IF_ERROR(check.Check("tree_positions", a.tree_positions, DType::kI32, {&tokens}, Device::kCuda, 4));
     PG_RETURN_IF_ERROR(check.Check("stage_kv", a.stage_kv, DType::kF32, {&stage_rows, &width}));
     PG_RETURN_IF_ERROR(check.Check("stage_gate", a.stage_gate, DType::kF32, {&stage_rows, &width}));
-    PG_RETURN_IF_ERROR(check.Check("stage_entries", a.stage_entries, DType::kBF16, {&stage_rows, &dim}));
+    PG_RETURN_IF_ERROR(
+        check.Check("stage_entries", a.stage_entries, fp8 ? DType::kU8 : DType::kBF16, {&stage_rows, entry_dim}));
     PG_RETURN_IF_ERROR(check.Require(path_capacity.value() <= INT32_MAX && stage_rows.value() <= INT32_MAX,
                                      "tree sizes overflow int32"));
   }
@@ -89,7 +97,8 @@ Status CompressorStep(const CompressorStepArgs& a, cudaStream_t stream) {
   p.norm_weight = a.norm_weight.as<const float>();
   p.rope_cos = a.rope_cos.as<const float>();
   p.rope_sin = a.rope_sin.as<const float>();
-  p.cache = a.cache.as<__nv_bfloat16>();
+  p.cache = a.cache.data;
+  p.cache_fp8 = fp8;
   p.page_table = a.page_table.as<const int32_t>();
   p.page_table_rows = has_rows ? a.page_table_rows.as<const int32_t>() : nullptr;
   p.num_page_tables = static_cast<int>(tables.value());
@@ -110,7 +119,7 @@ Status CompressorStep(const CompressorStepArgs& a, cudaStream_t stream) {
     p.path_capacity = static_cast<int>(path_capacity.value());
     p.stage_kv = a.stage_kv.as<float>();
     p.stage_gate = a.stage_gate.as<float>();
-    p.stage_entries = a.stage_entries.as<__nv_bfloat16>();
+    p.stage_entries = a.stage_entries.data;
     p.num_stage_rows = static_cast<int>(stage_rows.value());
   }
   p.batch = static_cast<int>(batch.value());

@@ -24,7 +24,9 @@ struct CompressorStepArgs {
   Tensor norm_weight;    // [Dc] f32
   Tensor rope_cos;       // [num_positions, rope_dim / 2] f32
   Tensor rope_sin;       // [num_positions, rope_dim / 2] f32
-  Tensor cache;          // [num_pages, P, Dc] bf16, the compressed entries
+  Tensor cache;          // [num_pages, P, Dc] bf16, the compressed entries; or [num_pages, P,
+                         //   KvFp8RowLayout{Dc, rope_dim}.row_bytes()] u8: V4's FP8 rows
+                         //   (kernels/common/kv_fp8_row.h), stage_entries likewise
   Tensor page_table;     // [T, max_pages] i32, entry k lives at page_table[row, k / P], slot k % P
   Tensor page_table_rows;  // [B] i32: request b's row of page_table; absent = row b (T = B)
   int64_t ratio = 0;
@@ -50,7 +52,7 @@ struct CompressorStepArgs {
   Tensor tree_positions;  // [N] i32: every row's position
   Tensor stage_kv;        // [num_stage_rows, coff*Dc] f32
   Tensor stage_gate;      // [num_stage_rows, coff*Dc] f32
-  Tensor stage_entries;   // [num_stage_rows, Dc] bf16
+  Tensor stage_entries;   // [num_stage_rows, Dc] bf16 (u8 FP8 rows with an FP8 cache)
 };
 
 // Appends every request's tokens, in order, and writes the entries of the blocks they

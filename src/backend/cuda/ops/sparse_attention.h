@@ -16,14 +16,17 @@ struct SparseAttentionArgs {
   Tensor window_kv;           // [Nw, D] bf16: every request's window ring rows
   Tensor window_indices;      // [B, Kw] i32 rows of window_kv, -1 = skip
   Tensor window_lengths;      // [B] i32 valid prefix of window_indices
-  Tensor compressed_kv;       // [num_pages, P, D] bf16; absent on window-only layers
+  Tensor compressed_kv;       // [num_pages, P, D] bf16; absent on window-only layers. Or [num_pages, P,
+                              //   KvFp8RowLayout{D, entry_rope_dim}.row_bytes()] u8: V4's FP8 rows
+                              //   (kernels/common/kv_fp8_row.h), staged_kv likewise
+  int64_t entry_rope_dim = 0; // FP8 entries: their bf16 rope dims (multiples of 8, as is D - it)
   Tensor page_table;          // [T, max_pages] i32 (with compressed_kv)
   Tensor page_table_rows;     // [B] i32: request b's row of page_table; absent = row b (T = B)
   Tensor compressed_indices;  // [B, Kc] i32 entry numbers, -1 = skip; absent = entries 0..len-1
   Tensor compressed_lengths;  // [B] i32 (with compressed_kv)
   // Draft trees (kernels/common/staged_entries.h): entries e >= staged_first[b] are rows
   // staged_table[b, e - staged_first[b]] of staged_kv. All three absent: none.
-  Tensor staged_kv;           // [R, D] bf16
+  Tensor staged_kv;           // [R, D] bf16 (u8 FP8 rows with FP8 entries)
   Tensor staged_first;        // [B] i32
   Tensor staged_table;        // [B, Ks] i32
   Tensor sink;                // [H] f32
