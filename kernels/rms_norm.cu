@@ -5,6 +5,7 @@
 
 #include "kernels/common/warp.cuh"
 #include "kernels/common/dependent_launch.cuh"
+#include "kernels/common/kv_fp8_row.h"
 #include "kernels/common/rope_pair.cuh"
 
 namespace peregrine::kernels {
@@ -56,6 +57,43 @@ template <>
 __device__ __forceinline__ void Store8<float>(float* p, const float (&v)[8]) {
   reinterpret_cast<float4*>(p)[0] = make_float4(v[0], v[1], v[2], v[3]);
   reinterpret_cast<float4*>(p)[1] = make_float4(v[4], v[5], v[6], v[7]);
+}
+
+// Values i .. i + 7 of a row (this lane's) that lie below `nope` round-trip through V4's FP8 KV
+// format: the 8 lanes holding a block of 64 agree on its largest magnitude, then each value
+// becomes e4m3 under the block's power-of-two scale and back (exact in bf16 and f32).
+__device__ __forceinline__ void RoundTripFp8Block(float (&v)[8], int i, int nope) {
+  static_assert(kKvFp8Block == 64);
+  float amax = 0.0f;
+#pragma unroll
+  for (int k = 0; k < 8; ++k)
+    if (i + k < nope) amax = fmaxf(amax, fabsf(v[k]));  // fmaxf leaves NaN out
+#pragma unroll
+  for (int offset = 1; offset < 8; offset <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
+  const uint8_t code = KvFp8ScaleCode(amax);
+  const float scale = KvFp8Scale(code);
+  const float inverse = KvFp8InverseScale(code);
+#pragma unroll
+  for (int k = 0; k < 8; ++k)
+    if (i + k < nope) v[k] = KvFp8DecodeE4M3(KvFp8EncodeE4M3(v[k] * inverse)) * scale;
+}
+
+// Stores values i .. i + 7 of a row, the pairs from rope_begin on rotated (from their rounded
+// values) when cos_row is given.
+template <typename Out>
+__device__ __forceinline__ void RotateAndStore(Out* y, int i, float (&v)[8], int rope_begin, const float* cos_row,
+                                               const float* sin_row) {
+  if (cos_row != nullptr && i >= rope_begin) {  // rope_begin is a multiple of 8
+    const int pair0 = (i - rope_begin) / 2;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const float2 r = RotatePair(ToFloat(FromFloat<Out>(v[2 * k])), ToFloat(FromFloat<Out>(v[2 * k + 1])),
+                                  cos_row[pair0 + k], sin_row[pair0 + k]);
+      v[2 * k] = r.x;
+      v[2 * k + 1] = r.y;
+    }
+  }
+  Store8(y + i, v);
 }
 
 template <typename In, typename Out, int kThreadsPerRow>
@@ -110,22 +148,27 @@ __global__ void __launch_bounds__(kBlockThreads) RmsNormKernel(const RmsNormPara
         sin_row = p.rope_sin + static_cast<int64_t>(pos) * (p.rope_dim / 2);
       }
     }
-    for (int i = lane * 8; i < n; i += kThreadsPerRow * 8) {
+    // Every lane runs the same passes (the FP8 rounding reduces over groups of 8 lanes).
+    for (int base = 0; base < n; base += kThreadsPerRow * 8) {
+      const int i = base + lane * 8;
+      if (p.fp8_nope > 0) {
+        float v[8] = {};
+        if (i < n) {
+          Load8(x + i, v);
+#pragma unroll
+          for (int k = 0; k < 8; ++k) v[k] = v[k] * scale * (w != nullptr ? w[i + k] : 1.0f);
+        }
+        RoundTripFp8Block(v, i, p.fp8_nope);
+        if (i >= n) continue;
+        RotateAndStore(y, i, v, rope_begin, cos_row, sin_row);
+        continue;
+      }
+      if (i >= n) break;
       float v[8];
       Load8(x + i, v);
 #pragma unroll
       for (int k = 0; k < 8; ++k) v[k] = v[k] * scale * (w != nullptr ? w[i + k] : 1.0f);
-      if (cos_row != nullptr && i >= rope_begin) {  // rope_begin is a multiple of 8
-        const int pair0 = (i - rope_begin) / 2;
-#pragma unroll
-        for (int k = 0; k < 4; ++k) {
-          const float2 r = RotatePair(ToFloat(FromFloat<Out>(v[2 * k])), ToFloat(FromFloat<Out>(v[2 * k + 1])),
-                                      cos_row[pair0 + k], sin_row[pair0 + k]);
-          v[2 * k] = r.x;
-          v[2 * k + 1] = r.y;
-        }
-      }
-      Store8(y + i, v);
+      RotateAndStore(y, i, v, rope_begin, cos_row, sin_row);
     }
   } else {
     for (int i = lane; i < n; i += kThreadsPerRow) {
@@ -156,6 +199,8 @@ cudaError_t LaunchRmsNorm(const RmsNormParams& p, cudaStream_t stream) {
   if (p.rope_positions != nullptr &&
       (p.rope_dim <= 0 || p.rope_dim % 8 != 0 || p.rope_dim > p.n || p.n % 8 != 0 || p.rope_cos == nullptr ||
        p.rope_sin == nullptr || p.rope_rows_per_position <= 0))
+    return cudaErrorInvalidValue;
+  if (p.fp8_nope < 0 || p.fp8_nope % 8 != 0 || p.fp8_nope > p.n || (p.fp8_nope > 0 && p.n % 8 != 0))
     return cudaErrorInvalidValue;
   const bool in_bf16 = p.in_type == ElementType::kBF16;
   const bool out_bf16 = p.out_type == ElementType::kBF16;

@@ -28,6 +28,11 @@ struct RmsNormParams {
   int rope_dim = 0;
   int rope_rows_per_position = 1;
   int rope_num_positions = 0;  // rows whose position is outside [0, this) are not rotated
+  // Optional: the first fp8_nope values of each row (a multiple of 8) round-trip through V4's
+  // FP8 KV format (kernels/common/kv_fp8_row.h: e4m3 in blocks of 64 under a power-of-two
+  // scale) before they are stored, so a KV row holds what an FP8 cache gives back (the rest,
+  // the rope dims, stay as they are). Needs n a multiple of 8. 0: none.
+  int fp8_nope = 0;
 };
 
 // Rows of `n` go to one warp up to this width, to a whole 256-thread block above it.

@@ -35,8 +35,13 @@ Status RmsNorm(const RmsNormArgs& a, cudaStream_t stream) {
                                      "sizes overflow int32"));
   }
 
+  PG_RETURN_IF_ERROR(check.Require(a.fp8_nope >= 0 && a.fp8_nope % 8 == 0 && a.fp8_nope <= n.value() &&
+                                       (a.fp8_nope == 0 || n.value() % 8 == 0),
+                                   "fp8_nope a multiple of 8 within N, N a multiple of 8"));
+
   kernels::RmsNormParams p;
   p.x = a.x.data;
+  p.fp8_nope = static_cast<int>(a.fp8_nope);
   p.weight = a.weight.as<const float>();
   p.y = a.y.data;
   p.rows = rows.value();

@@ -20,6 +20,10 @@ struct RmsNormArgs {
   Tensor rope_cos;        // [num_positions, rope_dim / 2] f32
   Tensor rope_sin;        // [num_positions, rope_dim / 2] f32
   int64_t rope_dim = 0;
+  // Optional: y's first fp8_nope values per row round-trip through V4's FP8 KV format (e4m3
+  // blocks of 64, kernels/common/kv_fp8_row.h), as a KV row an FP8 cache gives back. A
+  // multiple of 8 within N (N a multiple of 8); 0: none.
+  int64_t fp8_nope = 0;
 };
 
 // y = x * rsqrt(mean(x^2) + eps) * weight per row. InvalidArgument (naming the tensor) for
