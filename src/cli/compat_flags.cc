@@ -20,7 +20,7 @@ void AddCompatFlags(CLI::App& cmd, ServeOptions& o) {
                  "Weight format: none keeps bf16 dense projections, fp8 keeps them FP8 (as --dense-format fp8)")
       ->check(CLI::IsMember({"none", "fp8"}));
   cmd.add_option("--kv-cache-dtype", o.kv_cache_dtype,
-                 "KV cache dtype: auto (bf16 pools on CUDA) or fp8 (V4's FP8 format; CPU backend so far)")
+                 "KV cache dtype: auto (bf16 pools on CUDA) or fp8 (V4's FP8 format: FP8 entries on CUDA)")
       ->check(CLI::IsMember({"auto", "bf16", "bfloat16", "fp8", "fp8_e4m3"}));
   cmd.add_option("--chat-template", o.chat_template, "A Jinja chat template")
       ->check(CLI::Validator(

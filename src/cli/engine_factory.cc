@@ -81,6 +81,7 @@ Result<std::unique_ptr<DeviceExecutor>> MakeCudaExecutor(const EngineOptions& o,
   eo.prefix_caching = o.enable_prefix_caching;
   eo.snapshot_fraction = o.kv_snapshot_fraction;
   eo.batch_invariant = o.deterministic_inference;
+  eo.kv_cache_fp8 = o.kv_cache_dtype == "fp8";
   eo.weights.synthetic = o.synthetic_weights;
   eo.weights.seed = kSyntheticSeed;
   eo.weights.expert_format = o.expert_format;
@@ -139,8 +140,6 @@ Result<std::unique_ptr<ModelRunner>> MakeRunner(const EngineOptions& o, ModelSou
     return std::unique_ptr<ModelRunner>(std::move(runner));
   }
   if (o.device != "cuda") return InvalidArgument("unknown device '" + o.device + "' (cpu or cuda)");
-  if (o.kv_cache_dtype == "fp8")
-    return InvalidArgument("--kv-cache-dtype fp8 runs on the CPU backend only so far (the CUDA kernels read bf16 KV)");
   PG_RETURN_IF_ERROR(speculative::Validate(o.speculative));
   if (o.speculative.needs_model_drafter() && source.config.has_block_drafter() &&
       o.speculative.num_steps > source.config.dspark_block_size)

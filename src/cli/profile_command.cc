@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cli/engine_factory.h"
+#include "kernels/common/kv_fp8_row.h"
 #ifdef PEREGRINE_WITH_CUDA
 #include "backend/cuda/cuda_status.h"
 #include "model/deepseek_v4/cuda/cuda_model.h"
@@ -36,8 +37,10 @@ struct ProfileFlags {
 // Bytes one decode step must read per layer at batch b: every dense weight once, the routed
 // experts the batch touches (expected count for uniform routing), and the KV rows. With
 // `dense_fp8` the FP8 projections (wq_a, wq_b, wkv, wo_b, indexer wq_b, shared expert) count
-// one byte per weight (plus a 4-byte scale per 128x128 block).
-double LayerBytes(const ModelConfig& c, int64_t layer, int64_t b, int64_t context, bool mxfp4, bool dense_fp8) {
+// one byte per weight (plus a 4-byte scale per 128x128 block). A compressed entry is
+// `entry_bytes` (bf16 rows, or --kv-cache-dtype fp8's rows); window rows are bf16.
+double LayerBytes(const ModelConfig& c, int64_t layer, int64_t b, int64_t context, bool mxfp4, bool dense_fp8,
+                  double entry_bytes) {
   const double d = static_cast<double>(c.hidden_size);
   const double hd = static_cast<double>(c.head_dim);
   const double h = static_cast<double>(c.num_heads);
@@ -57,10 +60,11 @@ double LayerBytes(const ModelConfig& c, int64_t layer, int64_t b, int64_t contex
   const double e = static_cast<double>(c.num_experts);
   const double touched = e * (1.0 - std::pow(1.0 - static_cast<double>(c.num_experts_per_tok) / e, static_cast<double>(b)));
   const double expert_bytes = touched * 3.0 * d * inter * (mxfp4 ? 0.5 + 1.0 / 32.0 : 2.0);
-  double kv_rows = static_cast<double>(std::min(c.sliding_window, context));
-  if (ratio > 0) kv_rows += csa ? static_cast<double>(std::min(c.index_topk, context / ratio))
-                                : static_cast<double>(context / ratio);
-  double kv_bytes = static_cast<double>(b) * kv_rows * hd * 2.0;
+  const double window_rows = static_cast<double>(std::min(c.sliding_window, context));
+  double entries = 0.0;
+  if (ratio > 0) entries = csa ? static_cast<double>(std::min(c.index_topk, context / ratio))
+                               : static_cast<double>(context / ratio);
+  double kv_bytes = static_cast<double>(b) * (window_rows * hd * 2.0 + entries * entry_bytes);
   if (csa) kv_bytes += static_cast<double>(b) * (context / ratio) * c.index_head_dim * 2.0;
   const double fp8_bytes = fp8_params * (dense_fp8 ? 1.0 + 4.0 / (128.0 * 128.0) : 2.0);
   return params * 2.0 + fp8_bytes + expert_bytes + kv_bytes;
@@ -95,8 +99,13 @@ int Run(const ProfileFlags& f) {
   o.weights.expert_format = f.engine.expert_format;
   o.weights.dense_format = f.engine.dense_format;
   o.batch_invariant = f.engine.deterministic_inference;
+  o.kv_cache_fp8 = f.engine.kv_cache_dtype == "fp8";
   const bool mxfp4 = f.engine.expert_format == "mxfp4";
   const bool dense_fp8 = f.engine.dense_format == "fp8";
+  const double entry_bytes =
+      o.kv_cache_fp8 ? kernels::KvFp8RowLayout{static_cast<int>(config.head_dim), static_cast<int>(config.rope_head_dim)}
+                           .row_bytes()
+                     : 2.0 * static_cast<double>(config.head_dim);
   // Blocks for every sequence at the profiled context, each its own.
   {
     const KvLayout layout = deepseek_v4::KvGeometry::For(config, o.block_tokens, {2, 2}).Layout();
@@ -112,10 +121,10 @@ int Run(const ProfileFlags& f) {
   const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const KvCapacity& kv = model.kv_capacity();
   const int64_t blocks_per_seq = kv.layout.BlocksFor(o.max_context);
-  std::printf("model: %lld layers, %.2f GB weights (%s experts, %s dense%s), %.2f GB KV pools, ready in %.1f s\n",
+  std::printf("model: %lld layers, %.2f GB weights (%s experts, %s dense%s%s), %.2f GB KV pools, ready in %.1f s\n",
               static_cast<long long>(config.num_layers), static_cast<double>(model.weight_bytes()) / 1e9,
               mxfp4 ? "MXFP4" : "bf16", f.engine.dense_format.c_str(),
-              o.batch_invariant ? ", batch-invariant kernels" : "",
+              o.batch_invariant ? ", batch-invariant kernels" : "", o.kv_cache_fp8 ? ", FP8 KV" : "",
               static_cast<double>(PoolBytes(kv).total()) / 1e9, load_s);
   std::vector<std::vector<int32_t>> tables(static_cast<size_t>(max_b));
   for (int64_t i = 0; i < max_b; ++i)
@@ -188,7 +197,8 @@ int Run(const ProfileFlags& f) {
                   static_cast<long long>(op.launches));
     }
     double layer_bytes = 0.0;
-    for (int64_t l = 0; l < config.num_layers; ++l) layer_bytes += LayerBytes(config, l, b, f.context, mxfp4, dense_fp8);
+    for (int64_t l = 0; l < config.num_layers; ++l)
+      layer_bytes += LayerBytes(config, l, b, f.context, mxfp4, dense_fp8, entry_bytes);
     layer_bytes /= static_cast<double>(config.num_layers);
     double head_ms = 0.0;
     for (const auto& op : ops)
@@ -241,7 +251,7 @@ int Run(const ProfileFlags& f) {
       // What the wider step must read at least: the experts b * T tokens touch, T times the KV rows.
       double verify_bytes = 0.0;
       for (int64_t l = 0; l < config.num_layers; ++l)
-        verify_bytes += LayerBytes(config, l, b * verify, f.context, mxfp4, dense_fp8);
+        verify_bytes += LayerBytes(config, l, b * verify, f.context, mxfp4, dense_fp8, entry_bytes);
       verify_bytes /= static_cast<double>(config.num_layers);
       std::printf("  verify: %lld tokens per sequence, graphed step + commit %.3f ms (median of %d) = %.2fx the decode "
                   "step; its roofline is %.2fx the decode step's (%.1f MB per layer)\n",
@@ -259,6 +269,7 @@ int Run(const ProfileFlags& f) {
           << ",\"num_layers\":" << config.num_layers << ",\"experts\":\"" << (mxfp4 ? "mxfp4" : "bf16")
           << "\",\"dense\":\"" << f.engine.dense_format
           << "\",\"batch_invariant\":" << (o.batch_invariant ? "true" : "false")
+          << ",\"kv_cache_dtype\":\"" << (o.kv_cache_fp8 ? "fp8" : "bf16") << "\""
           << ",\"graph_step_ms\":" << graph_ms << ",\"eager_step_ms\":" << eager_ms << ",\"busy_ms\":" << busy
           << ",\"idle_fraction\":" << std::max(0.0, 1.0 - busy / graph_ms) << ",\"host_ms\":" << host_ms
           << ",\"layer_ms\":" << layer_ms << ",\"graph_layer_ms\":" << graph_layer_ms
@@ -291,6 +302,9 @@ void AddProfileCommand(CLI::App& app) {
       ->check(CLI::IsMember({"bf16", "fp8"}));
   cmd->add_flag("--enable-deterministic-inference", f->engine.deterministic_inference,
                 "Batch-invariant kernels (their cost is what this measures)");
+  cmd->add_option("--kv-cache-dtype", f->engine.kv_cache_dtype, "auto, or fp8: compressed entries in V4's FP8 rows")
+      ->check(CLI::IsMember({"auto", "fp8"}))
+      ->capture_default_str();
   cmd->add_option("--batch-sizes", f->batch_sizes, "Decode batch sizes")->delimiter(',')->capture_default_str();
   cmd->add_option("--context", f->context, "Position of the decode tokens")->capture_default_str();
   cmd->add_option("--steps", f->steps, "Timed graphed steps per batch size")->check(CLI::Range(1, 100000));

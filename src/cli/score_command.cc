@@ -103,6 +103,7 @@ class CudaScorer final : public RowScorer {
     o.weights.expert_format = e.expert_format;
     o.weights.dense_format = e.dense_format;
     o.batch_invariant = e.deterministic_inference;
+    o.kv_cache_fp8 = e.kv_cache_dtype == "fp8";
     {
       const KvLayout layout = deepseek_v4::KvGeometry::For(source.config, o.block_tokens, {2, 2}).Layout();
       o.kv_tokens = std::max<int64_t>(layout.BlocksFor(o.max_context), 1) * layout.block_tokens;
@@ -146,9 +147,7 @@ int Run(const ScoreFlags& f) {
     scorer = CpuScorer::Create(std::move(source).value(), f.seq_len, f.engine);
   } else if (f.engine.device == "cuda") {
 #ifdef PEREGRINE_WITH_CUDA
-    scorer = f.engine.kv_cache_dtype == "fp8"
-                 ? Result<std::unique_ptr<RowScorer>>(InvalidArgument("--kv-cache-dtype fp8 runs on the CPU backend only"))
-                 : CudaScorer::Create(std::move(source).value(), f.engine, f.seq_len);
+    scorer = CudaScorer::Create(std::move(source).value(), f.engine, f.seq_len);
 #else
     scorer = Unimplemented("this build has no CUDA backend");
 #endif
@@ -223,7 +222,7 @@ void AddScoreCommand(CLI::App& app) {
   cmd->add_option("--expert-format", f->engine.expert_format, "CUDA routed experts: bf16 or mxfp4")
       ->check(CLI::IsMember({"bf16", "mxfp4"}));
   cmd->add_option("--kv-cache-dtype", f->engine.kv_cache_dtype,
-                  "auto, or fp8: KV rows as V4's FP8 cache format stores them (CPU backend)")
+                  "auto, or fp8: KV rows as V4's FP8 cache format stores them")
       ->check(CLI::IsMember({"auto", "fp8"}))
       ->capture_default_str();
   cmd->add_option("--dense-format", f->engine.dense_format, "CUDA dense projections: bf16 or fp8")

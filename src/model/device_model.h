@@ -97,6 +97,10 @@ struct DeviceModelLimits {
   // the batch (its size, its other rows, how prefill is chunked), so a request's tokens and
   // logprobs are the same alone or in any batch. Costs speed (see the profile).
   bool batch_invariant = false;
+  // --kv-cache-dtype fp8: compressed entries stored as V4's FP8 rows (kernels/common/kv_fp8_row.h)
+  // and every KV row (window rows too) rounded through that format as it is written, so
+  // attention reads what an FP8 cache gives back (the CPU backend's kv_cache_fp8).
+  bool kv_cache_fp8 = false;
   // Speculative verify: draft-tree nodes a step may hold (each has staging rows for what it
   // would write); 0: the model verifies no drafts.
   int64_t max_verify_rows = 0;

@@ -263,7 +263,8 @@ void CudaModelRunner::CloseKvPeers() {
 
 std::string CudaModelRunner::kv_fingerprint() const {
   if (executor_->model().SlotRegions(0).empty()) return {};
-  return KvFingerprint("cuda-bf16/" + executor_->config().model_type + "/vocab=" +
+  const char* format = executor_->options().kv_cache_fp8 ? "cuda-bf16-fp8entries/" : "cuda-bf16/";
+  return KvFingerprint(format + executor_->config().model_type + "/vocab=" +
                            std::to_string(executor_->config().vocab_size),
                        executor_->kv_capacity().layout);
 }

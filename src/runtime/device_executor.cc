@@ -128,6 +128,7 @@ Status DeviceExecutor::Setup(const ModelConfig& config, const Checkpoint& checkp
   limits.max_context = options_.max_context;
   limits.block_tokens = options_.block_tokens;
   limits.batch_invariant = options_.batch_invariant;
+  limits.kv_cache_fp8 = options_.kv_cache_fp8;
   limits.max_verify_rows = options_.max_verify_rows;
   limits.max_draft_steps = options_.max_draft_steps;
   limits.draft_candidates = options_.draft_candidates;

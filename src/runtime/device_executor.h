@@ -52,6 +52,7 @@ struct ExecutorOptions {
   bool prefix_caching = true;
   double snapshot_fraction = 0.1;
   bool batch_invariant = false;  // --enable-deterministic-inference (DeviceModelLimits)
+  bool kv_cache_fp8 = false;     // --kv-cache-dtype fp8 (DeviceModelLimits)
   int64_t max_verify_rows = 0;   // speculative verify nodes per step (DeviceModelLimits)
   int32_t max_draft_steps = 0;   // > 0: the model's drafter on the device, chains this deep
   int32_t draft_candidates = 1;  // the drafter's candidates per depth (DDTree's top-k)

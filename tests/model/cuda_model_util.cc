@@ -22,6 +22,7 @@ Result<std::unique_ptr<SlotModel>> SlotModel::Create(const ModelConfig& config, 
   eo.block_tokens = o.block_tokens;
   eo.prefix_caching = false;
   eo.batch_invariant = o.batch_invariant;
+  eo.kv_cache_fp8 = o.kv_cache_fp8;
   eo.max_verify_rows = o.max_verify_rows;
   eo.max_draft_steps = o.max_draft_steps;
   eo.draft_candidates = o.draft_candidates;

@@ -32,6 +32,7 @@ struct SlotModelOptions {
   int64_t max_logit_rows = 0;  // 0: num_slots
   int64_t block_tokens = 256;
   bool batch_invariant = false;  // --enable-deterministic-inference
+  bool kv_cache_fp8 = false;     // --kv-cache-dtype fp8
   int64_t max_verify_rows = 0;   // draft-tree nodes a step may verify
   int32_t max_draft_steps = 0;   // > 0: load the checkpoint's drafter (DeviceModelLimits)
   int32_t draft_candidates = 1;

@@ -49,8 +49,9 @@ constexpr double kChunkingTolerance = 1e-2;
 
 class CudaModelTest : public ::testing::TestWithParam<std::filesystem::path> {
  protected:
-  // `all_entries`: the indexer keeps every visible entry (no top-k choice).
-  void Open(bool all_entries) {
+  // `all_entries`: the indexer keeps every visible entry (no top-k choice). `kv_fp8`:
+  // --kv-cache-dtype fp8.
+  void Open(bool all_entries, bool kv_fp8 = false) {
     if (peregrine::cuda::ListDevices().empty()) GTEST_SKIP() << "no CUDA device";
     const auto dir = GetParam() / "model";
     auto config = LoadModelConfig(dir);
@@ -64,6 +65,7 @@ class CudaModelTest : public ::testing::TestWithParam<std::filesystem::path> {
     o.max_tokens = 1024;
     o.max_context = std::min<int64_t>(config->max_position_embeddings, 1024);
     o.max_logit_rows = 1024;
+    o.kv_cache_fp8 = kv_fp8;
     auto model = testing::SlotModel::Create(*config, **checkpoint, o);
     ASSERT_TRUE(model.ok()) << model.status().ToString();
     model_ = std::move(model).value();
@@ -104,16 +106,25 @@ class CudaConsistencyTest : public CudaModelTest {
 
 class CudaCpuAgreementTest : public CudaModelTest {
  protected:
-  void SetUp() override {
-    Open(/*all_entries=*/true);
+  void SetUp() override { OpenBoth(/*kv_fp8=*/false); }
+  void OpenBoth(bool kv_fp8) {
+    Open(/*all_entries=*/true, kv_fp8);
     if (IsSkipped() || HasFatalFailure()) return;
     auto checkpoint = Checkpoint::Open(GetParam() / "model");
     ASSERT_TRUE(checkpoint.ok()) << checkpoint.status().ToString();
     auto cpu = Model::Create(config_, std::move(checkpoint).value(), 2);
     ASSERT_TRUE(cpu.ok()) << cpu.status().ToString();
     cpu_ = std::move(cpu).value();
+    cpu_->set_kv_cache_fp8(kv_fp8);
   }
   std::unique_ptr<Model> cpu_;
+};
+
+// --kv-cache-dtype fp8 on both backends: the device's FP8 entries and rounded window rows
+// against the CPU backend's FP8 round trip of every KV row, at bf16's tolerance.
+class CudaCpuFp8KvAgreementTest : public CudaCpuAgreementTest {
+ protected:
+  void SetUp() override { OpenBoth(/*kv_fp8=*/true); }
 };
 
 TEST_P(CudaParityTest, FullForwardMatchesReference) {
@@ -205,6 +216,27 @@ TEST_P(CudaCpuAgreementTest, BatchedDecodeMatchesCpuBackend) {
               *std::max_element(errors.begin(), errors.end()));
 }
 
+TEST_P(CudaCpuFp8KvAgreementTest, PrefillAndBatchedDecodeMatchCpuBackend) {
+  const std::vector<float> got = Prefill(0, static_cast<int64_t>(golden_.prompt_ids.size()));
+  SequenceState state = cpu_->NewSequence();
+  std::vector<float> want;
+  ASSERT_TRUE(cpu_->Forward(state, golden_.prompt_ids, /*all_logits=*/true, &want).ok());
+  ASSERT_EQ(got.size(), want.size());
+  const double err = RelativeL2(got.data(), want.data(), static_cast<int64_t>(want.size()));
+  std::printf("%s FP8 KV: CUDA vs CPU prefill rel L2 %.3e\n", GetParam().filename().c_str(), err);
+  EXPECT_LE(err, kBf16LogitsTolerance);
+
+  ASSERT_TRUE(model_->EnableGraphs(4).ok());
+  const int64_t lengths[] = {3, 129, 200};
+  const std::vector<double> errors =
+      testing::BatchedDecodeErrors(*model_, *cpu_, golden_.prompt_ids, lengths, /*first_slot=*/1, /*chunk=*/1 << 20);
+  ASSERT_FALSE(errors.empty());
+  for (size_t step = 0; step < errors.size(); ++step)
+    EXPECT_LE(errors[step], kBf16LogitsTolerance) << "step " << step << " batch " << 1 + step % 3;
+  std::printf("%s FP8 KV: CUDA vs CPU batched decode, worst step rel L2 %.3e\n", GetParam().filename().c_str(),
+              *std::max_element(errors.begin(), errors.end()));
+}
+
 TEST_P(CudaConsistencyTest, RejectsBadTokensWithoutTouchingState) {
   std::vector<float> logits;
   const int32_t bad[] = {1, static_cast<int32_t>(golden_.vocab)};
@@ -215,6 +247,8 @@ TEST_P(CudaConsistencyTest, RejectsBadTokensWithoutTouchingState) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaParityTest, ::testing::ValuesIn(Bf16Fixtures()),
                          [](const auto& info) { return info.param.filename().string(); });
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaCpuAgreementTest, ::testing::ValuesIn(Bf16Fixtures()),
+                         [](const auto& info) { return info.param.filename().string(); });
+INSTANTIATE_TEST_SUITE_P(Fixtures, CudaCpuFp8KvAgreementTest, ::testing::ValuesIn(Bf16Fixtures()),
                          [](const auto& info) { return info.param.filename().string(); });
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaConsistencyTest, ::testing::ValuesIn(FixtureDirs()),
                          [](const auto& info) { return info.param.filename().string(); });

@@ -149,14 +149,16 @@ TEST_F(CudaSpeculativeTest, SampledTokensKeepThePlainDistribution) {
 // wraps, compressor blocks (CSA and HCA entries completed inside the tree) and a KV block
 // boundary; committing one root path leaves the slot as a plain run of that path does (the
 // next token's logits agree bit for bit), whatever the other nodes held.
-class CudaTreeVerifyTest : public ::testing::TestWithParam<std::filesystem::path> {
+// Each fixture with bf16 KV and with --kv-cache-dtype fp8 (FP8 entries staged and committed
+// as their bytes).
+class CudaTreeVerifyTest : public ::testing::TestWithParam<std::tuple<std::filesystem::path, bool>> {
  protected:
   // 12 nodes, depth 6, branching at every level but the last (speculative_model_test's tree).
   const std::vector<int32_t> parents_ = {-1, 0, 0, 1, 1, 2, 3, 3, 6, 8, 9, 4};
 
   void SetUp() override {
     if (peregrine::cuda::ListDevices().empty()) GTEST_SKIP() << "no CUDA device";
-    const auto dir = GetParam() / "model";
+    const auto dir = std::get<0>(GetParam()) / "model";
     auto config = LoadModelConfig(dir);
     ASSERT_TRUE(config.ok()) << config.status().ToString();
     config_ = *config;
@@ -171,6 +173,7 @@ class CudaTreeVerifyTest : public ::testing::TestWithParam<std::filesystem::path
     o.block_tokens = 64;
     o.batch_invariant = true;
     o.max_verify_rows = 2 * static_cast<int64_t>(parents_.size());
+    o.kv_cache_fp8 = std::get<1>(GetParam());
     auto model = testing::SlotModel::Create(*config, **checkpoint, o);
     ASSERT_TRUE(model.ok()) << model.status().ToString();
     model_ = std::move(model).value();
@@ -288,8 +291,12 @@ TEST_P(CudaTreeVerifyTest, CommittingAPathLeavesThePlainRunsState) {
   EXPECT_TRUE(model_->executor().CommitTrees({&root, 1}).ok());
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, CudaTreeVerifyTest, ::testing::ValuesIn(testing::FixtureDirs()),
-                         [](const auto& info) { return info.param.filename().string(); });
+INSTANTIATE_TEST_SUITE_P(Fixtures, CudaTreeVerifyTest,
+                         ::testing::Combine(::testing::ValuesIn(testing::FixtureDirs()), ::testing::Bool()),
+                         [](const auto& info) {
+                           return std::get<0>(info.param).filename().string() +
+                                  (std::get<1>(info.param) ? "_fp8_kv" : "");
+                         });
 
 }  // namespace
 }  // namespace peregrine

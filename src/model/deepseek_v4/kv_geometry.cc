@@ -68,10 +68,10 @@ KvLayout KvGeometry::Layout() const {
     if (l.ratio == 0) continue;
     first = std::min(first, l.ratio);
     if (l.csa_index >= 0) {
-      csa_entries += l.entries_per_page * head_dim * sizes.cache;
+      csa_entries += l.entries_per_page * entry_bytes();
       csa_keys += l.entries_per_page * index_dim * sizes.cache;
     } else {
-      hca_entries += l.entries_per_page * head_dim * sizes.cache;
+      hca_entries += l.entries_per_page * entry_bytes();
     }
   }
   k.first_entry_tokens = first;

@@ -33,6 +33,9 @@ namespace peregrine::deepseek_v4 {
 struct KvElementSizes {
   int64_t cache = 4;   // compressed entries and indexer keys
   int64_t window = 4;  // window rows
+  // Bytes of one compressed entry when they are stored in another format than `cache`-sized
+  // values (the CUDA backend's FP8 entries: kernels/common/kv_fp8_row.h); 0: head_dim * cache.
+  int64_t entry_row = 0;
 };
 
 struct KvGeometry {
@@ -59,6 +62,8 @@ struct KvGeometry {
   static KvGeometry For(const ModelConfig& config, int64_t block_tokens_hint, KvElementSizes sizes);
 
   KvLayout Layout() const;
+  // Bytes of one compressed entry (CSA and HCA alike).
+  int64_t entry_bytes() const { return sizes.entry_row > 0 ? sizes.entry_row : head_dim * sizes.cache; }
   // Floats of one slot's compressor rings of layer l (kv, then gate; then the indexer's for CSA).
   int64_t RingFloats(int64_t ratio, int64_t coff, int64_t dim) const { return coff * ratio * coff * dim; }
   int64_t compressor_slot_floats() const;  // all compressed layers, one slot

@@ -162,9 +162,11 @@ Status CudaModel::Impl::EnqueueAttention(int64_t i, int64_t rows, int64_t chunks
     });
   };
   // The norm with RoPE fused on its output (rows of one position each, or `heads` per
-  // position); two launches where the widths are not multiples of 8.
-  auto norm_rope = [&](const Tensor& in, const Tensor& weight, const Tensor& out) -> Status {
-    if (c.rope_head_dim % 8 != 0 || out.shape[1] % 8 != 0) {
+  // position); two launches where the widths are not multiples of 8. `fp8_nope` > 0 (a KV row
+  // with --kv-cache-dtype fp8, whose widths are multiples of 8): those leading values round-trip
+  // through V4's FP8 format as they are stored.
+  auto norm_rope = [&](const Tensor& in, const Tensor& weight, const Tensor& out, int64_t fp8_nope = 0) -> Status {
+    if (fp8_nope == 0 && (c.rope_head_dim % 8 != 0 || out.shape[1] % 8 != 0)) {
       PG_RETURN_IF_ERROR(norm(in, weight, out));
       return rope(out, false);
     }
@@ -174,6 +176,7 @@ Status CudaModel::Impl::EnqueueAttention(int64_t i, int64_t rows, int64_t chunks
       a.rope_cos = cos.view;
       a.rope_sin = sin.view;
       a.rope_dim = c.rope_head_dim;
+      a.fp8_nope = fp8_nope;
       return pc::RmsNorm(a, s);
     });
   };
@@ -192,7 +195,7 @@ Status CudaModel::Impl::EnqueueAttention(int64_t i, int64_t rows, int64_t chunks
   s = branch;
   const Tensor kv = View(ws.kv, DType::kF32, {rows, hd});
   PG_RETURN_IF_ERROR(project(x, lw.wkv, kv));
-  PG_RETURN_IF_ERROR(norm_rope(kv, lw.kv_norm.view, new_kv));
+  PG_RETURN_IF_ERROR(norm_rope(kv, lw.kv_norm.view, new_kv, limits.kv_cache_fp8 ? hd - c.rope_head_dim : 0));
 
   // Compressors: append this step's tokens, emit the entries of completed blocks.
   // kv_gate_buf holds the wkv and the wgate projections one after the other ([2, rows, width]),
@@ -315,7 +318,8 @@ Status CudaModel::Impl::EnqueueAttention(int64_t i, int64_t rows, int64_t chunks
     a.window_indices = MetaView(layout.window_indices, {rows, w});
     a.window_lengths = MetaView(layout.window_lengths, {rows});
     if (!sliding) {
-      a.compressed_kv = st.cache;
+      a.compressed_kv = st.cache;  // bf16, or u8 FP8 rows (--kv-cache-dtype fp8)
+      a.entry_rope_dim = c.rope_head_dim;
       a.page_table = BlockTables();
       a.page_table_rows = MetaView(layout.token_slots, {rows});
       if (csa) {

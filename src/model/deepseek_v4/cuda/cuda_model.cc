@@ -19,6 +19,7 @@
 #include "distributed/parallel_config.h"
 #include "kernels/indexer_scores.cuh"
 #include "kernels/indexer_topk.cuh"
+#include "kernels/common/kv_fp8_row.h"
 #include "model/deepseek_v4/cuda/cuda_model_impl.h"
 #include "model/deepseek_v4/rope.h"
 
@@ -161,7 +162,8 @@ Status CudaModel::Impl::Allocate(cudaStream_t load_stream) {
       const int64_t width = (is_csa ? 2 : 1) * hd;
       PG_RETURN_IF_ERROR(alloc(DType::kF32, {v, width}, &stages[i].kv));
       PG_RETURN_IF_ERROR(alloc(DType::kF32, {v, width}, &stages[i].gate));
-      PG_RETURN_IF_ERROR(alloc(DType::kBF16, {v, hd}, &stages[i].entries));
+      PG_RETURN_IF_ERROR(limits.kv_cache_fp8 ? alloc(DType::kU8, {v, geometry.entry_bytes()}, &stages[i].entries)
+                                             : alloc(DType::kBF16, {v, hd}, &stages[i].entries));
       if (is_csa) {
         PG_RETURN_IF_ERROR(alloc(DType::kF32, {v, 2 * id}, &stages[i].index_kv));
         PG_RETURN_IF_ERROR(alloc(DType::kF32, {v, 2 * id}, &stages[i].index_gate));
@@ -289,7 +291,15 @@ Result<std::unique_ptr<CudaModel>> CudaModel::Create(const ModelConfig& config, 
   auto impl = std::make_unique<Impl>();
   impl->config = config;
   impl->limits = limits;
-  impl->geometry = KvGeometry::For(config, limits.block_tokens, KvElementSizes{2, 2});
+  // --kv-cache-dtype fp8: the fused norm rounds KV rows and the attention reads FP8 entries in
+  // whole 8-value pieces.
+  if (limits.kv_cache_fp8 && (config.rope_head_dim % 8 != 0 || (config.head_dim - config.rope_head_dim) % 8 != 0))
+    return InvalidArgument("CUDA model: --kv-cache-dtype fp8 needs head_dim and qk_rope_head_dim multiples of 8");
+  const int64_t entry_row =
+      limits.kv_cache_fp8
+          ? kernels::KvFp8RowLayout{static_cast<int>(config.head_dim), static_cast<int>(config.rope_head_dim)}.row_bytes()
+          : 0;
+  impl->geometry = KvGeometry::For(config, limits.block_tokens, KvElementSizes{2, 2, entry_row});
   impl->allocator = &allocator;
   impl->parallel = parallel;
   WeightLoadOptions w = weight_options;
@@ -379,6 +389,13 @@ Status CudaModel::BindKv(const DeviceKvPools& pools) {
                      ? reinterpret_cast<float*>(static_cast<char*>(pools.snapshots) + g.snapshot_window_bytes())
                      : nullptr;
   const int64_t tail_kv = csa_ratio * 2 * hd, tail_index = csa_ratio * 2 * id;
+  // Layer c's part of an entries pool: [blocks, P, Dh] bf16, or [blocks, P, row bytes] u8 FP8 rows.
+  const int64_t entry_bytes = g.entry_bytes();
+  auto entries = [&](char* pool, int64_t c, int64_t per_page) {
+    const bool fp8 = m.limits.kv_cache_fp8;
+    return Tensor::Contiguous(pool + c * blocks * per_page * entry_bytes, fp8 ? DType::kU8 : DType::kBF16,
+                              {std::max<int64_t>(blocks, 1), per_page, fp8 ? entry_bytes : hd}, Device::kCuda);
+  };
   m.kv.assign(g.layers.size(), LayerKv{});
   for (size_t i = 0; i < g.layers.size(); ++i) {
     const KvGeometry::Layer& l = g.layers[i];
@@ -395,8 +412,7 @@ Status CudaModel::BindKv(const DeviceKvPools& pools) {
           Tensor::Contiguous(idx_kv + c * slots * index_ring, DType::kF32, {slots, 2 * l.ratio, 2 * id}, Device::kCuda);
       k.index_gate_ring =
           Tensor::Contiguous(idx_gate + c * slots * index_ring, DType::kF32, {slots, 2 * l.ratio, 2 * id}, Device::kCuda);
-      k.cache = Tensor::Contiguous(csa_entries + c * blocks * l.entries_per_page * hd * 2, DType::kBF16,
-                                   {std::max<int64_t>(blocks, 1), l.entries_per_page, hd}, Device::kCuda);
+      k.cache = entries(csa_entries, c, l.entries_per_page);
       k.index_keys = Tensor::Contiguous(csa_keys + c * blocks * l.entries_per_page * id * 2, DType::kBF16,
                                         {std::max<int64_t>(blocks, 1), l.entries_per_page, id}, Device::kCuda);
       if (tails != nullptr) {
@@ -409,8 +425,7 @@ Status CudaModel::BindKv(const DeviceKvPools& pools) {
     } else {
       k.kv_ring = Tensor::Contiguous(hca_kv + c * slots * hca_ring, DType::kF32, {slots, l.ratio, hd}, Device::kCuda);
       k.gate_ring = Tensor::Contiguous(hca_gate + c * slots * hca_ring, DType::kF32, {slots, l.ratio, hd}, Device::kCuda);
-      k.cache = Tensor::Contiguous(hca_entries + c * blocks * l.entries_per_page * hd * 2, DType::kBF16,
-                                   {std::max<int64_t>(blocks, 1), l.entries_per_page, hd}, Device::kCuda);
+      k.cache = entries(hca_entries, c, l.entries_per_page);
     }
   }
   if (m.drafts()) {

@@ -86,7 +86,8 @@ Status CudaModel::Impl::EnqueueCommit(std::span<const TreeCommit> commits, cudaS
         const auto page = static_cast<size_t>(entry / page_size);
         if (page >= tree.blocks.size() || tree.blocks[page] < 0) return Internal("CUDA model: a kept entry has no block");
         const int64_t row = static_cast<int64_t>(tree.blocks[page]) * page_size + entry % page_size;
-        add(at(st.entries.view, stage * hd * 2), at(l.cache, row * hd * 2), hd * 2);
+        const int64_t bytes = g.entry_bytes();  // bf16 or FP8 rows, as the pools hold them
+        add(at(st.entries.view, stage * bytes), at(l.cache, row * bytes), bytes);
         if (is_csa) add(at(st.index_keys.view, stage * id * 2), at(l.index_keys, row * id * 2), id * 2);
       }
     }
