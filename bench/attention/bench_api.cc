@@ -19,6 +19,7 @@
 #include "backend/cuda/ops/output_projection.h"
 #include "backend/cuda/ops/sparse_attention.h"
 #include "backend/cuda/ops/sparse_attention_plan.h"
+#include "kernels/common/kv_fp8_row.h"
 #include "kernels/indexer_topk.cuh"
 
 namespace {
@@ -106,12 +107,15 @@ int pg_attention_plan(void* handle, const int64_t* rows, int batch, int num_ctas
 
 // Shapes as in backend/cuda/ops/sparse_attention.h; compressed_indices may be null (all
 // entries), compressed_kv null for window-only layers, rope_cos null for no inverse RoPE.
+// entry_rope_dim > 0: compressed_kv holds V4's FP8 rows (kernels/common/kv_fp8_row.h) of
+// KvFp8RowLayout{dim, entry_rope_dim}.row_bytes() bytes instead of bf16 rows.
 int pg_sparse_attention(void* handle, void* q, int batch, int heads, int dim, void* window_kv, int64_t window_rows,
                         void* window_indices, int window_capacity, void* window_lengths, void* compressed_kv,
                         int64_t num_pages, int page_size, void* page_table, int max_pages, void* compressed_indices,
                         int compressed_capacity, void* compressed_lengths, void* sink, void* positions,
                         void* rope_cos, void* rope_sin, int num_positions, int rope_dim, float scale, void* schedule,
-                        int num_ctas, int max_batch, void* partial_o, void* partial_lse, void* out, uint64_t stream) {
+                        int num_ctas, int max_batch, void* partial_o, void* partial_lse, void* out, int entry_rope_dim,
+                        uint64_t stream) {
   auto* b = static_cast<Bench*>(handle);
   peregrine::cuda::SparseAttentionArgs a;
   a.layout = peregrine::cuda::SparseAttentionLayout(num_ctas, max_batch);
@@ -120,7 +124,13 @@ int pg_sparse_attention(void* handle, void* q, int batch, int heads, int dim, vo
   a.window_indices = View(window_indices, DType::kI32, {batch, window_capacity});
   a.window_lengths = View(window_lengths, DType::kI32, {batch});
   if (compressed_kv != nullptr) {
-    a.compressed_kv = View(compressed_kv, DType::kBF16, {num_pages, page_size, dim});
+    if (entry_rope_dim > 0) {
+      const int row_bytes = peregrine::kernels::KvFp8RowLayout{dim, entry_rope_dim}.row_bytes();
+      a.compressed_kv = View(compressed_kv, DType::kU8, {num_pages, page_size, row_bytes});
+      a.entry_rope_dim = entry_rope_dim;
+    } else {
+      a.compressed_kv = View(compressed_kv, DType::kBF16, {num_pages, page_size, dim});
+    }
     a.page_table = View(page_table, DType::kI32, {batch, max_pages});
     a.compressed_lengths = View(compressed_lengths, DType::kI32, {batch});
     if (compressed_indices != nullptr)

@@ -59,7 +59,7 @@ class Peregrine:
         lib.pg_attention_plan.argtypes = [P, P, I, I, I, P]
         lib.pg_attention_plan.restype = I
         lib.pg_sparse_attention.argtypes = [P, P, I, I, I, P, I64, P, I, P, P, I64, I, P, I, P, I, P, P, P, P, P,
-                                            I, I, F, P, I, I, P, P, P, U64]
+                                            I, I, F, P, I, I, P, P, P, I, U64]
         lib.pg_sparse_attention.restype = I
         lib.pg_indexer_scores.argtypes = [P, P, I, I, I, P, P, I64, I, P, I, P, P, I, F, I, U64]
         lib.pg_indexer_scores.restype = I
@@ -255,8 +255,35 @@ class Workload:
         self.hlen = torch.full((batch,), self.hca_visible, dtype=torch.int32, device=device)
 
 
-def run_attention(pg, timer, w, kind, out_rows, check_requests=4):
+def fp8_rows(pool):
+    """V4's FP8 rows (kernels/common/kv_fp8_row.h) of bf16 rows [R, 512] and the bf16 rows they
+    dequantise to: 448 e4m3 values in blocks of 64 under power-of-two scales, 64 bf16 rope
+    values, the 7 scale codes, each part 16-byte aligned; 592 bytes a row (nope a multiple of 64)."""
+    r = pool.shape[0]
+    nope = HEAD_DIM - ROPE_DIM
+    x = pool[:, :nope].float().view(r, nope // 64, 64)
+    exponent = torch.ceil(torch.log2(x.abs().amax(-1).clamp(min=1e-4) / 448.0))
+    scale = torch.exp2(exponent)
+    q = (x / scale[..., None]).to(torch.float8_e4m3fn)
+    def align16(n):
+        return -(-n // 16) * 16
+    rope_at, scales_at = align16(nope), align16(nope) + align16(2 * ROPE_DIM)
+    rows = torch.zeros(r, scales_at + align16(nope // 64), dtype=torch.uint8, device=pool.device)
+    rows[:, :nope] = q.view(torch.uint8).view(r, nope)
+    rows[:, rope_at:rope_at + 2 * ROPE_DIM] = pool[:, nope:].contiguous().view(torch.uint8)
+    rows[:, scales_at:scales_at + nope // 64] = (exponent + 127).to(torch.uint8)
+    values = torch.cat([(q.float() * scale[..., None]).view(r, nope), pool[:, nope:].float()], 1).to(torch.bfloat16)
+    return rows.contiguous(), values.contiguous()
+
+
+def run_attention(pg, timer, w, kind, out_rows, check_requests=4, fp8=False):
+    """`fp8`: the compressed entries as FP8 rows (--kv-cache-dtype fp8); PyTorch reads their
+    bf16 values."""
     b = w.batch
+    pool, entry_bytes = w.pool, HEAD_DIM * 2
+    if fp8:
+        pool_fp8, pool = fp8_rows(w.pool)
+        entry_bytes = pool_fp8.shape[1]
     if kind == "csa":
         table, cidx, clen, pages, n_c, dense, page = w.csa_table, w.cidx, w.clen, w.csa_pages, w.count, 0, PAGE
     else:
@@ -279,18 +306,18 @@ def run_attention(pg, timer, w, kind, out_rows, check_requests=4):
     def ours():
         pg.check(pg.lib.pg_sparse_attention(
             pg.h, ptr(w.q), b, HEADS, HEAD_DIM, ptr(w.window_kv), w.window_kv.shape[0], ptr(w.widx), WINDOW,
-            ptr(w.wlen), ptr(w.pool), pool_pages, page, ptr(table), pages, ptr(cidx), capacity, ptr(clen),
-            ptr(w.sink), ptr(w.pos), ptr(w.cos), ptr(w.sin), w.cos.shape[0], ROPE_DIM, scale, ptr(sched), num_ctas,
-            b, ptr(part_o), ptr(part_lse), ptr(out), stream()))
+            ptr(w.wlen), ptr(pool_fp8 if fp8 else pool), pool_pages, page, ptr(table), pages, ptr(cidx), capacity,
+            ptr(clen), ptr(w.sink), ptr(w.pos), ptr(w.cos), ptr(w.sin), w.cos.shape[0], ROPE_DIM, scale, ptr(sched),
+            num_ctas, b, ptr(part_o), ptr(part_lse), ptr(out), ROPE_DIM if fp8 else 0, stream()))
 
     def ref():
-        return torch_attention(w.q, w.window_kv, w.widx, w.wlen, w.pool, table, cidx, clen, dense, w.sink, w.pos,
+        return torch_attention(w.q, w.window_kv, w.widx, w.wlen, pool, table, cidx, clen, dense, w.sink, w.pos,
                                w.cos, w.sin, page, scale)
 
     ours()
     torch.cuda.synchronize()
     c = min(b, check_requests)
-    exact = torch_attention(w.q[:c], w.window_kv, w.widx[:c], w.wlen[:c], w.pool, table[:c],
+    exact = torch_attention(w.q[:c], w.window_kv, w.widx[:c], w.wlen[:c], pool, table[:c],
                             None if cidx is None else cidx[:c], clen[:c], dense, w.sink, w.pos[:c], w.cos, w.sin,
                             page, scale, exact=True).float()
     err_ours = ((out[:c].float() - exact).abs().max() / exact.abs().max()).item()
@@ -298,9 +325,11 @@ def run_attention(pg, timer, w, kind, out_rows, check_requests=4):
     ours_us = timer.median_us(ours)
     torch_us = timer.median_us(ref)
     n = WINDOW + n_c if w.context >= WINDOW else w.context + n_c
-    nbytes = b * (n * HEAD_DIM * 2 + 2 * HEADS * HEAD_DIM * 2 + n * 4)
+    n_window = n - n_c
+    nbytes = b * (n_window * HEAD_DIM * 2 + n_c * entry_bytes + 2 * HEADS * HEAD_DIM * 2 + n * 4)
     flops = b * n * HEADS * HEAD_DIM * 4
-    out_rows.append(row(f"attention_{kind}", b, w.context, ours_us, torch_us, nbytes, flops, kv_rows=n, pages=PAGES,
+    out_rows.append(row(f"attention_{kind}" + ("_fp8" if fp8 else ""), b, w.context, ours_us, torch_us, nbytes, flops,
+                        kv_rows=n, entry_bytes=entry_bytes, pages=PAGES,
                         page_size=page,
                         max_rel_err_ours=round(err_ours, 5), max_rel_err_torch=round(err_torch, 5),
                         host_plan_us=round(plan_us, 1)))
@@ -535,6 +564,8 @@ def main():
                     help="page placement: a fragmented pool, or one contiguous run per request")
     ap.add_argument("--skip-output-projection", action="store_true")
     ap.add_argument("--ops", default="csa,hca,indexer", help="which of csa, hca, indexer to run per shape")
+    ap.add_argument("--fp8-entries", action="store_true",
+                    help="also run each attention shape with FP8 entries (--kv-cache-dtype fp8)")
     args = ap.parse_args()
     if args.self_check:
         self_check()
@@ -572,6 +603,8 @@ def main():
                         else:
                             w = Workload(batch, context, "cuda", cos, sin, gen)
                             run_attention(pg, timer, w, what, rows)
+                            if args.fp8_entries:  # the same shape with FP8 entries, after the bf16 run
+                                run_attention(pg, timer, w, what, rows, fp8=True)
                             del w
                     except Exception as e:  # record and carry on with the other shapes
                         rows.append({"op": what, "batch": batch, "context": context, "error": repr(e)})

@@ -65,7 +65,8 @@ PG_HOST_DEVICE inline uint8_t KvFp8ScaleCode(float amax) {
   return static_cast<uint8_t>(127 + ((bits & 0x7fffffu) == 0 ? exponent : exponent + 1));
 }
 
-// 2^(code - 127) and its inverse, exact.
+// 2^(code - 127) and its inverse, exact for the codes KvFp8ScaleCode makes (105 to 247); the
+// extremes 0 and 254 of UE8M0, which no row carries, come out as 0.
 PG_HOST_DEVICE inline float KvFp8Scale(uint8_t code) { return KvFp8BitsFloat(static_cast<uint32_t>(code) << 23); }
 PG_HOST_DEVICE inline float KvFp8InverseScale(uint8_t code) {
   return KvFp8BitsFloat(static_cast<uint32_t>(254 - code) << 23);

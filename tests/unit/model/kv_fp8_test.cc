@@ -8,11 +8,15 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <random>
 #include <vector>
 
 #include "base/dtype.h"
+#include "config/model_config.h"
+#include "kernels/common/kv_fp8_row.h"
 #include "model/deepseek_v4/demo_model.h"
+#include "model/deepseek_v4/kv_geometry.h"
 #include "model/deepseek_v4/model.h"
 
 namespace peregrine::deepseek_v4 {
@@ -116,6 +120,37 @@ Scored Score(Model& model, const std::vector<std::vector<int32_t>>& rows) {
     }
   }
   return s;
+}
+
+// The CUDA backend's FP8 entries (kernels/common/kv_fp8_row.h) in V4-Flash's KV layout: the
+// entry pools shrink to 592 bytes an entry, nothing else moves, so a block costs less and more
+// of them fit.
+TEST(KvFp8Test, FlashLayoutWithFp8EntriesShrinksOnlyTheEntryPools) {
+  const auto config =
+      LoadModelConfig(std::filesystem::path(PEREGRINE_SOURCE_DIR) / "bench" / "configs" / "deepseek-v4-flash");
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
+  const int64_t row = kernels::KvFp8RowLayout{static_cast<int>(config->head_dim),
+                                              static_cast<int>(config->rope_head_dim)}.row_bytes();
+  EXPECT_EQ(row, 592);
+  const KvGeometry bf16 = KvGeometry::For(*config, 256, KvElementSizes{2, 2});
+  const KvGeometry fp8 = KvGeometry::For(*config, 256, KvElementSizes{2, 2, row});
+  EXPECT_EQ(bf16.entry_bytes(), 1024);
+  EXPECT_EQ(fp8.entry_bytes(), 592);
+  const KvLayout a = bf16.Layout(), b = fp8.Layout();
+  ASSERT_EQ(a.paged.size(), b.paged.size());
+  for (size_t i = 0; i < a.paged.size(); ++i) {
+    SCOPED_TRACE(a.paged[i].name);
+    if (a.paged[i].name == "csa_index_keys") {
+      EXPECT_EQ(b.paged[i].bytes, a.paged[i].bytes);
+    } else {
+      EXPECT_EQ(b.paged[i].bytes * 1024, a.paged[i].bytes * 592);
+    }
+  }
+  ASSERT_EQ(a.per_request.size(), b.per_request.size());
+  for (size_t i = 0; i < a.per_request.size(); ++i) EXPECT_EQ(b.per_request[i].bytes, a.per_request[i].bytes);
+  EXPECT_EQ(b.snapshot_bytes, a.snapshot_bytes);
+  EXPECT_LT(b.bytes_per_block(), a.bytes_per_block());
+  EXPECT_EQ(b.BlocksFor(1 << 20), a.BlocksFor(1 << 20));
 }
 
 TEST(KvFp8Test, DemoModelAccuracyCost) {
