@@ -30,7 +30,8 @@ namespace {
 
 constexpr int64_t kSeqs = 4;
 
-std::unique_ptr<CudaModelRunner> MakeRunner(const std::filesystem::path& fixture) {
+// `kv_fp8`: --kv-cache-dtype fp8 (FP8 entries in the pages).
+std::unique_ptr<CudaModelRunner> MakeRunner(const std::filesystem::path& fixture, bool kv_fp8 = false) {
   const auto dir = fixture / "model";
   auto config = LoadModelConfig(dir);
   auto checkpoint = Checkpoint::Open(dir);
@@ -48,6 +49,7 @@ std::unique_ptr<CudaModelRunner> MakeRunner(const std::filesystem::path& fixture
   o.kv_tokens = 8 * 256;
   o.prefix_caching = false;
   o.max_logit_rows = kSeqs;
+  o.kv_cache_fp8 = kv_fp8;
   auto executor = DeviceExecutor::Create(*config, **checkpoint, *factory, o);
   EXPECT_TRUE(executor.ok()) << executor.status().ToString();
   if (!executor.ok()) return nullptr;
@@ -56,8 +58,8 @@ std::unique_ptr<CudaModelRunner> MakeRunner(const std::filesystem::path& fixture
 }
 
 std::unique_ptr<Engine> MakeEngine(const std::filesystem::path& fixture,
-                                   std::shared_ptr<KvStagingArena> staging = nullptr) {
-  auto runner = MakeRunner(fixture);
+                                   std::shared_ptr<KvStagingArena> staging = nullptr, bool kv_fp8 = false) {
+  auto runner = MakeRunner(fixture, kv_fp8);
   if (runner == nullptr) return nullptr;
   if (staging != nullptr) runner->SetKvStaging(std::move(staging));
   EngineConfig ec;
@@ -108,10 +110,12 @@ class CudaDisaggregationTest : public ::testing::TestWithParam<std::filesystem::
   }
 };
 
-TEST_P(CudaDisaggregationTest, RequestsDecodedFromTransferredPagesMatchOneEngine) {
-  auto colocated = MakeEngine(GetParam());
-  auto prefill = MakeEngine(GetParam());
-  auto decode = MakeEngine(GetParam());
+// Requests prefilled on one engine and decoded on another from the transferred pages give the
+// tokens and logprobs of one engine doing both.
+void ExpectTransferredDecodeMatchesOneEngine(const std::filesystem::path& fixture, bool kv_fp8) {
+  auto colocated = MakeEngine(fixture, nullptr, kv_fp8);
+  auto prefill = MakeEngine(fixture, nullptr, kv_fp8);
+  auto decode = MakeEngine(fixture, nullptr, kv_fp8);
   ASSERT_TRUE(colocated && prefill && decode);
   ASSERT_FALSE(decode->kv_fingerprint().empty());
   ASSERT_EQ(prefill->kv_fingerprint(), decode->kv_fingerprint());
@@ -141,6 +145,20 @@ TEST_P(CudaDisaggregationTest, RequestsDecodedFromTransferredPagesMatchOneEngine
     EXPECT_EQ(got.tokens, want.tokens) << "request " << i;
     EXPECT_EQ(got.logprobs, want.logprobs) << "request " << i;
   }
+}
+
+TEST_P(CudaDisaggregationTest, RequestsDecodedFromTransferredPagesMatchOneEngine) {
+  ExpectTransferredDecodeMatchesOneEngine(GetParam(), /*kv_fp8=*/false);
+}
+
+// --kv-cache-dtype fp8: the pages carry FP8 entries, so the transfer works between FP8 engines
+// and the fingerprint keeps a bf16 engine from reading them.
+TEST_P(CudaDisaggregationTest, Fp8KvPagesTransferAndNameTheirFormat) {
+  ExpectTransferredDecodeMatchesOneEngine(GetParam(), /*kv_fp8=*/true);
+  auto fp8 = MakeEngine(GetParam(), nullptr, true);
+  auto bf16 = MakeEngine(GetParam());
+  ASSERT_TRUE(fp8 && bf16);
+  EXPECT_NE(fp8->kv_fingerprint(), bf16->kv_fingerprint());
 }
 
 TEST_P(CudaDisaggregationTest, PagesRoundTripThroughTheDevicePools) {
