@@ -58,7 +58,7 @@ PG_HOST_DEVICE inline float KvFp8BitsFloat(uint32_t u) {
 // The UE8M0 code of a block's scale from its largest magnitude (NaN values left out of it;
 // an infinite one counts as 448): 127 + ceil(log2(max(amax, 1e-4) / 448)).
 PG_HOST_DEVICE inline uint8_t KvFp8ScaleCode(float amax) {
-  if (amax > 3.0e38f) amax = 448.0f;  // infinity (NaN never reaches here: amax skips it)
+  if (KvFp8FloatBits(amax) == 0x7f800000u) amax = 448.0f;  // infinity (NaN never reaches here: amax skips it)
   const float x = (amax > 1e-4f ? amax : 1e-4f) / 448.0f;  // a normal float, exactly rounded
   const uint32_t bits = KvFp8FloatBits(x);
   const int exponent = static_cast<int>(bits >> 23) - 127;

@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "cli/engine_factory.h"
-#include "kernels/common/kv_fp8_row.h"
 #ifdef PEREGRINE_WITH_CUDA
 #include "backend/cuda/cuda_status.h"
+#include "kernels/common/kv_fp8_row.h"
 #include "model/deepseek_v4/cuda/cuda_model.h"
 #include "runtime/device_executor.h"
 #endif

@@ -71,7 +71,8 @@ TEST(KvFp8RowTest, E4M3DecodeMatchesTheHostForEveryCode) {
 TEST(KvFp8RowTest, ScalesMatchTheHostAndInvertExactly) {
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> log_amax(-40.0f, 40.0f);
-  std::vector<float> amaxes = {0.0f, 1e-5f, 1e-4f, 448.0f, 896.0f, 447.9f, 1.0f, 3.0e38f};
+  std::vector<float> amaxes = {0.0f, 1e-5f, 1e-4f, 448.0f, 896.0f, 447.9f, 1.0f, 3.0e38f, 3.1e38f,
+                               std::numeric_limits<float>::max()};
   for (int i = 0; i < 20000; ++i) amaxes.push_back(std::exp2(log_amax(rng)));
   for (float amax : amaxes) {
     // The host format's scale of a block whose largest value is amax.

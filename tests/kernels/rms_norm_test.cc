@@ -168,17 +168,19 @@ TEST_F(RmsNormTest, Fp8RoundTripIsTheFormatsRounding) {
     args.fp8_nope = nope;
     PG_ASSERT_OK(cuda::RmsNorm(args, stream_.get()));
     const std::vector<float> got = Download<float>(y_d, count);
-    size_t identical = 0;
+    // (The values past fp8_nope are the plain norm's, equal only within its f32 rounding.)
+    size_t identical = 0, rounded = 0;
     for (size_t i = 0; i < count; ++i) {
+      const bool e4m3 = static_cast<int64_t>(i) % n < nope;
+      rounded += e4m3 ? 1 : 0;
       if (got[i] == want[i]) {
-        ++identical;
+        identical += e4m3 ? 1 : 0;
         continue;
       }
-      const bool e4m3 = static_cast<int64_t>(i) % n < nope;
       const float tolerance = e4m3 ? std::max(std::fabs(want[i]) * 0.14f, 1e-3f) : std::fabs(want[i]) * 1e-5f;
       ASSERT_LE(std::fabs(got[i] - want[i]), tolerance) << "value " << i;
     }
-    EXPECT_GE(static_cast<double>(identical), 0.97 * static_cast<double>(count));
+    EXPECT_GE(static_cast<double>(identical), 0.97 * static_cast<double>(rounded));
   }
 }
 

@@ -43,6 +43,11 @@ std::vector<std::filesystem::path> Bf16Fixtures() { return testing::Bf16FixtureD
 // measured 1.3e-2 over a whole prefill and up to 3.5e-2 for single decode steps (128 logits);
 // 5e-2 is the bound.
 constexpr double kBf16LogitsTolerance = 5e-2;
+// --kv-cache-dtype fp8 on both backends: a KV value the two backends compute a bf16 rounding
+// apart lands a whole e4m3 step apart (6-12%) when it sits near a rounding boundary, so the
+// agreement is looser than bf16's. An estimate, not yet measured; a wrong FP8 layout or scale
+// gives errors of order 1.
+constexpr double kFp8KvLogitsTolerance = 1e-1;
 // The same bf16 model run with other chunkings or batch mates: only the GEMM algorithm
 // choice (by row count) and the attention work split differ (measured <= 3.2e-3).
 constexpr double kChunkingTolerance = 1e-2;
@@ -117,6 +122,33 @@ class CudaCpuAgreementTest : public CudaModelTest {
     cpu_ = std::move(cpu).value();
     cpu_->set_kv_cache_fp8(kv_fp8);
   }
+
+  // The full prefill against the CPU backend on the same weights and config.
+  void ExpectPrefillMatchesCpu(const char* what, double tolerance = kBf16LogitsTolerance) {
+    const std::vector<float> got = Prefill(0, static_cast<int64_t>(golden_.prompt_ids.size()));
+    SequenceState state = cpu_->NewSequence();
+    std::vector<float> want;
+    ASSERT_TRUE(cpu_->Forward(state, golden_.prompt_ids, /*all_logits=*/true, &want).ok());
+    ASSERT_EQ(got.size(), want.size());
+    const double err = RelativeL2(got.data(), want.data(), static_cast<int64_t>(want.size()));
+    std::printf("%s %sCUDA vs CPU prefill rel L2 %.3e\n", GetParam().filename().c_str(), what, err);
+    EXPECT_LE(err, tolerance);
+  }
+
+  // A batch of decode tokens over different positions (graph buckets 1, 2, 4 with padding
+  // rows) from slots first_slot.. against the CPU backend.
+  void ExpectBatchedDecodeMatchesCpu(const char* what, int32_t first_slot, double tolerance = kBf16LogitsTolerance) {
+    ASSERT_TRUE(model_->EnableGraphs(4).ok());
+    const int64_t lengths[] = {3, 129, 200};
+    const std::vector<double> errors =
+        testing::BatchedDecodeErrors(*model_, *cpu_, golden_.prompt_ids, lengths, first_slot, /*chunk=*/1 << 20);
+    ASSERT_FALSE(errors.empty());
+    for (size_t step = 0; step < errors.size(); ++step)
+      EXPECT_LE(errors[step], tolerance) << "step " << step << " batch " << 1 + step % 3;
+    std::printf("%s %sCUDA vs CPU batched decode, worst step rel L2 %.3e\n", GetParam().filename().c_str(), what,
+                *std::max_element(errors.begin(), errors.end()));
+  }
+
   std::unique_ptr<Model> cpu_;
 };
 
@@ -190,51 +222,15 @@ TEST_P(CudaParityTest, GreedyDecodeMatchesReference) {
   }
 }
 
-// The full prefill against the CPU backend on the same weights and config.
-TEST_P(CudaCpuAgreementTest, PrefillMatchesCpuBackend) {
-  const std::vector<float> got = Prefill(0, static_cast<int64_t>(golden_.prompt_ids.size()));
-  SequenceState state = cpu_->NewSequence();
-  std::vector<float> want;
-  ASSERT_TRUE(cpu_->Forward(state, golden_.prompt_ids, /*all_logits=*/true, &want).ok());
-  ASSERT_EQ(got.size(), want.size());
-  const double err = RelativeL2(got.data(), want.data(), static_cast<int64_t>(want.size()));
-  std::printf("%s CUDA vs CPU prefill rel L2 %.3e\n", GetParam().filename().c_str(), err);
-  EXPECT_LE(err, kBf16LogitsTolerance);
-}
+TEST_P(CudaCpuAgreementTest, PrefillMatchesCpuBackend) { ExpectPrefillMatchesCpu(""); }
 
-// The device forward against the CPU backend on the same weights, at a batch of decode
-// tokens over different positions (graph buckets 1, 2, 4 with padding rows).
 TEST_P(CudaCpuAgreementTest, BatchedDecodeMatchesCpuBackend) {
-  ASSERT_TRUE(model_->EnableGraphs(4).ok());
-  const int64_t lengths[] = {3, 129, 200};
-  const std::vector<double> errors =
-      testing::BatchedDecodeErrors(*model_, *cpu_, golden_.prompt_ids, lengths, /*first_slot=*/0, /*chunk=*/1 << 20);
-  ASSERT_FALSE(errors.empty());
-  for (size_t step = 0; step < errors.size(); ++step)
-    EXPECT_LE(errors[step], kBf16LogitsTolerance) << "step " << step << " batch " << 1 + step % 3;
-  std::printf("%s CUDA vs CPU batched decode, worst step rel L2 %.3e\n", GetParam().filename().c_str(),
-              *std::max_element(errors.begin(), errors.end()));
+  ExpectBatchedDecodeMatchesCpu("", /*first_slot=*/0);
 }
 
 TEST_P(CudaCpuFp8KvAgreementTest, PrefillAndBatchedDecodeMatchCpuBackend) {
-  const std::vector<float> got = Prefill(0, static_cast<int64_t>(golden_.prompt_ids.size()));
-  SequenceState state = cpu_->NewSequence();
-  std::vector<float> want;
-  ASSERT_TRUE(cpu_->Forward(state, golden_.prompt_ids, /*all_logits=*/true, &want).ok());
-  ASSERT_EQ(got.size(), want.size());
-  const double err = RelativeL2(got.data(), want.data(), static_cast<int64_t>(want.size()));
-  std::printf("%s FP8 KV: CUDA vs CPU prefill rel L2 %.3e\n", GetParam().filename().c_str(), err);
-  EXPECT_LE(err, kBf16LogitsTolerance);
-
-  ASSERT_TRUE(model_->EnableGraphs(4).ok());
-  const int64_t lengths[] = {3, 129, 200};
-  const std::vector<double> errors =
-      testing::BatchedDecodeErrors(*model_, *cpu_, golden_.prompt_ids, lengths, /*first_slot=*/1, /*chunk=*/1 << 20);
-  ASSERT_FALSE(errors.empty());
-  for (size_t step = 0; step < errors.size(); ++step)
-    EXPECT_LE(errors[step], kBf16LogitsTolerance) << "step " << step << " batch " << 1 + step % 3;
-  std::printf("%s FP8 KV: CUDA vs CPU batched decode, worst step rel L2 %.3e\n", GetParam().filename().c_str(),
-              *std::max_element(errors.begin(), errors.end()));
+  ExpectPrefillMatchesCpu("FP8 KV: ", kFp8KvLogitsTolerance);
+  ExpectBatchedDecodeMatchesCpu("FP8 KV: ", /*first_slot=*/1, kFp8KvLogitsTolerance);
 }
 
 TEST_P(CudaConsistencyTest, RejectsBadTokensWithoutTouchingState) {
