@@ -45,9 +45,10 @@ std::vector<std::filesystem::path> Bf16Fixtures() { return testing::Bf16FixtureD
 constexpr double kBf16LogitsTolerance = 5e-2;
 // --kv-cache-dtype fp8 on both backends: a KV value the two backends compute a bf16 rounding
 // apart lands a whole e4m3 step apart (6-12%) when it sits near a rounding boundary, so the
-// agreement is looser than bf16's. An estimate, not yet measured; a wrong FP8 layout or scale
-// gives errors of order 1.
-constexpr double kFp8KvLogitsTolerance = 1e-1;
+// agreement is looser than bf16's: measured on an H100 3.2e-2 over a prefill and up to 4.1e-2
+// for decode steps (v4_tiny_gpu; 2.5e-2 and 2.3e-2 on v4_tiny_gpu_generic). A wrong FP8 layout
+// or scale gives errors of order 1.
+constexpr double kFp8KvLogitsTolerance = 6e-2;
 // The same bf16 model run with other chunkings or batch mates: only the GEMM algorithm
 // choice (by row count) and the attention work split differ (measured <= 3.2e-3).
 constexpr double kChunkingTolerance = 1e-2;
