@@ -41,12 +41,16 @@ struct Tiling {
   static constexpr int kRowSrcBytes = 3 * kBlockN * 8;  // ring of three tiles' row sources
   static constexpr int kRedBytes = 2 * kQkWarpsN * kHeadsPadded * 4;
   static constexpr int kMBytes = 2 * kHeadsPadded * 4;
-  static constexpr int kSmemBytes = kQBytes + kKvBytes + kPBytes + kRowSrcBytes + kRedBytes + kMBytes;
+  static constexpr int kScaleBytes = 2 * kBlockN * 16;  // FP8 rows' scales, double-buffered like the tile
+  static constexpr int kSmemBytes = kQBytes + kKvBytes + kPBytes + kRowSrcBytes + kRedBytes + kMBytes + kScaleBytes;
+  // FP8 rows widen in place, a warp per row: 16-byte raw chunks per lane (kD / 16 per row at most)
+  static constexpr int kRawPerLane = (kD / 16 + kWarpSize - 1) / kWarpSize;
 
   static_assert(kHeadsPadded % 16 == 0 && kWarps % kQkWarpsM == 0, "heads must tile over the warps");
   static_assert(kQkRows % 8 == 0 && (kQkNTiles == 1 || kQkNTiles % 2 == 0));
   static_assert(kPvDims % 8 == 0 && (kPvNTiles == 1 || kPvNTiles % 2 == 0));
   static_assert(kD % 64 == 0, "rows must be swizzle-able (>= 128 bytes)");
+  static_assert(KvFp8Align16(KvFp8RowLayout{kD, 0}.blocks()) <= 16, "an FP8 row's scales must fit 16 bytes");
   static_assert(kSmemBytes <= 227 * 1024, "exceeds the shared memory of one SM");
 };
 
@@ -65,6 +69,7 @@ __global__ void __launch_bounds__(kThreads, 1) SparseAttentionKernel(const Spars
   float* red_max = reinterpret_cast<float*>(smem + T::kQBytes + T::kKvBytes + T::kPBytes + T::kRowSrcBytes);
   float* red_sum = red_max + T::kQkWarpsN * kHP;  // [kQkWarpsN][kHP]
   float* m_buf = red_sum + T::kQkWarpsN * kHP;    // [2][kHP]: running max, ping-pong per tile
+  uint8_t* scale_s = reinterpret_cast<uint8_t*>(m_buf + 2 * kHP);  // [2][kBlockN][16]: FP8 rows' scale bytes
 
   const int tid = static_cast<int>(threadIdx.x);
   const int warp = tid / kWarpSize;
@@ -77,6 +82,8 @@ __global__ void __launch_bounds__(kThreads, 1) SparseAttentionKernel(const Spars
   const float scale2 = p.scale * kLog2e;
   const KvFp8RowLayout fp8_layout{kD, p.entry_rope_dim};
   const int64_t entry_bytes = p.entries_fp8 ? fp8_layout.row_bytes() : static_cast<int64_t>(kD) * 2;
+  const int fp8_nope = fp8_layout.nope();
+  const int fp8_raw_chunks = (fp8_nope + 15) / 16;  // 16 e4m3 codes each, one scale block (64 % 16 == 0)
 
   const int seg_begin = p.schedule[blockIdx.x];
   const int seg_end = p.schedule[blockIdx.x + 1];
@@ -161,6 +168,9 @@ __global__ void __launch_bounds__(kThreads, 1) SparseAttentionKernel(const Spars
         row_src[ring * kBlockN + tid] = src;
       }
     };
+    // FP8 rows land raw: their e4m3 codes in the row's first ceil(nope / 16) chunks, their scale
+    // bytes in scale_s, their bf16 rope dims where they belong. widen() turns the codes into bf16
+    // in place once the tile has landed, so every global load stays asynchronous.
     auto issue = [&](int tile) {
       __nv_bfloat16* dst = kv_s + (tile & 1) * kBlockN * kD;
       const void* const* src_rows = row_src + (tile % 3) * kBlockN;
@@ -171,12 +181,56 @@ __global__ void __launch_bounds__(kThreads, 1) SparseAttentionKernel(const Spars
         __nv_bfloat16* to = dst + SwizzledChunk<T::kDChunks>(r, c) * 8;
         if (src == nullptr || !IsFp8Row(src)) {
           CpAsync16(to, src != nullptr ? static_cast<const __nv_bfloat16*>(src) + c * 8 : q, src != nullptr);
-        } else if (c * 8 >= fp8_layout.nope()) {  // bf16 rope dims, copied as they are
-          CpAsync16(to, Fp8RowBytes(src) + fp8_layout.rope_offset() + 2 * (c * 8 - fp8_layout.nope()), true);
-        } else {  // e4m3 dims, dequantised on the way (visible after the tile's barrier like the copies)
-          *reinterpret_cast<uint4*>(to) = Fp8RowChunk(Fp8RowBytes(src), fp8_layout, c * 8);
+        } else if (c * 8 >= fp8_nope) {
+          CpAsync16(to, Fp8RowBytes(src) + fp8_layout.rope_offset() + 2 * (c * 8 - fp8_nope), true);
+        } else if (c < fp8_raw_chunks) {
+          CpAsync16(to, Fp8RowBytes(src) + 16 * c, true);
         }
       }
+      if (p.entries_fp8) {
+        for (int r = tid; r < kBlockN; r += kThreads) {
+          const void* src = src_rows[r];
+          if (src != nullptr && IsFp8Row(src))
+            CpAsync16(scale_s + ((tile & 1) * kBlockN + r) * 16, Fp8RowBytes(src) + fp8_layout.scale_offset(), true);
+        }
+      }
+    };
+    // A warp widens a row at a time: each lane reads its raw chunks, then (the warp's reads done:
+    // a chunk's bf16 values overwrite other chunks' codes) writes their bf16 values. The tile is
+    // ready for every warp after the barrier.
+    auto widen = [&](int tile) {
+      __nv_bfloat16* rows = kv_s + (tile & 1) * kBlockN * kD;
+      const void* const* src_rows = row_src + (tile % 3) * kBlockN;
+      for (int r = warp; r < kBlockN; r += kWarps) {
+        const void* src = src_rows[r];
+        if (src == nullptr || !IsFp8Row(src)) continue;  // the same for the whole warp
+        uint4 raw[T::kRawPerLane];
+#pragma unroll
+        for (int j = 0; j < T::kRawPerLane; ++j) {
+          const int k = lane + j * kWarpSize;
+          if (k < fp8_raw_chunks) raw[j] = *reinterpret_cast<const uint4*>(rows + SwizzledChunk<T::kDChunks>(r, k) * 8);
+        }
+        __syncwarp();
+#pragma unroll
+        for (int j = 0; j < T::kRawPerLane; ++j) {
+          const int k = lane + j * kWarpSize;
+          if (k >= fp8_raw_chunks) continue;
+          const float scale = KvFp8Scale(scale_s[((tile & 1) * kBlockN + r) * 16 + 16 * k / kKvFp8Block]);
+          const uint4 v = raw[j];
+          *reinterpret_cast<uint4*>(rows + SwizzledChunk<T::kDChunks>(r, 2 * k) * 8) =
+              make_uint4(DequantFp8Pair(static_cast<uint16_t>(v.x & 0xffffu), scale),
+                         DequantFp8Pair(static_cast<uint16_t>(v.x >> 16), scale),
+                         DequantFp8Pair(static_cast<uint16_t>(v.y & 0xffffu), scale),
+                         DequantFp8Pair(static_cast<uint16_t>(v.y >> 16), scale));
+          if (16 * k + 8 < fp8_nope)
+            *reinterpret_cast<uint4*>(rows + SwizzledChunk<T::kDChunks>(r, 2 * k + 1) * 8) =
+                make_uint4(DequantFp8Pair(static_cast<uint16_t>(v.z & 0xffffu), scale),
+                           DequantFp8Pair(static_cast<uint16_t>(v.z >> 16), scale),
+                           DequantFp8Pair(static_cast<uint16_t>(v.w & 0xffffu), scale),
+                           DequantFp8Pair(static_cast<uint16_t>(v.w >> 16), scale));
+        }
+      }
+      __syncthreads();
     };
 
     for (int first = 0; first < 2; ++first) {  // the first two tiles, synchronously
@@ -207,6 +261,7 @@ __global__ void __launch_bounds__(kThreads, 1) SparseAttentionKernel(const Spars
       CpAsyncCommit();
       CpAsyncWait<1>();
       __syncthreads();  // this tile (and Q) landed for every thread
+      if (p.entries_fp8) widen(tile);
       resolve_begin(tile + 2);
 
       const __nv_bfloat16* kv_tile = kv_s + buf * kBlockN * kD;
