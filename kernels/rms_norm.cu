@@ -148,26 +148,19 @@ __global__ void __launch_bounds__(kBlockThreads) RmsNormKernel(const RmsNormPara
         sin_row = p.rope_sin + static_cast<int64_t>(pos) * (p.rope_dim / 2);
       }
     }
-    // Every lane runs the same passes (the FP8 rounding reduces over groups of 8 lanes).
+    // With the FP8 rounding every lane runs every pass (it reduces over groups of 8 lanes);
+    // without it a lane past the row stops.
     for (int base = 0; base < n; base += kThreadsPerRow * 8) {
       const int i = base + lane * 8;
-      if (p.fp8_nope > 0) {
-        float v[8] = {};
-        if (i < n) {
-          Load8(x + i, v);
+      if (i >= n && p.fp8_nope == 0) break;
+      float v[8] = {};
+      if (i < n) {
+        Load8(x + i, v);
 #pragma unroll
-          for (int k = 0; k < 8; ++k) v[k] = v[k] * scale * (w != nullptr ? w[i + k] : 1.0f);
-        }
-        RoundTripFp8Block(v, i, p.fp8_nope);
-        if (i >= n) continue;
-        RotateAndStore(y, i, v, rope_begin, cos_row, sin_row);
-        continue;
+        for (int k = 0; k < 8; ++k) v[k] = v[k] * scale * (w != nullptr ? w[i + k] : 1.0f);
       }
-      if (i >= n) break;
-      float v[8];
-      Load8(x + i, v);
-#pragma unroll
-      for (int k = 0; k < 8; ++k) v[k] = v[k] * scale * (w != nullptr ? w[i + k] : 1.0f);
+      if (p.fp8_nope > 0) RoundTripFp8Block(v, i, p.fp8_nope);
+      if (i >= n) continue;
       RotateAndStore(y, i, v, rope_begin, cos_row, sin_row);
     }
   } else {
