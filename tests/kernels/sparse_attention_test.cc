@@ -3,6 +3,10 @@
 // requests whole or split them over many CTAs; lengths below, at and across the 64-row tile
 // and the 128-row window.
 #include <algorithm>
+#include <cmath>
+#include <functional>
+#include <iterator>
+#include <string>
 #include <numeric>
 #include <utility>
 
@@ -143,6 +147,36 @@ class SparseAttentionTest : public GpuTest {
         compressed_fp8;
     cuda::SparseAttentionArgs args;
   };
+  // The output over FP8 entries is the output over bf16 entries holding their decoded values,
+  // bit for bit (NaN where that one is NaN), one CTA per request and split ones, and (with
+  // `reference`) close to the CPU reference.
+  void ExpectFp8AsBf16(const Problem& p, const std::vector<uint8_t>& fp8, const kernels::KvFp8RowLayout& layout,
+                       const std::string& what, bool reference = true) {
+    const size_t n = static_cast<size_t>(p.batch * p.heads * p.dim);
+    const std::vector<float> want = reference ? Reference(p) : std::vector<float>();
+    for (int num_ctas : {DeviceSmCount(), 7}) {
+      SCOPED_TRACE("H=" + std::to_string(p.heads) + " D=" + std::to_string(p.dim) + " " + what +
+                   " ctas=" + std::to_string(num_ctas));
+      DeviceProblem bf16 = Prepare(p, num_ctas, static_cast<int>(p.batch));
+      PG_ASSERT_OK(cuda::SparseAttentionDecode(bf16.args, stream_.get()));
+      DeviceProblem f8 = Prepare(p, num_ctas, static_cast<int>(p.batch));
+      f8.compressed_fp8 = Upload(fp8);
+      f8.args.compressed_kv = View(f8.compressed_fp8, DType::kU8, {p.num_pages, p.page_size, layout.row_bytes()});
+      f8.args.entry_rope_dim = layout.rope_dim;
+      PG_ASSERT_OK(cuda::SparseAttentionDecode(f8.args, stream_.get()));
+      const std::vector<uint16_t> a = Download<uint16_t>(f8.out, n), b = Download<uint16_t>(bf16.out, n);
+      size_t differ = 0;
+      for (size_t i = 0; i < n; ++i) {
+        const bool nan_a = (a[i] & 0x7fff) > 0x7f80, nan_b = (b[i] & 0x7fff) > 0x7f80;
+        differ += (nan_a != nan_b || (!nan_a && a[i] != b[i])) ? 1 : 0;
+      }
+      EXPECT_EQ(differ, 0u) << "FP8 vs bf16 entries";
+      if (reference) {
+        EXPECT_TRUE(AllClose(DownloadBF16(f8.out, n), want, ToleranceFor(DType::kBF16), "out"));
+      }
+    }
+  }
+
   // Requests address rows of a shared table (page_table_rows), as block tables do.
   bool shared_tables_ = false;
 
@@ -261,8 +295,23 @@ TEST_F(SparseAttentionTest, WithoutRope) {
   Sweep(p);
 }
 
-// FP8 entries (--kv-cache-dtype fp8): read as the bf16 values they dequantise to, so the output
-// is bit for bit the one over bf16 entries holding those values, for every built (H, D), index
+// FP8 entries (--kv-cache-dtype fp8): p's compressed rows encoded in V4's format, `edit`
+// applied to each row's bytes, and p's rows replaced by the values the bytes decode to.
+std::vector<uint8_t> EncodeFp8Entries(Problem& p, const kernels::KvFp8RowLayout& layout,
+                                      const std::function<void(size_t, uint8_t*)>& edit) {
+  const auto dim = static_cast<size_t>(p.dim), row_bytes = static_cast<size_t>(layout.row_bytes());
+  const size_t rows = p.compressed_kv.size() / dim;
+  std::vector<uint8_t> fp8(rows * row_bytes);
+  for (size_t r = 0; r < rows; ++r) {
+    kernels::KvFp8EncodeRow(p.compressed_kv.data() + r * dim, layout, fp8.data() + r * row_bytes);
+    edit(r, fp8.data() + r * row_bytes);
+    kernels::KvFp8DecodeRow(fp8.data() + r * row_bytes, layout, p.compressed_kv.data() + r * dim);
+  }
+  return fp8;
+}
+
+// Read as the bf16 values they decode to, so the output is bit for bit the one over bf16
+// entries holding those values (NaN where that one is NaN), for every built (H, D), index
 // lists and all entries, one CTA per request and split ones.
 TEST_F(SparseAttentionTest, Fp8EntriesReadAsTheirBf16Values) {
   uint32_t seed = 2000;
@@ -275,33 +324,59 @@ TEST_F(SparseAttentionTest, Fp8EntriesReadAsTheirBf16Values) {
       const std::vector<int32_t> lengths =
           mode == Mode::kIndexed ? std::vector<int32_t>{512, 1, 0, 63, 300} : std::vector<int32_t>{1000, 2, 0, 65, 129};
       Problem p = MakeProblem(config.heads, config.head_dim, mode, {128, 1, 64, 65, 0}, lengths, seed++);
+      const auto dim = static_cast<size_t>(p.dim);
+      for (size_t i = 0; i < p.compressed_kv.size(); ++i) p.compressed_kv[i] *= static_cast<float>(1 + i / dim % 5);
       const kernels::KvFp8RowLayout layout{static_cast<int>(p.dim), rope_dim};
-      const auto dim = static_cast<size_t>(p.dim), row_bytes = static_cast<size_t>(layout.row_bytes());
-      const size_t rows = p.compressed_kv.size() / dim;
-      std::vector<uint8_t> fp8(rows * row_bytes);
-      for (size_t r = 0; r < rows; ++r) {
-        for (size_t i = 0; i < dim; ++i) p.compressed_kv[r * dim + i] *= static_cast<float>(1 + r % 5);  // mixed scales
-        kernels::KvFp8EncodeRow(p.compressed_kv.data() + r * dim, layout, fp8.data() + r * row_bytes);
-        kernels::KvFp8DecodeRow(fp8.data() + r * row_bytes, layout, p.compressed_kv.data() + r * dim);
-      }
-      const std::vector<float> want = Reference(p);
-      for (int num_ctas : {DeviceSmCount(), 7}) {
-        SCOPED_TRACE(std::string("H=") + std::to_string(p.heads) + " D=" + std::to_string(p.dim) + " " +
-                     ModeName(mode) + " rope=" + std::to_string(rope_dim) +
-                     " ctas=" + std::to_string(num_ctas));
-        DeviceProblem bf16 = Prepare(p, num_ctas, static_cast<int>(p.batch));
-        PG_ASSERT_OK(cuda::SparseAttentionDecode(bf16.args, stream_.get()));
-        DeviceProblem f8 = Prepare(p, num_ctas, static_cast<int>(p.batch));
-        f8.compressed_fp8 = Upload(fp8);
-        f8.args.compressed_kv = View(f8.compressed_fp8, DType::kU8, {p.num_pages, p.page_size, layout.row_bytes()});
-        f8.args.entry_rope_dim = layout.rope_dim;
-        PG_ASSERT_OK(cuda::SparseAttentionDecode(f8.args, stream_.get()));
-        const size_t n = want.size();
-        EXPECT_TRUE(Download<uint16_t>(f8.out, n) == Download<uint16_t>(bf16.out, n)) << "FP8 vs bf16 entries";
-        EXPECT_TRUE(AllClose(DownloadBF16(f8.out, n), want, ToleranceFor(DType::kBF16), "out"));
+      const std::vector<uint8_t> fp8 = EncodeFp8Entries(p, layout, [](size_t, uint8_t*) {});
+      ExpectFp8AsBf16(p, fp8, layout, ModeName(mode) + std::string(" rope=") + std::to_string(rope_dim));
+    }
+  }
+}
+
+// Every e4m3 code, subnormals and both NaNs included, under scales from 2^-117 to 2^13, each
+// widened to the bf16 the format decodes it to. A request over one entry with no sink weight
+// returns that entry, so each decoded value reaches the output as it is.
+TEST_F(SparseAttentionTest, Fp8EntriesDecodeEveryCode) {
+  const std::vector<int32_t> windows(64, 0), entries(64, 1);
+  Problem p = MakeProblem(8, 512, Mode::kAllEntries, windows, entries, 4242, /*rotate=*/false);
+  for (float& s : p.sink) s = -1e30f;
+  const kernels::KvFp8RowLayout layout{512, 64};
+  const uint8_t scales[] = {10, 60, 100, 110, 120, 127, 128, 134, 135, 140};
+  // Request 1's entry (its first page's first row) holds the NaN codes.
+  const size_t nan_row = static_cast<size_t>(p.page_table[static_cast<size_t>(p.max_pages)] * p.page_size);
+  const std::vector<uint8_t> fp8 = EncodeFp8Entries(p, layout, [&](size_t r, uint8_t* row) {
+    for (int i = 0; i < layout.nope(); ++i) {
+      const auto code = static_cast<uint8_t>((static_cast<size_t>(i) + 3 * r) % 256);
+      row[i] = (code & 0x7f) == 0x7f && r != nan_row ? 0x7e : code;  // NaN codes in one entry only
+    }
+    for (int b = 0; b < layout.blocks(); ++b)
+      row[layout.scale_offset() + b] = scales[(r + static_cast<size_t>(b)) % std::size(scales)];
+  });
+  ExpectFp8AsBf16(p, fp8, layout, "every code", /*reference=*/false);  // checked value by value below
+  // The decoded values themselves, NaN for the entry that holds NaN codes.
+  DeviceProblem f8 = Prepare(p, DeviceSmCount(), static_cast<int>(p.batch));
+  f8.compressed_fp8 = Upload(fp8);
+  f8.args.compressed_kv = View(f8.compressed_fp8, DType::kU8, {p.num_pages, p.page_size, layout.row_bytes()});
+  f8.args.entry_rope_dim = layout.rope_dim;
+  PG_ASSERT_OK(cuda::SparseAttentionDecode(f8.args, stream_.get()));
+  const std::vector<float> got = DownloadBF16(f8.out, static_cast<size_t>(p.batch * p.heads * p.dim));
+  size_t wrong = 0, nans = 0;
+  for (int64_t b = 0; b < p.batch; ++b) {
+    const size_t row = static_cast<size_t>(p.page_table[static_cast<size_t>(b * p.max_pages)] * p.page_size);
+    for (int64_t h = 0; h < p.heads; ++h) {
+      for (int64_t d = 0; d < p.dim; ++d) {
+        const float x = got[static_cast<size_t>((b * p.heads + h) * p.dim + d)];
+        const float want = p.compressed_kv[row * static_cast<size_t>(p.dim) + static_cast<size_t>(d)];
+        if (row == nan_row) {
+          nans += std::isnan(x) ? 1 : 0;
+        } else if (!(x == want)) {
+          ++wrong;
+        }
       }
     }
   }
+  EXPECT_EQ(wrong, 0u) << "decoded values differ from the format's";
+  EXPECT_EQ(nans, static_cast<size_t>(p.heads * p.dim)) << "an entry with NaN codes must read as NaN";
 }
 
 TEST_F(SparseAttentionTest, RejectsBadArguments) {
