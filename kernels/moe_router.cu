@@ -237,7 +237,7 @@ cudaError_t LaunchMoeAlign(const MoeAlignParams& p, cudaStream_t stream) {
 }
 
 cudaError_t LaunchMoeRouteAlign(const MoeRouteParams& route, const MoeAlignParams& align, cudaStream_t stream) {
-  if (align.num_assignments > kMoeFusedAlignMax || route.num_tokens <= 0) {
+  if (align.num_assignments > kMoeFusedAlignMax || route.num_tokens <= 1) {
     const cudaError_t err = LaunchMoeRoute(route, stream);
     return err != cudaSuccess ? err : LaunchMoeAlign(align, stream);
   }

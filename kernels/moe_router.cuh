@@ -52,8 +52,10 @@ struct MoeAlignParams {
 // ordered compaction of its own), so the result is deterministic without atomics.
 cudaError_t LaunchMoeAlign(const MoeAlignParams& p, cudaStream_t stream);
 
-// Both of the above in one launch of one block when num_assignments <= kMoeFusedAlignMax
-// (align.topk_ids must be route.topk_ids); the same outputs. Larger batches launch the two.
+// Both of the above in one launch of one block for 2 or more tokens and num_assignments <=
+// kMoeFusedAlignMax (align.topk_ids must be route.topk_ids); the same outputs. Larger batches,
+// and one token, launch the two: in a decode graph at one token the fused block cost a layer
+// 3 us (bench/model/NOTES.md, "Batch 1: fewer launches on a layer's path").
 inline constexpr int kMoeFusedAlignMax = 64;
 cudaError_t LaunchMoeRouteAlign(const MoeRouteParams& route, const MoeAlignParams& align, cudaStream_t stream);
 

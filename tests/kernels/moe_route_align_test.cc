@@ -18,7 +18,8 @@ namespace {
 class MoeRouteAlignTest : public GpuTest {};
 
 // Routing and alignment in one launch (a few tokens) give the bits of the two launches:
-// learned and hash routing, expert-parallel ranges, batches on both sides of the fused limit.
+// learned and hash routing, expert-parallel ranges, batches on both sides of the fused limit
+// (one token takes the two launches as well).
 TEST_F(MoeRouteAlignTest, OneLaunchMatchesTheTwoLaunches) {
   std::mt19937 rng(2024);
   for (const auto& [e, k] : {std::pair<int64_t, int64_t>{8, 2}, {256, 6}, {512, 16}})
