@@ -6,8 +6,8 @@
 #include <cmath>
 #include <functional>
 #include <iterator>
-#include <string>
 #include <numeric>
+#include <string>
 #include <utility>
 
 #include "backend/cpu/cpu_attention_ops.h"
