@@ -218,16 +218,10 @@ __global__ void __launch_bounds__(kThreads, 1) SparseAttentionKernel(const Spars
           const float scale = KvFp8Scale(scale_s[((tile & 1) * kBlockN + r) * 16 + 16 * k / kKvFp8Block]);
           const uint4 v = raw[j];
           *reinterpret_cast<uint4*>(rows + SwizzledChunk<T::kDChunks>(r, 2 * k) * 8) =
-              make_uint4(DequantFp8Pair(static_cast<uint16_t>(v.x & 0xffffu), scale),
-                         DequantFp8Pair(static_cast<uint16_t>(v.x >> 16), scale),
-                         DequantFp8Pair(static_cast<uint16_t>(v.y & 0xffffu), scale),
-                         DequantFp8Pair(static_cast<uint16_t>(v.y >> 16), scale));
+              DequantFp8Eight(make_uint2(v.x, v.y), scale);
           if (16 * k + 8 < fp8_nope)
             *reinterpret_cast<uint4*>(rows + SwizzledChunk<T::kDChunks>(r, 2 * k + 1) * 8) =
-                make_uint4(DequantFp8Pair(static_cast<uint16_t>(v.z & 0xffffu), scale),
-                           DequantFp8Pair(static_cast<uint16_t>(v.z >> 16), scale),
-                           DequantFp8Pair(static_cast<uint16_t>(v.w & 0xffffu), scale),
-                           DequantFp8Pair(static_cast<uint16_t>(v.w >> 16), scale));
+                DequantFp8Eight(make_uint2(v.z, v.w), scale);
         }
       }
       __syncthreads();

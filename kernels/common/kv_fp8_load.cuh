@@ -41,17 +41,20 @@ __device__ __forceinline__ uint32_t Fp8RowPair(const uint8_t* row, const KvFp8Ro
   return DequantFp8Pair(*reinterpret_cast<const uint16_t*>(row + d0), scale);
 }
 
+// Eight e4m3 codes (low byte first) times `scale` as four bf16x2 words.
+__device__ __forceinline__ uint4 DequantFp8Eight(uint2 codes, float scale) {
+  return make_uint4(DequantFp8Pair(static_cast<uint16_t>(codes.x & 0xffffu), scale),
+                    DequantFp8Pair(static_cast<uint16_t>(codes.x >> 16), scale),
+                    DequantFp8Pair(static_cast<uint16_t>(codes.y & 0xffffu), scale),
+                    DequantFp8Pair(static_cast<uint16_t>(codes.y >> 16), scale));
+}
+
 // Values d0 .. d0 + 7 of an FP8 row as four bf16x2 words (d0 a multiple of 8).
 __device__ __forceinline__ uint4 Fp8RowChunk(const uint8_t* row, const KvFp8RowLayout& layout, int d0) {
   const int nope = layout.nope();
-  if (d0 + 8 <= nope) {
-    const uint2 raw = *reinterpret_cast<const uint2*>(row + d0);
-    const float scale = KvFp8Scale(row[layout.scale_offset() + d0 / kKvFp8Block]);  // 64 % 8 == 0: one block
-    return make_uint4(DequantFp8Pair(static_cast<uint16_t>(raw.x & 0xffffu), scale),
-                      DequantFp8Pair(static_cast<uint16_t>(raw.x >> 16), scale),
-                      DequantFp8Pair(static_cast<uint16_t>(raw.y & 0xffffu), scale),
-                      DequantFp8Pair(static_cast<uint16_t>(raw.y >> 16), scale));
-  }
+  if (d0 + 8 <= nope)  // 64 % 8 == 0: one scale block
+    return DequantFp8Eight(*reinterpret_cast<const uint2*>(row + d0),
+                           KvFp8Scale(row[layout.scale_offset() + d0 / kKvFp8Block]));
   if (d0 >= nope && (d0 - nope) % 8 == 0)
     return *reinterpret_cast<const uint4*>(row + layout.rope_offset() + 2 * (d0 - nope));
   return make_uint4(Fp8RowPair(row, layout, d0), Fp8RowPair(row, layout, d0 + 2), Fp8RowPair(row, layout, d0 + 4),
